@@ -1,0 +1,31 @@
+# The targets here are exactly what README and CI run.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/shardkit: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev,s3,parquet,ray]'
+	touch $(BIN)/shardkit
+
+demo: $(BIN)/shardkit
+	$(BIN)/python tools/demo.py
+
+test: $(BIN)/shardkit
+	$(BIN)/python -m pytest tests -q; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+
+lint: $(BIN)/shardkit
+	$(BIN)/ruff check shardkit tests tools benchmarks
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+bench: $(BIN)/shardkit
+	$(BIN)/pip install --quiet -r benchmarks/requirements.txt
+	$(BIN)/python -m benchmarks.run_all
+
+clean:
+	rm -rf $(VENV) build *.egg-info
