@@ -1,0 +1,94 @@
+"""Plan parameters: everything besides shard sizes that a partition depends on (§G2).
+
+A :class:`PlanParams` is validated on construction and is immutable, so a plan built from it can
+be shared between threads. ``to_dict``/``from_dict`` are the resume-state encoding
+(specs/resume-state.md, field ``params``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from shardkit.errors import PlanError
+
+TAILS = ("drop", "pad")
+
+_INT_MINIMUMS = {
+    "seed": 0,
+    "epoch": 0,
+    "world_size": 1,
+    "num_workers": 0,
+    "batch_size": 1,
+    "shuffle_window": 1,
+}
+
+
+@dataclass(frozen=True)
+class PlanParams:
+    """The knobs of one epoch's plan.
+
+    ``num_workers=0`` means one consumer per rank (the training process reads itself); the
+    number of consumers is ``world_size * max(num_workers, 1)``.
+    """
+
+    seed: int = 0
+    epoch: int = 0
+    world_size: int = 1
+    num_workers: int = 0
+    batch_size: int = 1
+    tail: str = "drop"
+    shuffle: bool = True
+    shuffle_window: int = 8192
+
+    def __post_init__(self) -> None:
+        for name, minimum in _INT_MINIMUMS.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise PlanError(f"plan parameter {name}: expected an int, got {value!r}")
+            if value < minimum:
+                raise PlanError(f"plan parameter {name}: expected >= {minimum}, got {value}")
+        if self.tail not in TAILS:
+            raise PlanError(f"plan parameter tail: expected one of {TAILS}, got {self.tail!r}")
+        if not isinstance(self.shuffle, bool):
+            raise PlanError(f"plan parameter shuffle: expected a bool, got {self.shuffle!r}")
+
+    @property
+    def workers_per_rank(self) -> int:
+        """Consumers per rank: ``max(num_workers, 1)``."""
+        return max(self.num_workers, 1)
+
+    @property
+    def num_consumers(self) -> int:
+        """Global consumers ``C = world_size * max(num_workers, 1)``."""
+        return self.world_size * self.workers_per_rank
+
+    def consumer_id(self, rank: int, worker: int) -> int:
+        """Global consumer id ``rank * max(num_workers, 1) + worker``."""
+        if not 0 <= rank < self.world_size:
+            raise PlanError(f"rank: expected 0 <= rank < {self.world_size}, got {rank}")
+        if not 0 <= worker < self.workers_per_rank:
+            raise PlanError(f"worker: expected 0 <= worker < {self.workers_per_rank}, got {worker}")
+        return rank * self.workers_per_rank + worker
+
+    def same_partition(self, other: PlanParams) -> bool:
+        """True when both produce the same plan for the same shards (``num_workers`` 0 == 1)."""
+        return self.to_dict() | {"num_workers": self.workers_per_rank} == other.to_dict() | {
+            "num_workers": other.workers_per_rank
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict with every field (the ``params`` object of a resume state)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> PlanParams:
+        """Inverse of :meth:`to_dict`; unknown or missing keys raise :class:`PlanError`."""
+        if not isinstance(data, dict):
+            raise PlanError(f"plan params: expected an object, got {type(data).__name__}")
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        missing = sorted(names - set(data))
+        if unknown or missing:
+            raise PlanError(f"plan params: unknown keys {unknown}, missing keys {missing}")
+        return cls(**data)

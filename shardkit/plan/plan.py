@@ -1,0 +1,233 @@
+"""The plan of one epoch at one resume level (specs/partition.md, specs/resume-state.md).
+
+Level 0 partitions the epoch sequence (shards in seeded order). Level L > 0 partitions the
+*remainder* of level L-1 after an elastic resume. Either way the source is split into
+contiguous equal-step consumer ranges; each consumer's sequence is its real samples followed by
+its pad repeats. Build plans with :func:`shardkit.plan.build_plan`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from shardkit.errors import PlanError
+from shardkit.plan.params import PlanParams
+from shardkit.plan.partition import Partition, equal_steps
+from shardkit.plan.rng import SALT_SHARD_ORDER, SALT_WINDOW, permutation, philox_key
+from shardkit.plan.sequence import (
+    Concat,
+    Cyclic,
+    EpochSequence,
+    Padded,
+    SampleSequence,
+    ShuffledRange,
+    Slice,
+)
+from shardkit.plan.spans import Window, shard_offsets
+
+
+class Plan:
+    """Which samples each global consumer yields, in which order, for one epoch.
+
+    Immutable and thread-safe; construction costs O(shards + consumers) per level. Positions
+    are 0-based indices into a consumer's sequence; ``start_offsets[c]`` is where consumer ``c``
+    resumes (0 for a fresh or elastically re-planned epoch).
+    """
+
+    def __init__(
+        self,
+        shard_sizes: np.ndarray,
+        params: PlanParams,
+        source: SampleSequence,
+        *,
+        parent: tuple[Plan, dict[str, Any]] | None = None,
+        start_offsets: Sequence[int] | None = None,
+    ) -> None:
+        self._shard_sizes = shard_sizes
+        self._params = params
+        self._source = source
+        self._parent = parent
+        self._partition: Partition = equal_steps(len(source), params)
+        offsets = start_offsets or [0] * self._partition.num_consumers
+        self._start_offsets = tuple(int(offset) for offset in offsets)
+
+    # -- topology and counts -------------------------------------------------------------
+
+    @property
+    def params(self) -> PlanParams:
+        return self._params
+
+    @property
+    def level(self) -> int:
+        """0 for a plan built without an elastic resume, else 1 + the parent's level."""
+        return 0 if self._parent is None else self._parent[0].level + 1
+
+    @property
+    def parent_state(self) -> dict[str, Any] | None:
+        """The resume state of the previous level (what ``plan_to_state`` nests as ``parent``)."""
+        return None if self._parent is None else self._parent[1]
+
+    @property
+    def shard_sizes(self) -> np.ndarray:
+        return self._shard_sizes
+
+    @property
+    def shard_offsets(self) -> np.ndarray:
+        """Samples in shards before each shard (manifest order), length ``num_shards + 1``."""
+        return shard_offsets(self._shard_sizes)
+
+    @property
+    def num_source_samples(self) -> int:
+        """Samples this level partitions: N at level 0, the remainder M at level > 0."""
+        return len(self._source)
+
+    @property
+    def num_consumers(self) -> int:
+        return self._partition.num_consumers
+
+    @property
+    def steps_per_rank(self) -> int:
+        return self._partition.steps_per_rank
+
+    @property
+    def num_dropped(self) -> int:
+        """Source samples no consumer yields this level (drop tail; < world_size * batch)."""
+        return self._partition.num_dropped
+
+    @property
+    def num_padded(self) -> int:
+        """Pad repeats yielded in total this level (pad tail; < world_size * batch)."""
+        return self._partition.num_padded
+
+    @property
+    def start_offsets(self) -> tuple[int, ...]:
+        return self._start_offsets
+
+    def num_batches(self, consumer: int) -> int:
+        return self._partition.num_samples(consumer) // self._params.batch_size
+
+    def num_samples(self, consumer: int) -> int:
+        """Samples consumer ``c`` yields this epoch, pad repeats included (``n_c``)."""
+        return self._partition.num_samples(consumer)
+
+    def num_real_samples(self, consumer: int) -> int:
+        """Samples of consumer ``c`` that are not pad repeats; they come first."""
+        return self._partition.num_real(consumer)
+
+    def with_start_offsets(self, offsets: Sequence[int]) -> Plan:
+        """The same plan, resuming consumer ``c`` at ``offsets[c]`` (checked by the caller)."""
+        return Plan(
+            self._shard_sizes,
+            self._params,
+            self._source,
+            parent=self._parent,
+            start_offsets=offsets,
+        )
+
+    # -- sequences ---------------------------------------------------------------------
+
+    def consumer_windows(self, consumer: int, start: int = 0) -> Iterator[Window]:
+        """Windows covering consumer ``c``'s sequence from position ``start`` to its end.
+
+        Seeking costs O(log shards + log consumers + window) per level, never O(start).
+        """
+        total = self.num_samples(consumer)
+        if isinstance(start, bool) or not 0 <= start <= total:
+            raise PlanError(
+                f"consumer {consumer}: start must be in 0..{total} (its samples), got {start}"
+            )
+        return self._consumer_sequence(consumer).windows(start, total)
+
+    def shards_of(self, consumer: int, start: int = 0) -> tuple[int, ...]:
+        """Distinct shard indices consumer ``c`` reads from ``start`` on, in first-read order."""
+        total = self.num_samples(consumer)
+        if not 0 <= start <= total:
+            raise PlanError(f"consumer {consumer}: start must be in 0..{total}, got {start}")
+        shards = self._consumer_sequence(consumer).shards(start, total)
+        _, first = np.unique(shards, return_index=True)
+        return tuple(int(shard) for shard in shards[np.sort(first)])
+
+    def remainder(self, offsets: Sequence[int]) -> SampleSequence:
+        """Unconsumed real samples per consumer (from ``offsets``), then the dropped tail."""
+        parts: list[SampleSequence] = []
+        for consumer, offset in enumerate(offsets):
+            real = self.num_real_samples(consumer)
+            parts.append(Slice(self._real_sequence(consumer), min(offset, real), real))
+        needed = self._partition.num_needed
+        if needed < len(self._source):
+            parts.append(Slice(self._source, needed, len(self._source)))
+        return Concat(parts)
+
+    def _real_sequence(self, consumer: int) -> SampleSequence:
+        lo = self._partition.start(consumer)
+        hi = lo + self._partition.num_real(consumer)
+        source, params = self._source, self._params
+        if self._parent is None and params.shuffle and isinstance(source, EpochSequence):
+            key = (SALT_WINDOW, params.seed, params.epoch, self.level, consumer)
+            return ShuffledRange(source, lo, hi, params.shuffle_window, key)
+        return Slice(source, lo, hi)
+
+    def _consumer_sequence(self, consumer: int) -> SampleSequence:
+        real = self._real_sequence(consumer)
+        lo = self._partition.start(consumer) + len(real) - len(self._source)
+        hi = self._partition.start(consumer) + self.num_samples(consumer) - len(self._source)
+        if hi <= 0:
+            return real
+        repeats = Cyclic(self._source, self.num_padded)
+        return Concat([real, Padded(Slice(repeats, lo, hi))])
+
+    # -- reporting ---------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-able overview for ``shardkit plan``: steps, per-consumer counts, drop/pad."""
+        workers = self._params.workers_per_rank
+        consumers = []
+        for consumer in range(self.num_consumers):
+            shards = self.shards_of(consumer)
+            consumers.append(
+                {
+                    "consumer": consumer,
+                    "rank": consumer // workers,
+                    "worker": consumer % workers,
+                    "batches": self.num_batches(consumer),
+                    "samples": self.num_samples(consumer),
+                    "real_samples": self.num_real_samples(consumer),
+                    "start_offset": self._start_offsets[consumer],
+                    "num_shards": len(shards),
+                    "shards": list(shards),
+                }
+            )
+        return {
+            "level": self.level,
+            "params": self._params.to_dict(),
+            "num_shards": len(self._shard_sizes),
+            "num_source_samples": self.num_source_samples,
+            "steps_per_rank": self.steps_per_rank,
+            "num_consumers": self.num_consumers,
+            "num_dropped": self.num_dropped,
+            "num_padded": self.num_padded,
+            "consumers": consumers,
+        }
+
+
+def shard_order(num_shards: int, params: PlanParams) -> np.ndarray:
+    """Epoch order of shard indices: seeded by (seed, epoch) when shuffling, else manifest."""
+    if not params.shuffle:
+        return np.arange(num_shards, dtype=np.int64)
+    return permutation(philox_key(SALT_SHARD_ORDER, params.seed, params.epoch), num_shards)
+
+
+def base_plan(shard_sizes: np.ndarray, params: PlanParams) -> Plan:
+    """Level 0: partition the epoch sequence (P1-P6)."""
+    order = shard_order(len(shard_sizes), params)
+    return Plan(shard_sizes, params, EpochSequence(shard_sizes, order, params.shuffle_window))
+
+
+def elastic_plan(
+    old: Plan, offsets: Sequence[int], params: PlanParams, state: dict[str, Any]
+) -> Plan:
+    """Level L+1: partition ``old``'s remainder after ``offsets`` under new params (R3-R5)."""
+    return Plan(old.shard_sizes, params, old.remainder(offsets), parent=(old, state))

@@ -1,0 +1,74 @@
+"""What a consumer reads: spans of shards, grouped into windows with an output order.
+
+A :class:`Window` is the unit the reader works in: decode ``spans`` in order (their samples
+concatenated form the window's *decode list*), then emit ``decode_list[order[i]]`` for each i.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Samples ``start:end`` of shard ``shard_index`` (manifest order); ``padded`` marks repeats."""
+
+    shard_index: int
+    start: int
+    end: int
+    padded: bool = False
+
+    @property
+    def num_samples(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True, eq=False)
+class Window:
+    """A bounded group of samples: decode ``spans`` (concatenated), emit in ``order``.
+
+    ``order`` holds int64 indices into the concatenation of ``spans``. It may select only part
+    of the decode list (a window cut by a seek or a re-partition boundary); its length is the
+    number of samples this window outputs.
+    """
+
+    spans: tuple[Span, ...]
+    order: np.ndarray
+
+    @property
+    def num_samples(self) -> int:
+        """Samples this window outputs (``len(order)``)."""
+        return len(self.order)
+
+    @property
+    def num_decoded(self) -> int:
+        """Samples the reader decodes for this window (sum of span lengths)."""
+        return sum(span.num_samples for span in self.spans)
+
+    def padded_mask(self) -> np.ndarray:
+        """Bool per output sample: True where the sample is a pad repeat (§G3)."""
+        flags = np.repeat(
+            np.array([span.padded for span in self.spans], dtype=bool),
+            [span.num_samples for span in self.spans],
+        )
+        return flags[self.order]
+
+    def global_indices(self, offsets: np.ndarray) -> np.ndarray:
+        """Manifest-order global sample index per output sample; ``offsets`` from shard_offsets."""
+        parts = [offsets[s.shard_index] + np.arange(s.start, s.end) for s in self.spans]
+        decoded = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        return decoded.astype(np.int64, copy=False)[self.order]
+
+
+def shard_offsets(shard_sizes: Sequence[int]) -> np.ndarray:
+    """Samples in shards before each shard, manifest order: ``[0, s0, s0+s1, ...]`` (len S+1)."""
+    sizes = np.asarray(shard_sizes, dtype=np.int64)
+    return np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(sizes, dtype=np.int64)])
+
+
+def global_index(offsets: np.ndarray, span: Span, i: int) -> int:
+    """Global index of the ``i``-th sample of ``span``: samples before its shard + position."""
+    return int(offsets[span.shard_index]) + span.start + i

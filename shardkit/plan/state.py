@@ -1,0 +1,189 @@
+"""Resume state: encode a plan's consumed offsets, validate them, rebuild the plan (§G6).
+
+The state is a JSON-able dict (specs/resume-state.md)::
+
+    {"version": 1, "fingerprint": str, "params": {...PlanParams...},
+     "offsets": [int, ...one per consumer], "parent": null | <state of the previous level>}
+
+Rebuilding replays only arithmetic over shard and consumer counts, never consumed samples.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from shardkit.errors import PlanError, StateError
+from shardkit.plan.params import PlanParams
+from shardkit.plan.plan import Plan, base_plan, elastic_plan
+
+STATE_VERSION = 1
+STATE_KEYS = ("version", "fingerprint", "params", "offsets", "parent")
+
+
+def build_plan(
+    shard_sizes: Sequence[int], params: PlanParams, resume: dict[str, Any] | None = None
+) -> Plan:
+    """The plan for ``params.epoch``, optionally resuming from a saved state.
+
+    - ``resume=None``: the fresh plan (P1-P6).
+    - same epoch and same partition params as the state: the same plan (parent chain
+      included) with ``start_offsets`` = the saved offsets (R2).
+    - same epoch, other topology/batch/tail/shuffle/seed: an elastic plan over the remainder
+      (R3-R5), starting at 0.
+
+    The state's epoch must equal ``params.epoch`` (R7); the fingerprint is checked separately
+    by :func:`validate_state`. Raises :class:`PlanError` for bad inputs and
+    :class:`StateError` for a malformed or inconsistent state.
+    """
+    sizes = _checked_sizes(shard_sizes)
+    if resume is None:
+        return base_plan(sizes, params)
+    _check_shape(resume, "state")
+    saved = PlanParams.from_dict(resume["params"])
+    if saved.epoch != params.epoch:
+        raise StateError(
+            f"resume state is for epoch {saved.epoch}, but the plan asked for epoch "
+            f"{params.epoch}; resume that epoch first, later epochs start fresh"
+        )
+    if saved.same_partition(params):
+        plan = _plan_at(sizes, params, resume["parent"])
+        return plan.with_start_offsets(_checked_offsets(plan, resume["offsets"], "state"))
+    return _plan_at(sizes, params, resume)
+
+
+def plan_to_state(plan: Plan, offsets: Sequence[int], fingerprint: str) -> dict[str, Any]:
+    """The resume state after consumer ``c`` delivered ``offsets[c]`` samples of its sequence.
+
+    ``offsets`` are positions in the consumer sequences (they include ``start_offsets``), so
+    a state saved right after a resume, with nothing consumed, equals the state resumed from.
+    """
+    if not isinstance(fingerprint, str):
+        raise StateError(f"fingerprint: expected a str, got {type(fingerprint).__name__}")
+    checked = _checked_offsets(plan, list(offsets), "offsets")
+    return {
+        "version": STATE_VERSION,
+        "fingerprint": fingerprint,
+        "params": plan.params.to_dict(),
+        "offsets": checked,
+        "parent": copy.deepcopy(plan.parent_state),
+    }
+
+
+def validate_state(state: Any, fingerprint: str) -> None:
+    """Refuse a state that is malformed, from a newer version or for another dataset (R8)."""
+    _check_shape(state, "state")
+    level: Any = state
+    path = "state"
+    while level is not None:
+        if level["fingerprint"] != fingerprint:
+            raise StateError(
+                f"{path}: resume state is for dataset fingerprint {level['fingerprint']!r}, "
+                f"expected {fingerprint!r} (the dataset changed since the state was saved)"
+            )
+        level, path = level["parent"], f"{path}.parent"
+
+
+def state_epoch(state: dict[str, Any]) -> int:
+    """The epoch a resume state belongs to (the loader resumes that epoch first)."""
+    _check_shape(state, "state")
+    return int(state["params"]["epoch"])
+
+
+def _plan_at(sizes: np.ndarray, params: PlanParams, parent: dict[str, Any] | None) -> Plan:
+    """The plan whose previous level is described by ``parent`` (None: level 0)."""
+    if parent is None:
+        return base_plan(sizes, params)
+    old_params = PlanParams.from_dict(parent["params"])
+    old = _plan_at(sizes, old_params, parent["parent"])
+    offsets = _checked_offsets(old, parent["offsets"], "parent")
+    return elastic_plan(old, offsets, params, _normalised(parent))
+
+
+def _normalised(state: dict[str, Any]) -> dict[str, Any]:
+    """A private copy with builtin types only (the plan keeps it as its parent state)."""
+    parent = state["parent"]
+    return {
+        "version": int(state["version"]),
+        "fingerprint": str(state["fingerprint"]),
+        "params": PlanParams.from_dict(state["params"]).to_dict(),
+        "offsets": [int(offset) for offset in state["offsets"]],
+        "parent": None if parent is None else _normalised(parent),
+    }
+
+
+def _checked_sizes(shard_sizes: Sequence[int]) -> np.ndarray:
+    sizes = np.asarray(shard_sizes)
+    if sizes.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if sizes.ndim != 1 or not np.issubdtype(sizes.dtype, np.integer):
+        raise PlanError(f"shard_sizes: expected a flat sequence of ints, got dtype {sizes.dtype}")
+    if int(sizes.min()) < 0:
+        bad = int(np.argmax(sizes < 0))
+        raise PlanError(f"shard_sizes[{bad}]: expected >= 0, got {int(sizes[bad])}")
+    return sizes.astype(np.int64)
+
+
+def _checked_offsets(plan: Plan, offsets: Any, path: str) -> list[int]:
+    if not isinstance(offsets, list) or len(offsets) != plan.num_consumers:
+        raise StateError(
+            f"{path}.offsets: expected {plan.num_consumers} offsets, got {_describe(offsets)}"
+        )
+    batch = plan.params.batch_size
+    for consumer, offset in enumerate(offsets):
+        total = plan.num_samples(consumer)
+        if not _is_int(offset) or not 0 <= offset <= total or offset % batch:
+            raise StateError(
+                f"{path}.offsets[{consumer}]: expected a multiple of batch_size {batch} in "
+                f"0..{total} (consumer {consumer}'s samples), got {offset!r}"
+            )
+    return [int(offset) for offset in offsets]
+
+
+def _check_shape(state: Any, path: str) -> None:
+    """Structure, types and versions of every level; offsets vs counts are checked later."""
+    if not isinstance(state, dict):
+        raise StateError(f"{path}: expected an object, got {type(state).__name__}")
+    if sorted(state) != sorted(STATE_KEYS):
+        raise StateError(f"{path}: expected keys {sorted(STATE_KEYS)}, got {sorted(state)}")
+    version = state["version"]
+    if not _is_int(version) or version < 1:
+        raise StateError(f"{path}.version: expected an int >= 1, got {version!r}")
+    if version > STATE_VERSION:
+        raise StateError(
+            f"{path}.version: resume state version {version} is newer than this shardkit "
+            f"reads (expected <= {STATE_VERSION}); upgrade shardkit"
+        )
+    if not isinstance(state["fingerprint"], str):
+        raise StateError(f"{path}.fingerprint: expected a str, got {state['fingerprint']!r}")
+    try:
+        params = PlanParams.from_dict(state["params"])
+    except PlanError as error:
+        raise StateError(f"{path}.params: {error}") from error
+    offsets = state["offsets"]
+    if not isinstance(offsets, list) or len(offsets) != params.num_consumers:
+        raise StateError(
+            f"{path}.offsets: expected a list of {params.num_consumers} ints (one per "
+            f"consumer), got {_describe(offsets)}"
+        )
+    parent = state["parent"]
+    if parent is not None:
+        _check_shape(parent, f"{path}.parent")
+        if parent["params"]["epoch"] != params.epoch:
+            raise StateError(
+                f"{path}.parent.params.epoch: expected {params.epoch} (levels of one state "
+                f"share an epoch), got {parent['params']['epoch']}"
+            )
+
+
+def _describe(offsets: Any) -> str:
+    if isinstance(offsets, list):
+        return f"a list of {len(offsets)}"
+    return type(offsets).__name__
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
