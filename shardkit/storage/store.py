@@ -3,6 +3,8 @@
 A ``Store`` knows nothing of shard layout. Names passed to it are relative to its root and use
 ``/``; callers validate them (``format.manifest``) before they get here.
 
+Errors: every failure is a ``StorageError`` naming the URL (``NotFoundError`` for 404,
+``TransientStorageError`` for what is worth retrying). Reads are retried per ``retry``.
 Thread-safety: a ``Store`` may be shared by threads; it holds no per-call state.
 Pickling: never pickled by shardkit; DataLoader workers rebuild it from ``(url, options)``.
 """
@@ -13,19 +15,19 @@ import os
 import posixpath
 import tempfile
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-import fsspec
+from shardkit.errors import StorageError, TransientStorageError
+from shardkit.storage.backends import make_filesystem
+from shardkit.storage.classify import to_storage_error
+from shardkit.storage.retry import RetryPolicy, call_with_retry
 
-from shardkit.errors import NotFoundError, StorageError
+T = TypeVar("T")
 
-_INSTALL_HINTS = {
-    "s3": "pip install 'shardkit[s3]'  (s3fs)",
-    "gs": "pip install gcsfs",
-    "gcs": "pip install gcsfs",
-    "az": "pip install adlfs",
-    "abfs": "pip install adlfs",
-}
+#: Remote writes at least this large go through a streamed (multipart) upload.
+MULTIPART_THRESHOLD = 16 * 1024 * 1024
+MULTIPART_PART_BYTES = 16 * 1024 * 1024
 
 
 def split_protocol(url: str) -> tuple[str, str]:
@@ -41,15 +43,16 @@ def split_protocol(url: str) -> tuple[str, str]:
 class Store:
     """Read and write objects under one root URL."""
 
-    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None,
+                 retry: RetryPolicy | None = None) -> None:
         self.url = url.rstrip("/") if "://" in url else url
         self.storage_options = dict(storage_options or {})
+        self.retry = retry or RetryPolicy()
         self.protocol, self.root = split_protocol(url)
-        try:
-            self.fs = fsspec.filesystem(self.protocol, **self.storage_options)
-        except ImportError as exc:
-            hint = _INSTALL_HINTS.get(self.protocol, f"install the fsspec backend for {self.protocol}")
-            raise StorageError(f"cannot open {url}: {exc}. Install hint: {hint}") from exc
+        self.fs = make_filesystem(self.protocol, self.storage_options, self.retry, url)
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r})"
 
     @property
     def is_local(self) -> bool:
@@ -73,17 +76,25 @@ class Store:
 
     # ---- reading -------------------------------------------------------------------------
     def read(self, name: str) -> bytes:
-        return self._call(name, lambda p: self.fs.cat_file(p))
+        return bytes(self._call(name, lambda p: self.fs.cat_file(p)))
 
     def read_range(self, name: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)``; raises if the object is shorter than ``end``."""
-        data = self._call(name, lambda p: self.fs.cat_file(p, start=start, end=end))
-        if len(data) != end - start:
-            raise StorageError(
-                f"{self.url_of(name)}: short read at bytes [{start}, {end}): "
-                f"expected {end - start} bytes, got {len(data)}"
-            )
-        return bytes(data)
+        """Bytes ``[start, end)``; a short body is retried, then raised (names URL and range)."""
+        if start < 0 or end < start:
+            raise ValueError(f"{self.url_of(name)}: invalid byte range [{start}, {end})")
+        if end == start:
+            return b""
+
+        def once(path: str) -> bytes:
+            data = self.fs.cat_file(path, start=start, end=end)
+            if len(data) != end - start:
+                raise TransientStorageError(
+                    f"{self.url_of(name)}: short read at bytes [{start}, {end}): "
+                    f"expected {end - start} bytes, got {len(data)}"
+                )
+            return bytes(data)
+
+        return self._call(name, once)
 
     def read_suffix(self, name: str, length: int, size: int | None = None) -> tuple[bytes, int]:
         """The last ``length`` bytes (or the whole object if shorter) and the object size."""
@@ -92,47 +103,65 @@ class Store:
         return self.read_range(name, start, size), size
 
     def size(self, name: str) -> int:
-        return int(self._call(name, lambda p: self.fs.size(p)))
+        def once(path: str) -> int:
+            if not self.is_local:
+                self.fs.invalidate_cache(path)
+            return int(self.fs.size(path))
+
+        return self._call(name, once)
 
     def exists(self, name: str) -> bool:
-        return bool(self.fs.exists(self.path(name)))
+        def once(path: str) -> bool:
+            if not self.is_local:
+                self.fs.invalidate_cache(path)
+            return bool(self.fs.exists(path))
+
+        return self._call(name, once)
 
     def list(self, prefix: str = "") -> list[str]:
         """Names (relative to the root) of the objects under ``prefix``, sorted."""
-        base = self.path(prefix)
-        if not self.fs.exists(base):
-            return []
-        found = self.fs.find(base)
-        root = self.root.rstrip("/") + "/"
+        def once(path: str) -> list[str]:
+            if not self.is_local:
+                self.fs.invalidate_cache(path)
+            if not self.fs.exists(path):
+                return []
+            return list(self.fs.find(path))
+
+        found = self._call(prefix, once)
+        root = self.fs._strip_protocol(self.root).rstrip("/") + "/"  # memory:// adds a "/"
         return sorted(p[len(root):] if p.startswith(root) else p for p in found)
 
     # ---- writing -------------------------------------------------------------------------
     def write_atomic(self, name: str, data: bytes) -> None:
         """Publish ``data`` under ``name`` all at once: readers see the old object or the new.
 
-        Local: a temp file in the same folder, fsync, rename. Object stores: one PUT (or a
-        multipart upload completed only at the end), which is atomic for readers already.
+        Local: a temp file in the same folder, fsync, rename. Object stores: one PUT, or for
+        ``MULTIPART_THRESHOLD`` bytes and more a multipart upload completed only at the end;
+        both are atomic for readers already.
         """
         if self.is_local:
-            target = self.local_path(name)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(target))
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, target)
-            except BaseException:
-                _unlink_quietly(tmp)
-                raise
+            _write_local_atomic(self.local_path(name), data)
             return
-        self._call(name, lambda p: self.fs.pipe_file(p, data))
+        if len(data) < MULTIPART_THRESHOLD:
+            self._call(name, lambda p: self.fs.pipe_file(p, data))
+            return
+
+        def upload(path: str) -> None:
+            with self.fs.open(path, "wb", block_size=MULTIPART_PART_BYTES) as fh:
+                view = memoryview(data)
+                for offset in range(0, len(view), MULTIPART_PART_BYTES):
+                    fh.write(view[offset:offset + MULTIPART_PART_BYTES])
+
+        self._call(name, upload)
 
     def delete(self, name: str) -> None:
-        path = self.path(name)
-        if self.fs.exists(path):
-            self.fs.rm(path)
+        def once(path: str) -> None:
+            try:
+                self.fs.rm(path)
+            except FileNotFoundError:
+                pass
+
+        self._call(name, once)
 
     def temp_name(self, name: str) -> str:
         """A unique sibling name for staging ``name`` (never listed in a manifest)."""
@@ -140,21 +169,40 @@ class Store:
         return posixpath.join(head, f".tmp-{uuid.uuid4().hex}-{tail}")
 
     # ---- helpers -------------------------------------------------------------------------
-    def _call(self, name: str, fn: Any) -> Any:
+    def _call(self, name: str, fn: Callable[[str], T]) -> T:
+        """``fn(path)`` with errors mapped to the shardkit tree and transient ones retried."""
         path = self.path(name)
-        try:
-            return fn(path)
-        except FileNotFoundError as exc:
-            raise NotFoundError(f"{self.url_of(name)}: not found") from exc
-        except StorageError:
-            raise
-        except OSError as exc:
-            raise StorageError(f"{self.url_of(name)}: {exc}") from exc
+        url = self.url_of(name)
+
+        def once() -> T:
+            try:
+                return fn(path)
+            except StorageError:
+                raise
+            except Exception as exc:  # backends raise anything; classify names the URL
+                raise to_storage_error(exc, url) from exc
+
+        return call_with_retry(once, policy=self.retry, what=url)
 
 
-def open_store(url: str, storage_options: dict[str, Any] | None = None) -> Store:
+def open_store(url: str, storage_options: dict[str, Any] | None = None,
+               retry: RetryPolicy | None = None) -> Store:
     """The store rooted at ``url`` (a folder path or an fsspec URL)."""
-    return Store(url, storage_options)
+    return Store(url, storage_options, retry)
+
+
+def _write_local_atomic(target: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(target))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
 
 
 def _unlink_quietly(path: str) -> None:

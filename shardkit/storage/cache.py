@@ -1,0 +1,275 @@
+"""The node-local shard cache: download once per node, verify, lease, evict LRU (specs/cache.md).
+
+``ShardCache.open`` returns a *lease*: a context manager yielding a local path that stays valid
+(never evicted, never replaced) until the ``with`` block exits. Invariants C1–C10 are in
+specs/cache.md.
+
+Thread- and process-safety: one ``ShardCache`` may be used by many threads; many processes
+(DataLoader workers, ranks, users) may share one ``cache_dir``. Coordination is by ``flock`` on
+per-entry lock files (C3, C4) plus a per-entry thread lock so threads of one process queue
+cheaply instead of polling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from shardkit.errors import CacheError, StorageError, StorageTimeoutError
+from shardkit.storage.download import download_to
+from shardkit.storage.eviction import SpaceManager, disk_error, remove_temps
+from shardkit.storage.layout import Entry, ensure_root, entry_name, write_meta
+from shardkit.storage.locks import FileLock
+from shardkit.storage.store import Store
+
+if TYPE_CHECKING:
+    from shardkit.storage.prefetch import Prefetcher
+
+logger = logging.getLogger(__name__)
+
+#: ``verify(path)`` raises (any exception) when the file at ``path`` is not the expected shard.
+Verify = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CacheOptions:
+    """Timeouts (seconds) and tuning of a ``ShardCache``; every wait is bounded (C9)."""
+
+    lock_timeout: float = 900.0      # waiting for another process's download of the same entry
+    space_timeout: float = 300.0     # waiting for leases to free room under the limit
+    warn_after: float = 60.0         # log a warning when a wait or download takes longer
+    poll_interval: float = 0.1
+    verify_on_hit: bool = True       # verify a cached file once per process before first use
+    verify_attempts: int = 3         # downloads tried when the fetched bytes fail ``verify``
+    chunk_bytes: int = 16 * 1024 * 1024
+    download_threads: int = 4
+
+
+@dataclass(frozen=True)
+class CacheItem:
+    """One object to cache: ``name`` in the store, cache ``key``, size and checksum callback."""
+
+    name: str
+    key: str
+    num_bytes: int
+    verify: Verify | None = None
+
+
+@dataclass
+class CacheStats:
+    """Counters of one ``ShardCache`` in this process (G10)."""
+
+    hits: int = 0
+    misses: int = 0
+    download_bytes: int = 0
+    download_seconds: float = 0.0
+    redownloads: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **deltas: float) -> None:
+        with self._lock:
+            for name, value in deltas.items():
+                setattr(self, name, getattr(self, name) + value)
+
+
+class ShardCache:
+    """A size-limited cache of remote objects in ``cache_dir``, shared by processes and users."""
+
+    def __init__(self, cache_dir: str, limit_bytes: int,
+                 options: CacheOptions | None = None) -> None:
+        if limit_bytes <= 0:
+            raise ValueError(f"cache limit must be > 0 bytes, got {limit_bytes}")
+        self.cache_dir = os.path.abspath(cache_dir)
+        self.limit_bytes = int(limit_bytes)
+        self.options = options or CacheOptions()
+        self.stats = CacheStats()
+        try:
+            self.root = ensure_root(self.cache_dir)
+        except OSError as exc:
+            raise CacheError(f"cannot create cache dir {self.cache_dir}: {exc}") from exc
+        self._space = SpaceManager(self.root, self.limit_bytes, timeout=self.options.space_timeout,
+                                   warn_after=self.options.warn_after,
+                                   poll_interval=self.options.poll_interval)
+        self._verified: set[tuple[int, int, int]] = set()
+        self._guard = threading.Lock()
+        self._entry_locks: dict[str, threading.Lock] = {}
+
+    def __repr__(self) -> str:
+        return f"ShardCache({self.cache_dir!r}, limit_bytes={self.limit_bytes})"
+
+    @contextlib.contextmanager
+    def open(self, store: Store, name: str, *, key: str, num_bytes: int,
+             verify: Verify | None = None) -> Iterator[str]:
+        """Lease the local copy of ``name``: download it once per node if needed (C1–C3)."""
+        if store.is_local:
+            yield store.local_path(name)  # C8: local data is never copied or evicted
+            return
+        entry = Entry(self.root, entry_name(key))
+        lock = self._lease(store, name, entry, key, num_bytes, verify, None)
+        try:
+            _touch(entry.data)  # last use, for LRU (C6)
+            yield entry.data
+        finally:
+            lock.release()
+
+    def ensure(self, store: Store, item: CacheItem,
+               cancel: threading.Event | None = None) -> None:
+        """Make ``item`` present in the cache and hold no lease afterwards (prefetch, warm)."""
+        if store.is_local:
+            return
+        entry = Entry(self.root, entry_name(item.key))
+        self._lease(store, item.name, entry, item.key, item.num_bytes, item.verify, cancel).release()
+
+    def prefetch(self, store: Store, items: Iterable[CacheItem], **kwargs: int) -> Prefetcher:
+        """A ``Prefetcher`` downloading ``items`` ahead of the consumer (see prefetch.py)."""
+        from shardkit.storage.prefetch import Prefetcher
+
+        return Prefetcher(self, store, items, **kwargs)
+
+    # ---- lease protocol ------------------------------------------------------------------
+    def _lease(self, store: Store, name: str, entry: Entry, key: str, num_bytes: int,
+               verify: Verify | None, cancel: threading.Event | None) -> FileLock:
+        """A shared lock on ``entry`` whose data file is published and valid."""
+        opts = self.options
+        what = f"cache entry {key!r} for {store.url_of(name)}"
+        for _ in range(4):
+            lock = FileLock(entry.lock)
+            lock.acquire(False, opts.lock_timeout, opts.warn_after, what)
+            if self._valid(entry, num_bytes, verify, what):
+                self.stats.add(hits=1)
+                return lock
+            lock.release()
+            with self._thread_lock(entry.name, what):
+                lock.acquire(True, opts.lock_timeout, opts.warn_after, what)
+                try:
+                    if not self._valid(entry, num_bytes, verify, what):
+                        self.stats.add(misses=1)
+                        lock.record_holder()
+                        self._fill(store, name, entry, key, num_bytes, verify, cancel)
+                    lock.downgrade()
+                except BaseException:
+                    lock.release()
+                    raise
+            if _exists(entry.data):  # the downgrade is not atomic: an evictor may have won
+                return lock
+            lock.release()
+        raise CacheError(f"{what}: evicted repeatedly while opening; cache {self.cache_dir} "
+                         f"(limit {self.limit_bytes} bytes) is too small for the working set")
+
+    def _valid(self, entry: Entry, num_bytes: int, verify: Verify | None, what: str) -> bool:
+        """Published with the right size and (once per process) passing ``verify`` (C2)."""
+        try:
+            st = os.stat(entry.data)
+        except FileNotFoundError:
+            return False
+        if st.st_size != num_bytes:
+            logger.warning("%s: cached file %s has %d bytes, expected %d; downloading again",
+                           what, entry.data, st.st_size, num_bytes)
+            return False
+        ident = (st.st_dev, st.st_ino, st.st_size)
+        if verify is None or not self.options.verify_on_hit or ident in self._verified:
+            return True
+        try:
+            verify(entry.data)
+        except Exception as exc:  # verify signals a bad file by raising anything
+            logger.warning("%s: cached file %s failed verification (%s); downloading again",
+                           what, entry.data, exc)
+            return False
+        with self._guard:
+            self._verified.add(ident)
+        return True
+
+    def _fill(self, store: Store, name: str, entry: Entry, key: str, num_bytes: int,
+              verify: Verify | None, cancel: threading.Event | None) -> None:
+        """Download, verify and publish ``entry``; the caller holds its exclusive lock."""
+        remove_temps(_own_temps(entry))  # C4: a dead downloader's partial file is never used
+        url = store.url_of(name)
+        errors: list[Exception] = []
+        for attempt in range(1, self.options.verify_attempts + 1):
+            tmp = self._space.reserve(entry, num_bytes)
+            try:
+                self._download(store, name, tmp, num_bytes, url, cancel)
+                if verify is not None:
+                    verify(tmp)
+            except StorageError:
+                remove_temps([tmp])
+                raise
+            except OSError as exc:
+                remove_temps([tmp])
+                raise disk_error(exc, self.cache_dir, num_bytes, entry.name) from exc
+            except Exception as exc:  # verify failed: the fetched bytes are bad; fetch again
+                remove_temps([tmp])
+                errors.append(exc)
+                self.stats.add(redownloads=1)
+                logger.warning("%s: downloaded bytes failed verification (attempt %d/%d): %s",
+                               url, attempt, self.options.verify_attempts, exc)
+                continue
+            except BaseException:
+                remove_temps([tmp])
+                raise
+            os.replace(tmp, entry.data)  # C1: atomic publish
+            write_meta(entry, key, url, num_bytes)
+            return
+        final = errors[-1] if errors else CacheError(f"{url}: verify_attempts must be >= 1")
+        final.add_note(f"downloading {url} into cache {self.cache_dir}: verification failed "
+                       f"{len(errors)} times")
+        raise final
+
+    def _download(self, store: Store, name: str, tmp: str, num_bytes: int, url: str,
+                  cancel: threading.Event | None) -> None:
+        started = time.monotonic()
+        timer = threading.Timer(self.options.warn_after, logger.warning,
+                                args=("download of %s (%d bytes) still running after %.0fs",
+                                      url, num_bytes, self.options.warn_after))
+        timer.daemon = True
+        timer.start()
+        try:
+            download_to(store, name, tmp, num_bytes, chunk_bytes=self.options.chunk_bytes,
+                        num_threads=self.options.download_threads, cancel=cancel)
+        finally:
+            timer.cancel()
+        self.stats.add(download_bytes=num_bytes, download_seconds=time.monotonic() - started)
+
+    def _thread_lock(self, entry_name_: str, what: str) -> _TimedLock:
+        with self._guard:
+            lock = self._entry_locks.setdefault(entry_name_, threading.Lock())
+        return _TimedLock(lock, self.options.lock_timeout, what)
+
+
+class _TimedLock:
+    def __init__(self, lock: threading.Lock, timeout: float, what: str) -> None:
+        self.lock, self.timeout, self.what = lock, timeout, what
+
+    def __enter__(self) -> None:
+        if not self.lock.acquire(timeout=self.timeout):
+            raise StorageTimeoutError(f"timed out after {self.timeout:.0f}s waiting for another "
+                                      f"thread downloading {self.what}")
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def _own_temps(entry: Entry) -> list[str]:
+    try:
+        return [os.path.join(entry.root, f) for f in os.listdir(entry.root)
+                if entry.is_own_temp(f)]
+    except OSError:
+        return []
+
+
+def _touch(path: str) -> None:
+    try:
+        os.utime(path)
+    except OSError:
+        pass  # another user's file we may not touch: LRU order degrades, nothing breaks
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path)
+

@@ -1,0 +1,192 @@
+"""Space accounting and LRU eviction for the cache (specs/cache.md, "Eviction").
+
+Before a download, ``reserve`` takes the cache-wide ``.space.lock``, counts published entries
+plus in-progress temp files, evicts least-recently-used entries that nobody holds (C5, C6), and
+creates the temp file already ``num_bytes`` long (so the next process counts it, and a full disk
+fails here, before any byte is fetched). If the bytes in use leave no room it polls until
+``space_timeout``, then raises ``CacheError`` with the numbers (C7).
+
+An entry is "in use" when its lock cannot be taken exclusively without waiting: a lease
+(shared) or a download (exclusive) holds it. Eviction only ever tries non-blocking locks while
+holding ``.space.lock``, so it cannot deadlock with a downloader waiting for ``.space.lock``.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+from shardkit.errors import CacheError
+from shardkit.storage.layout import (
+    DATA_SUFFIX, FILE_MODE, SPACE_LOCK, TEMP_MARK, Entry, entry_of_filename,
+)
+from shardkit.storage.locks import FileLock
+
+logger = logging.getLogger(__name__)
+
+_DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+@dataclass
+class EntryStat:
+    entry: Entry
+    size: int = 0
+    last_use: float = 0.0
+    temps: list[str] = field(default_factory=list)
+    temp_bytes: int = 0
+    published: bool = False
+
+
+def scan(root: str) -> dict[str, EntryStat]:
+    """Every entry under ``root`` with its published size, last use and temp files."""
+    stats: dict[str, EntryStat] = {}
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return stats
+    for filename in names:
+        entry = entry_of_filename(root, filename)
+        if entry is None or not (filename.endswith(DATA_SUFFIX) or TEMP_MARK in filename):
+            continue
+        try:
+            st = os.stat(os.path.join(root, filename))
+        except OSError:
+            continue  # removed concurrently, or another user's unreadable file
+        item = stats.setdefault(entry.name, EntryStat(entry))
+        if filename.endswith(DATA_SUFFIX) and TEMP_MARK not in filename:
+            item.size, item.last_use, item.published = st.st_size, st.st_mtime, True
+        else:
+            item.temps.append(os.path.join(root, filename))
+            item.temp_bytes += st.st_size
+    return stats
+
+
+def remove_entry(entry: Entry, lock: FileLock) -> bool:
+    """Delete an entry's files; ``lock`` must be its exclusive lock. False if not permitted."""
+    try:
+        os.unlink(entry.data)
+    except FileNotFoundError:
+        pass
+    except PermissionError:
+        logger.debug("cannot evict %s: permission denied", entry.data)
+        return False
+    for path in (entry.meta,):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    lock.unlink()
+    return True
+
+
+def remove_temps(paths: list[str]) -> None:
+    for path in paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+class SpaceManager:
+    """Keeps published + in-progress bytes under ``limit_bytes`` for one cache root."""
+
+    def __init__(self, root: str, limit_bytes: int, *, timeout: float, warn_after: float,
+                 poll_interval: float) -> None:
+        self.root = root
+        self.limit_bytes = limit_bytes
+        self.timeout = timeout
+        self.warn_after = warn_after
+        self.poll_interval = poll_interval
+
+    def reserve(self, entry: Entry, num_bytes: int) -> str:
+        """A new temp file for ``entry``, ``num_bytes`` long, once there is room for it."""
+        if num_bytes > self.limit_bytes:
+            raise CacheError(
+                f"cache {self.root}: an entry of {num_bytes} bytes ({entry.name}) can never fit "
+                f"in the cache limit of {self.limit_bytes} bytes; raise the limit"
+            )
+        started = time.monotonic()
+        warned = False
+        while True:
+            with _held(FileLock(os.path.join(self.root, SPACE_LOCK)), self.timeout, self.root):
+                in_use = self._make_room(entry, num_bytes)
+                if in_use is None:
+                    return allocate_temp(entry, num_bytes)
+            waited = time.monotonic() - started
+            message = (f"cache {self.root}: no room for {num_bytes} bytes ({entry.name}): "
+                       f"{in_use} bytes are in use by open leases or downloads, "
+                       f"limit {self.limit_bytes} bytes")
+            if waited > self.timeout:
+                raise CacheError(f"{message}; gave up after {waited:.0f}s")
+            if not warned and waited > self.warn_after:
+                warned = True
+                logger.warning("%s; waiting (%.0fs so far)", message, waited)
+            time.sleep(self.poll_interval)
+
+    def _make_room(self, entry: Entry, num_bytes: int) -> int | None:
+        """Evict LRU entries until ``num_bytes`` fit; None on success, else bytes in use."""
+        stats = scan(self.root)
+        used = sum(s.size + s.temp_bytes for s in stats.values())
+        in_use = 0
+        for item in sorted(stats.values(), key=lambda s: s.last_use):
+            if used + num_bytes <= self.limit_bytes:
+                return None
+            if item.entry.name == entry.name:
+                continue  # ours: the caller holds it and cleared its stale temps
+            lock = FileLock(item.entry.lock)
+            if not lock.try_acquire(exclusive=True):
+                in_use += item.size + item.temp_bytes
+                continue
+            try:
+                remove_temps(item.temps)  # no one holds the entry: its temps are a dead download's
+                used -= item.temp_bytes
+                if item.published and remove_entry(item.entry, lock):
+                    logger.debug("evicted %s (%d bytes)", item.entry.data, item.size)
+                    used -= item.size
+            finally:
+                lock.release()
+        return None if used + num_bytes <= self.limit_bytes else in_use
+
+
+class _held:
+    """``with _held(lock, timeout, what):`` an exclusive lock, released on exit."""
+
+    def __init__(self, lock: FileLock, timeout: float, what: str) -> None:
+        self.lock, self.timeout, self.what = lock, timeout, what
+
+    def __enter__(self) -> FileLock:
+        self.lock.acquire(True, self.timeout, warn_after=self.timeout / 2, what=self.what)
+        return self.lock
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def allocate_temp(entry: Entry, num_bytes: int) -> str:
+    """Create ``entry``'s temp file with ``num_bytes`` allocated; disk full → ``CacheError``."""
+    path = entry.new_temp()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    try:
+        try:
+            if num_bytes:
+                os.posix_fallocate(fd, 0, num_bytes)
+        except OSError as exc:
+            if exc.errno in _DISK_FULL:
+                raise
+            os.ftruncate(fd, num_bytes)  # filesystem without fallocate: size only
+    except OSError as exc:
+        os.close(fd)
+        remove_temps([path])
+        raise disk_error(exc, entry.root, num_bytes, entry.name) from exc
+    os.close(fd)
+    return path
+
+
+def disk_error(exc: OSError, root: str, num_bytes: int, name: str) -> CacheError:
+    if exc.errno in _DISK_FULL:
+        return CacheError(f"cache {root}: disk full or file size limit while storing {name} "
+                          f"({num_bytes} bytes): {exc.strerror}")
+    return CacheError(f"cache {root}: cannot write {name} ({num_bytes} bytes): {exc}")

@@ -1,0 +1,135 @@
+"""File names inside a cache dir (specs/cache.md, "Layout").
+
+::
+
+    <cache_dir>/v1/<entry>.data                  published, verified shard bytes (mtime = last use)
+    <cache_dir>/v1/<entry>.lock                  flock target; holds the downloader's pid
+    <cache_dir>/v1/<entry>.json                  sidecar: key, url, size, created
+    <cache_dir>/v1/<entry>.tmp-<pid>-<hex>       download in progress (never read)
+    <cache_dir>/v1/.space.lock                   serialises space accounting + eviction
+
+``<entry>`` is the caller's key made filename-safe: percent-encoded, and if long, truncated with a
+sha256 of the whole key appended, so distinct keys never share an entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, unquote
+
+LAYOUT_DIR = "v1"
+SPACE_LOCK = ".space.lock"
+DATA_SUFFIX = ".data"
+LOCK_SUFFIX = ".lock"
+META_SUFFIX = ".json"
+TEMP_MARK = ".tmp-"
+_MAX_QUOTED = 160
+DIR_MODE = 0o2775  # group-writable, setgid so files keep the folder's group
+FILE_MODE = 0o664
+
+
+def entry_name(key: str) -> str:
+    """The filename-safe entry name of ``key`` (injective: different keys, different names)."""
+    if not key:
+        raise ValueError("cache key must be a non-empty string")
+    quoted = "e-" + quote(key, safe="-_.")
+    if len(quoted) <= _MAX_QUOTED:
+        return quoted
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+    return f"{quoted[:_MAX_QUOTED - 34]}~{digest}"
+
+
+def key_from_name(name: str) -> str:
+    """Best-effort inverse of ``entry_name`` (exact unless the name was truncated)."""
+    return unquote(name[2:] if name.startswith("e-") else name)
+
+
+def dataset_prefix(key: str) -> str:
+    """The part of a key before its first ``/`` (by convention the dataset fingerprint)."""
+    return key.split("/", 1)[0]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """Paths of one cache entry."""
+
+    root: str
+    name: str
+
+    @property
+    def data(self) -> str:
+        return os.path.join(self.root, self.name + DATA_SUFFIX)
+
+    @property
+    def lock(self) -> str:
+        return os.path.join(self.root, self.name + LOCK_SUFFIX)
+
+    @property
+    def meta(self) -> str:
+        return os.path.join(self.root, self.name + META_SUFFIX)
+
+    def new_temp(self) -> str:
+        return os.path.join(self.root, f"{self.name}{TEMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+    def is_own_temp(self, filename: str) -> bool:
+        return filename.startswith(self.name + TEMP_MARK)
+
+
+def layout_root(cache_dir: str) -> str:
+    return os.path.join(os.path.abspath(cache_dir), LAYOUT_DIR)
+
+
+def ensure_root(cache_dir: str) -> str:
+    """Create ``<cache_dir>/v1`` group-writable if missing; return it."""
+    root = layout_root(cache_dir)
+    for path in (os.path.abspath(cache_dir), root):
+        if not os.path.isdir(path):
+            os.makedirs(path, mode=DIR_MODE, exist_ok=True)
+            try:
+                os.chmod(path, DIR_MODE)  # makedirs' mode is masked by the umask
+            except PermissionError:
+                pass  # created concurrently by another user: theirs to set
+    return root
+
+
+def entry_of_filename(root: str, filename: str) -> Entry | None:
+    """The entry a file in ``root`` belongs to (data, lock, sidecar or temp), if any."""
+    if not filename.startswith("e-"):
+        return None
+    if TEMP_MARK in filename:
+        return Entry(root, filename.split(TEMP_MARK, 1)[0])
+    for suffix in (DATA_SUFFIX, LOCK_SUFFIX, META_SUFFIX):
+        if filename.endswith(suffix):
+            return Entry(root, filename[: -len(suffix)])
+    return None
+
+
+def write_meta(entry: Entry, key: str, url: str, num_bytes: int) -> None:
+    """Publish the sidecar atomically; failures only cost ``cache ls`` its key text."""
+    record: dict[str, Any] = {"key": key, "url": url, "size": num_bytes, "created": time.time()}
+    tmp = entry.new_temp() + ".meta"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(record, fh)
+        os.replace(tmp, entry.meta)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def read_meta(entry: Entry) -> dict[str, Any]:
+    try:
+        with open(entry.meta, encoding="utf-8") as fh:
+            record = json.load(fh)
+        return record if isinstance(record, dict) else {}
+    except (OSError, ValueError):
+        return {}

@@ -1,0 +1,140 @@
+"""Inter-process locks on lock files with ``fcntl.flock`` (specs/cache.md, "Lock protocol").
+
+Why flock: the kernel drops it when the holder's last descriptor closes — including when the
+process is SIGKILLed — so a crash never leaves a stale lock (C4). flock locks belong to an open
+file description, so two threads of one process that each open the file also exclude each other.
+
+Lock files may be unlinked by a holder of the exclusive lock (eviction). An acquirer therefore
+checks, after locking, that the path still names the inode it locked, and retries otherwise.
+
+Waiting polls with a non-blocking flock (flock itself has no timeout); every wait is bounded by
+a timeout and logs a warning, naming the holder pid, once it exceeds ``warn_after``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import time
+
+from shardkit.errors import StorageTimeoutError
+from shardkit.storage.layout import FILE_MODE
+
+logger = logging.getLogger(__name__)
+
+_MIN_POLL = 0.005
+_MAX_POLL = 0.1
+
+
+class FileLock:
+    """A shared or exclusive flock on ``path``. Not shared between threads: one per use."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self.exclusive = False
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def try_acquire(self, exclusive: bool) -> bool:
+        """Take the lock if free now; never waits."""
+        if self._fd is not None:
+            raise RuntimeError(f"lock {self.path} is already held by this object")
+        mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+        for _ in range(8):  # retries only when the file was replaced under us
+            fd = _open_lock_file(self.path)
+            try:
+                fcntl.flock(fd, mode)
+            except BlockingIOError:
+                os.close(fd)
+                return False
+            if _same_file(fd, self.path):
+                self._fd, self.exclusive = fd, exclusive
+                return True
+            os.close(fd)  # unlinked by an evictor between our open and flock: use the new one
+        return False
+
+    def acquire(self, exclusive: bool, timeout: float, warn_after: float, what: str) -> None:
+        """Wait up to ``timeout`` seconds; ``what`` names the entry in warnings and errors."""
+        started = time.monotonic()
+        pause = _MIN_POLL
+        warned = False
+        while not self.try_acquire(exclusive):
+            waited = time.monotonic() - started
+            if waited > timeout:
+                raise StorageTimeoutError(
+                    f"timed out after {waited:.0f}s waiting for the "
+                    f"{'exclusive' if exclusive else 'shared'} lock of {what} ({self.path}); "
+                    f"holder pid: {self.holder_pid() or 'unknown'}"
+                )
+            if not warned and waited > warn_after:
+                warned = True
+                logger.warning("waiting %.0fs for the lock of %s (%s); holder pid: %s",
+                               waited, what, self.path, self.holder_pid() or "unknown")
+            time.sleep(pause)
+            pause = min(_MAX_POLL, pause * 2)
+
+    def downgrade(self) -> None:
+        """Exclusive → shared. Not atomic (flock(2)): callers re-validate what they guard."""
+        if self._fd is None:
+            raise RuntimeError(f"lock {self.path} is not held")
+        fcntl.flock(self._fd, fcntl.LOCK_SH)
+        self.exclusive = False
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # closing drops the flock
+
+    def record_holder(self) -> None:
+        """Write our pid into the lock file, for "holder pid" diagnostics."""
+        if self._fd is None:
+            return
+        try:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass  # read-only lock file of another user: diagnostics only
+
+    def holder_pid(self) -> int | None:
+        try:
+            with open(self.path, encoding="ascii") as fh:
+                text = fh.read(32).strip()
+            return int(text) if text else None
+        except (OSError, ValueError):
+            return None
+
+    def unlink(self) -> None:
+        """Remove the lock file; only while holding it exclusively."""
+        if self._fd is None or not self.exclusive:
+            raise RuntimeError(f"unlink of {self.path} needs the exclusive lock")
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+def _open_lock_file(path: str) -> int:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    except PermissionError:
+        # Another user's lock file we may not write: flock needs only a readable descriptor.
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_uid == os.getuid():
+            os.fchmod(fd, FILE_MODE)
+    except OSError:
+        pass
+    return fd
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        on_disk = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (mine.st_dev, mine.st_ino) == (on_disk.st_dev, on_disk.st_ino)
