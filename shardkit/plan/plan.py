@@ -162,7 +162,8 @@ class Plan:
         return Concat(parts)
 
     def _real_sequence(self, consumer: int) -> SampleSequence:
-        lo = self._partition.start(consumer)
+        # A consumer that only yields pads starts past the source; clamp to an empty range.
+        lo = min(self._partition.start(consumer), len(self._source))
         hi = lo + self._partition.num_real(consumer)
         source, params = self._source, self._params
         if self._parent is None and params.shuffle and isinstance(source, EpochSequence):

@@ -1,0 +1,79 @@
+"""``shardkit pack RAW OUT``."""
+
+from __future__ import annotations
+
+import argparse
+
+from shardkit.cli.common import Progress, add_storage_options, key_values, print_json, storage_options
+from shardkit.units import format_bytes
+from shardkit.write.pack import PackOptions, pack
+from shardkit.write.sources import FORMATS
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "pack",
+        help="pack a raw folder or file into a dataset",
+        description="Pack raw data (files grouped by key, JSONL, Parquet, WebDataset tars) into "
+        "zstd-compressed, checksummed shards with a manifest.",
+    )
+    p.add_argument("src", help="raw folder or file")
+    p.add_argument("out", help="output folder or URL (s3://bucket/prefix)")
+    p.add_argument("--format", default="auto", choices=("auto", *FORMATS), help="source format (default: detect)")
+    p.add_argument("--workers", type=int, default=1, help="parallel encoding processes (same output for any N)")
+    p.add_argument("--shard-size", default="64MiB", help="uncompressed bytes per shard (default 64MiB)")
+    p.add_argument("--block-size", default="1MiB", help="uncompressed bytes per block (default 1MiB)")
+    p.add_argument("--level", type=int, default=3, help="zstd level (default 3)")
+    p.add_argument("--compression", default="auto", choices=("auto", "zstd", "none"))
+    p.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="user metadata, repeatable")
+    p.add_argument("--label-from-dir", action="store_true", help="raw/<class>/<file>: add an int 'label'")
+    p.add_argument("--skip-bad", action="store_true", help="skip unreadable items and list them")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing dataset at OUT")
+    p.add_argument("--engine", default="local", choices=("local", "ray"), help="local processes or Ray Data")
+    p.add_argument("--address", default=None, help="Ray cluster address (with --engine ray)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--no-progress", action="store_true")
+    add_storage_options(p)
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    options = PackOptions(
+        fmt=args.format,
+        workers=args.workers,
+        shard_size=args.shard_size,
+        block_size=args.block_size,
+        level=args.level,
+        compression=args.compression,
+        metadata=key_values(args.metadata, "--metadata"),
+        overwrite=args.overwrite,
+        skip_bad=args.skip_bad,
+        label_from_dir=args.label_from_dir,
+        storage_options=storage_options(args),
+    )
+    if args.engine == "ray":
+        from shardkit.write.ray_engine import pack_with_ray
+
+        summary = pack_with_ray(args.src, args.out, options, address=args.address)
+    else:
+        progress = Progress("pack", enabled=not args.no_progress)
+        try:
+            summary = pack(args.src, args.out, options, progress)
+        finally:
+            progress.close()
+    if args.json:
+        print_json(summary.to_dict())
+        return 0
+    ratio = summary.raw_bytes / summary.num_bytes if summary.num_bytes else 0.0
+    print(
+        f"packed {summary.num_samples} samples into {summary.num_shards} shards at {summary.output}\n"
+        f"  {format_bytes(summary.raw_bytes)} raw -> {format_bytes(summary.num_bytes)} on disk "
+        f"({ratio:.2f}x), {summary.seconds:.1f} s, "
+        f"{summary.num_samples / max(summary.seconds, 1e-9):.0f} samples/s\n"
+        f"  fingerprint {summary.fingerprint}"
+    )
+    if summary.skipped:
+        print(f"  skipped {len(summary.skipped)} bad item(s):")
+        for entry in summary.skipped:
+            print(f"    {entry['origin']}: {entry['error']}")
+    return 0

@@ -1,0 +1,85 @@
+"""Block codec: a block's raw bytes (concatenated msgpack samples) ⇄ its stored bytes.
+
+Codec ids (specs/shard-format.md §3): 0 = raw (stored as is), 1 = zstd (one frame with the
+content size in its header). ``"auto"`` tries zstd on a probe of the block first and stores the
+block raw when zstd cannot shrink it meaningfully, so incompressible payloads (JPEG, audio)
+never pay for decompression.
+
+Thread-safety: ``BlockCompressor``/``BlockDecompressor`` hold zstd contexts; use one per thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import zstandard
+
+from shardkit.errors import CorruptShardError, FormatError
+
+CODEC_RAW = 0
+CODEC_ZSTD = 1
+CODEC_NAMES = {CODEC_RAW: "raw", CODEC_ZSTD: "zstd"}
+COMPRESSIONS = ("auto", "zstd", "none")
+_PROBE_BYTES = 64 << 10
+
+
+@dataclass(frozen=True)
+class CompressOptions:
+    """``compression``: auto | zstd | none. ``min_saving``: auto keeps zstd only if it saves
+    at least this fraction of the block."""
+
+    compression: str = "auto"
+    level: int = 3
+    min_saving: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {COMPRESSIONS}, got {self.compression!r}")
+        if not -7 <= self.level <= 22:
+            raise ValueError(f"zstd level must be in [-7, 22], got {self.level}")
+
+
+class BlockCompressor:
+    def __init__(self, options: CompressOptions) -> None:
+        self.options = options
+        self._zstd = zstandard.ZstdCompressor(level=options.level, write_content_size=True)
+
+    def compress(self, raw: bytes) -> tuple[int, bytes]:
+        """``(codec, stored_bytes)`` for one block. Deterministic for the same options."""
+        mode = self.options.compression
+        if mode == "none" or not raw:
+            return CODEC_RAW, raw
+        if mode == "auto" and len(raw) > 2 * _PROBE_BYTES:
+            probe = raw[:_PROBE_BYTES]
+            if len(self._zstd.compress(probe)) > len(probe) * (1 - self.options.min_saving):
+                return CODEC_RAW, raw
+        stored = self._zstd.compress(raw)
+        if mode == "auto" and len(stored) > len(raw) * (1 - self.options.min_saving):
+            return CODEC_RAW, raw
+        return CODEC_ZSTD, stored
+
+
+class BlockDecompressor:
+    def __init__(self) -> None:
+        self._zstd = zstandard.ZstdDecompressor()
+
+    def decompress(self, codec: int, stored: bytes, raw_size: int) -> bytes:
+        """The raw block; never produces more than ``raw_size`` bytes (no decompression bombs)."""
+        if codec == CODEC_RAW:
+            if len(stored) != raw_size:
+                raise CorruptShardError(f"raw block is {len(stored)} bytes, index says {raw_size}")
+            return stored
+        if codec != CODEC_ZSTD:
+            raise FormatError(f"unknown block codec {codec}")
+        declared = zstandard.frame_content_size(stored) if len(stored) >= 4 else -1
+        if declared != raw_size:
+            raise CorruptShardError(
+                f"zstd frame declares {declared} bytes, index says {raw_size} (refusing to decompress)"
+            )
+        try:
+            raw = self._zstd.decompress(stored, max_output_size=raw_size)
+        except zstandard.ZstdError as exc:
+            raise CorruptShardError(f"zstd block does not decompress: {exc}") from None
+        if len(raw) != raw_size:
+            raise CorruptShardError(f"block decompressed to {len(raw)} bytes, index says {raw_size}")
+        return raw

@@ -1,0 +1,182 @@
+"""``manifest.json``: the dataset's table of contents (specs/manifest.md).
+
+The manifest is written last (atomically) and names every shard with its sample count, size,
+index size and whole-file checksum. The fingerprint is xxh3-128 over the canonical JSON of the
+schema and the (name, num_samples, checksum) of every shard, so it changes whenever any byte of
+the data changes and is the same for the same bytes (M5).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardkit.errors import ManifestError, UnsupportedVersionError
+from shardkit.format.checksum import check_checksum_text, fingerprint_text
+from shardkit.format.schema import validate_schema
+
+MANIFEST_NAME = "manifest.json"
+FORMAT_NAME = "shardkit"
+FORMAT_VERSION = (1, 0)
+# One optional folder level, then a file name; no dot-files, no "..", no control characters.
+_SAFE_NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}/)?[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+
+
+def check_shard_name(name: Any, where: str = MANIFEST_NAME) -> str:
+    """M3: a shard name is relative, at most one folder deep, and free of ``..`` and controls."""
+    if not isinstance(name, str) or not _SAFE_NAME.match(name) or ".." in name or name == MANIFEST_NAME:
+        raise ManifestError(
+            f"{where}: unsafe shard name {name!r} (must be 'file' or 'folder/file' of "
+            "[A-Za-z0-9._-], no '..', no absolute path, no control characters)"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    name: str
+    num_samples: int
+    num_bytes: int
+    num_blocks: int
+    raw_bytes: int
+    index_bytes: int  # index + footer: the suffix a reader fetches in one request
+    checksum: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "num_samples": self.num_samples,
+            "num_bytes": self.num_bytes,
+            "num_blocks": self.num_blocks,
+            "raw_bytes": self.raw_bytes,
+            "index_bytes": self.index_bytes,
+            "checksum": self.checksum,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str) -> ShardInfo:
+        if not isinstance(raw, dict):
+            raise ManifestError(f"{where}: a shard entry must be an object, got {type(raw).__name__}")
+        try:
+            info = cls(
+                name=check_shard_name(raw["name"], where),
+                num_samples=_count(raw, "num_samples", where),
+                num_bytes=_count(raw, "num_bytes", where),
+                num_blocks=_count(raw, "num_blocks", where),
+                raw_bytes=_count(raw, "raw_bytes", where),
+                index_bytes=_count(raw, "index_bytes", where),
+                checksum=check_checksum_text(raw["checksum"], where),
+            )
+        except KeyError as exc:
+            raise ManifestError(f"{where}: shard entry lacks {exc.args[0]!r}") from None
+        if info.index_bytes > info.num_bytes:
+            raise ManifestError(f"{where}: index_bytes {info.index_bytes} > num_bytes {info.num_bytes}")
+        return info
+
+
+def _count(raw: dict[str, Any], key: str, where: str) -> int:
+    value = raw[key]
+    if type(value) is not int or value < 0:
+        raise ManifestError(f"{where}: {key} must be a non-negative integer, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Manifest:
+    shards: tuple[ShardInfo, ...]
+    schema: dict[str, Any]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_by: str = ""
+    fingerprint: str = ""
+
+    @property
+    def num_samples(self) -> int:
+        return sum(s.num_samples for s in self.shards)
+
+    @property
+    def num_bytes(self) -> int:
+        return sum(s.num_bytes for s in self.shards)
+
+    @property
+    def raw_bytes(self) -> int:
+        return sum(s.raw_bytes for s in self.shards)
+
+    @property
+    def shard_sizes(self) -> list[int]:
+        return [s.num_samples for s in self.shards]
+
+    def compute_fingerprint(self) -> str:
+        body = {"schema": self.schema, "shards": [[s.name, s.num_samples, s.checksum] for s in self.shards]}
+        return fingerprint_text(_canonical(body))
+
+    def to_json(self) -> bytes:
+        body = {
+            "format": FORMAT_NAME,
+            "format_version": f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}",
+            "fingerprint": self.compute_fingerprint(),
+            "created_by": self.created_by,
+            "num_samples": self.num_samples,
+            "num_bytes": self.num_bytes,
+            "raw_bytes": self.raw_bytes,
+            "num_shards": len(self.shards),
+            "schema": self.schema,
+            "metadata": self.metadata,
+            "shards": [s.to_dict() for s in self.shards],
+        }
+        return (json.dumps(body, indent=1, sort_keys=False, ensure_ascii=False) + "\n").encode()
+
+
+def _canonical(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def decode_manifest(data: bytes, where: str = MANIFEST_NAME) -> Manifest:
+    """Parse and validate a manifest (M1–M6); raises ``ManifestError`` naming ``where``."""
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"{where}: not valid JSON: {exc}") from None
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT_NAME:
+        raise ManifestError(f"{where}: not a shardkit manifest (missing \"format\": \"shardkit\")")
+    _check_version(raw.get("format_version"), where)
+    shards_raw = raw.get("shards")
+    if not isinstance(shards_raw, list):
+        raise ManifestError(f"{where}: 'shards' must be a list")
+    shards = tuple(ShardInfo.from_dict(s, f"{where}: shards[{i}]") for i, s in enumerate(shards_raw))
+    names = [s.name for s in shards]
+    if len(set(names)) != len(names):
+        raise ManifestError(f"{where}: shard names repeat")
+    metadata = raw.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise ManifestError(f"{where}: 'metadata' must be an object")
+    manifest = Manifest(
+        shards=shards,
+        schema=validate_schema(raw.get("schema"), where),
+        metadata=metadata,
+        created_by=str(raw.get("created_by", "")),
+        fingerprint=str(raw.get("fingerprint", "")),
+    )
+    _check_totals(raw, manifest, where)
+    return manifest
+
+
+def _check_version(version: Any, where: str) -> None:
+    try:
+        major, minor = (int(x) for x in str(version).split("."))
+    except ValueError:
+        raise ManifestError(f"{where}: bad format_version {version!r}") from None
+    if major != FORMAT_VERSION[0]:
+        raise UnsupportedVersionError(
+            f"{where}: format_version {major}.{minor}; this shardkit reads {FORMAT_VERSION[0]}.x"
+        )
+
+
+def _check_totals(raw: dict[str, Any], manifest: Manifest, where: str) -> None:
+    expected = manifest.compute_fingerprint()
+    if manifest.fingerprint != expected:
+        raise ManifestError(f"{where}: fingerprint {manifest.fingerprint!r} does not match contents ({expected})")
+    for key, value in (("num_samples", manifest.num_samples), ("num_bytes", manifest.num_bytes)):
+        if raw.get(key) != value:
+            raise ManifestError(f"{where}: {key} is {raw.get(key)!r}, shards add up to {value}")

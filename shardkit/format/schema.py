@@ -1,0 +1,168 @@
+"""The dataset schema: for each top-level field, its type and, for arrays, dtype and shape.
+
+Field descriptions (JSON)::
+
+    {"type": "int"}                                  none|bool|int|float|str|bytes|list|dict
+    {"type": "ndarray", "dtype": "<i4", "shape": [null]}   also "tensor" and "npscalar";
+                                                     a null dim varies between samples
+    {"type": "any", "types": ["int", "str"]}         several types were seen
+    ... "nullable": true   some samples hold None;  "optional": true  some samples lack it
+
+``SchemaBuilder`` is fed every sample while writing; ``check_sample`` validates one on verify.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from shardkit.errors import FormatError
+
+_SCALARS: dict[type, str] = {bool: "bool", int: "int", float: "float", str: "str", bytes: "bytes"}
+
+
+def type_name(value: Any) -> str:
+    """The schema type of one value."""
+    if value is None:
+        return "none"
+    name = _SCALARS.get(type(value))
+    if name:
+        return name
+    if isinstance(value, np.ndarray):
+        return "ndarray"
+    if isinstance(value, np.generic):
+        return "npscalar"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    if isinstance(value, dict):
+        return "dict"
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return "tensor"
+    for base, base_name in _SCALARS.items():
+        if isinstance(value, base):
+            return base_name
+    return type(value).__name__
+
+
+def describe(value: Any) -> dict[str, Any]:
+    kind = type_name(value)
+    if kind in ("ndarray", "tensor", "npscalar"):
+        array = np.asarray(value.numpy() if kind == "tensor" else value)
+        return {"type": kind, "dtype": array.dtype.str, "shape": list(array.shape)}
+    return {"type": kind}
+
+
+def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The narrowest description covering both."""
+    flags = {k: True for k in ("nullable", "optional") if old.get(k) or new.get(k)}
+    if new["type"] == "none" and old["type"] != "none":
+        return {**old, "nullable": True}
+    if old["type"] == "none" and new["type"] != "none":
+        return {**new, "nullable": True, **flags}
+    if old["type"] == "any" or new["type"] == "any" or old["type"] != new["type"]:
+        types = sorted(set(_types(old)) | set(_types(new)))
+        return {"type": "any", "types": types, **flags}
+    if "dtype" in old:
+        return {**_merge_array(old, new), **flags}
+    return {**old, **flags}
+
+
+def _types(desc: dict[str, Any]) -> list[str]:
+    return list(desc["types"]) if desc["type"] == "any" else [desc["type"]]
+
+
+def _merge_array(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    dtype = old["dtype"] if old["dtype"] == new["dtype"] else None
+    a, b = old["shape"], new["shape"]
+    if a is None or b is None or len(a) != len(b):
+        shape = None
+    else:
+        shape = [x if x == y else None for x, y in zip(a, b)]
+    out: dict[str, Any] = {"type": old["type"], "dtype": dtype, "shape": shape}
+    if dtype is None:
+        out["dtypes"] = sorted(set(old.get("dtypes") or [old["dtype"]]) | set(new.get("dtypes") or [new["dtype"]]))
+    return out
+
+
+class SchemaBuilder:
+    """Accumulates the schema of the samples written so far. Deterministic in input order."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, dict[str, Any]] = {}
+        self._num_samples = 0
+
+    def observe(self, sample: dict[str, Any]) -> None:
+        fields = self.fields
+        for key, value in sample.items():
+            desc = describe(value)
+            old = fields.get(key)
+            if old is None:
+                fields[key] = {**desc, "optional": True} if self._num_samples else desc
+            elif old != desc:
+                fields[key] = merge(old, desc)
+        if len(sample) != len(fields):
+            for key, desc in fields.items():
+                if key not in sample and not desc.get("optional"):
+                    fields[key] = {**desc, "optional": True}
+        self._num_samples += 1
+
+    def update(self, other: dict[str, dict[str, Any]], other_num_samples: int) -> None:
+        """Merge a schema built elsewhere over the samples that follow (parallel packing)."""
+        if other_num_samples == 0:
+            return
+        for key, desc in other.items():
+            old = self.fields.get(key)
+            if old is None:
+                self.fields[key] = {**desc, "optional": True} if self._num_samples else desc
+            elif old != desc:
+                self.fields[key] = merge(old, desc)
+        for key, desc in self.fields.items():
+            if key not in other and not desc.get("optional"):
+                self.fields[key] = {**desc, "optional": True}
+        self._num_samples += other_num_samples
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return {key: dict(sorted(self.fields[key].items())) for key in sorted(self.fields)}
+
+
+def check_sample(sample: dict[str, Any], schema: dict[str, dict[str, Any]]) -> str | None:
+    """``None`` if ``sample`` fits ``schema``, else a message naming the first bad field."""
+    for key, desc in schema.items():
+        if key not in sample:
+            if not desc.get("optional"):
+                return f"field {key!r} is missing"
+            continue
+        value = sample[key]
+        if value is None and (desc.get("nullable") or desc["type"] == "none"):
+            continue
+        got = describe(value)
+        allowed = _types(desc)
+        if got["type"] not in allowed:
+            return f"field {key!r}: expected {'/'.join(allowed)}, got {got['type']}"
+        if "dtype" in got and desc["type"] != "any" and not _array_fits(got, desc):
+            return f"field {key!r}: expected {desc['dtype']}{desc['shape']}, got {got['dtype']}{got['shape']}"
+    extra = set(sample) - set(schema)
+    if extra:
+        return f"field(s) {sorted(extra)} are not in the schema"
+    return None
+
+
+def _array_fits(got: dict[str, Any], desc: dict[str, Any]) -> bool:
+    dtypes = desc.get("dtypes") or [desc["dtype"]]
+    if got["dtype"] not in dtypes:
+        return False
+    shape = desc["shape"]
+    if shape is None:
+        return True
+    return len(shape) == len(got["shape"]) and all(s is None or s == g for s, g in zip(shape, got["shape"]))
+
+
+def validate_schema(schema: Any, where: str) -> dict[str, dict[str, Any]]:
+    if not isinstance(schema, dict) or not all(
+        isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("type"), str) for k, v in schema.items()
+    ):
+        raise FormatError(f"{where}: schema must map field names to {{'type': …}} objects")
+    return schema

@@ -1,0 +1,15 @@
+"""Reading datasets: manifests, shard readers, verification."""
+
+from shardkit.read.dataset import Dataset, open_dataset
+from shardkit.read.shard_reader import ShardReader
+from shardkit.read.sources import ByteSource, LocalFileSource, StoreSource, open_source
+
+__all__ = [
+    "ByteSource",
+    "Dataset",
+    "LocalFileSource",
+    "ShardReader",
+    "StoreSource",
+    "open_dataset",
+    "open_source",
+]

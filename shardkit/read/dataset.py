@@ -1,0 +1,55 @@
+"""Open a dataset: its manifest and readers for its shards, from a folder, URL or manifest path."""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from shardkit.errors import NotFoundError
+from shardkit.format import MANIFEST_NAME, Manifest, decode_manifest
+from shardkit.read.shard_reader import ShardReader
+from shardkit.read.sources import open_source
+from shardkit.storage import Store, open_store
+
+
+def split_manifest_path(path: str) -> str:
+    """The dataset root for ``path`` (a folder, or a ``…/manifest.json``)."""
+    stripped = path.rstrip("/")
+    if stripped.endswith("/" + MANIFEST_NAME) or stripped == MANIFEST_NAME:
+        return posixpath.dirname(stripped) or "."
+    return stripped or path
+
+
+@dataclass
+class Dataset:
+    """A dataset's store and validated manifest."""
+
+    store: Store
+    manifest: Manifest
+
+    @property
+    def url(self) -> str:
+        return self.store.url
+
+    def open_shard(self, shard_index: int) -> ShardReader:
+        info = self.manifest.shards[shard_index]
+        return ShardReader(open_source(self.store, info.name, info.num_bytes), info)
+
+    def samples(self) -> Iterator[dict[str, Any]]:
+        """Every sample in manifest order."""
+        for i in range(len(self.manifest.shards)):
+            with self.open_shard(i) as reader:
+                yield from reader
+
+
+def open_dataset(path: str, storage_options: dict[str, Any] | None = None) -> Dataset:
+    """Read and validate the manifest under ``path`` (folder, URL or manifest path)."""
+    store = open_store(split_manifest_path(path), storage_options)
+    where = store.url_of(MANIFEST_NAME)
+    try:
+        data = store.read(MANIFEST_NAME)
+    except NotFoundError:
+        raise NotFoundError(f"{where}: no manifest (not a shardkit dataset, or packing did not finish)") from None
+    return Dataset(store, decode_manifest(data, where))

@@ -1,0 +1,146 @@
+"""``ShardReader``: one shard, random access by sample index, reading only the blocks it needs.
+
+Opening costs one suffix read (footer + index; its length is in the manifest, so exactly one
+request when the manifest entry is given). Every block read is one range request, checked
+against its xxh64 before it is decompressed, and decompressed within its declared size.
+
+Thread-safety: safe to share between threads only if each thread uses its own reader (the zstd
+context is per reader).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from shardkit.errors import CorruptShardError, FormatError
+from shardkit.format import BlockDecompressor, ShardInfo, decode_block_samples, decode_sample
+from shardkit.format.checksum import xxh64_int
+from shardkit.format.shard_layout import (
+    FOOTER_SIZE,
+    HEADER_SIZE,
+    ShardIndex,
+    check_header,
+    decode_footer,
+    decode_index,
+)
+from shardkit.read.sources import ByteSource
+
+_DEFAULT_SUFFIX = 64 << 10
+
+
+class ShardReader:
+    def __init__(self, source: ByteSource, info: ShardInfo | None = None, shard_label: str | None = None) -> None:
+        self.source = source
+        self.info = info
+        self.label = shard_label or (info.name if info else source.where)
+        self.where = f"shard {self.label} ({source.where})"
+        self._decompressor = BlockDecompressor()
+        self.index = self._read_index()
+
+    # ---- structure --------------------------------------------------------------------------
+    def _read_index(self) -> ShardIndex:
+        size = self.source.size()
+        if self.info is not None and size != self.info.num_bytes:
+            raise CorruptShardError(
+                f"{self.where}: file is {size} bytes, manifest says {self.info.num_bytes} (truncated?)"
+            )
+        want = self.info.index_bytes if self.info is not None else _DEFAULT_SUFFIX
+        start = max(HEADER_SIZE, size - max(want, FOOTER_SIZE))
+        if size < HEADER_SIZE + FOOTER_SIZE:
+            raise CorruptShardError(f"{self.where}: {size} bytes, too short for a shard (truncated?)")
+        tail = self.source.read_range(start, size)
+        index_offset, index_length, checksum = decode_footer(tail, size, self.where)
+        if index_offset < start:  # index longer than guessed: one more request
+            tail = self.source.read_range(index_offset, size)
+            start = index_offset
+        index_bytes = tail[index_offset - start : index_offset - start + index_length]
+        index = decode_index(index_bytes, checksum, index_offset, self.where)
+        if self.info is not None and index.num_samples != self.info.num_samples:
+            raise CorruptShardError(
+                f"{self.where}: holds {index.num_samples} samples, manifest says {self.info.num_samples}"
+            )
+        return index
+
+    def check_header(self) -> None:
+        check_header(self.source.read_range(0, HEADER_SIZE), self.where)
+
+    @property
+    def num_samples(self) -> int:
+        return self.index.num_samples
+
+    @property
+    def num_blocks(self) -> int:
+        return self.index.num_blocks
+
+    def __len__(self) -> int:
+        return self.index.num_samples
+
+    # ---- blocks -----------------------------------------------------------------------------
+    def read_stored_block(self, block_index: int) -> bytes:
+        """The stored bytes of one block, checksum-verified (I5)."""
+        block = self.index.blocks[block_index]
+        start = int(block["offset"])
+        stored = self.source.read_range(start, start + int(block["stored_size"]))
+        if xxh64_int(stored) != int(block["checksum"]):
+            raise CorruptShardError(f"{self.where}: block {block_index} checksum mismatch at offset {start}")
+        return stored
+
+    def decode_stored_block(self, block_index: int, stored: bytes) -> bytes:
+        block = self.index.blocks[block_index]
+        try:
+            return self._decompressor.decompress(int(block["codec"]), stored, int(block["raw_size"]))
+        except FormatError as exc:
+            raise type(exc)(f"{self.where}: block {block_index} at offset {int(block['offset'])}: {exc}") from None
+
+    def read_raw_block(self, block_index: int) -> bytes:
+        return self.decode_stored_block(block_index, self.read_stored_block(block_index))
+
+    def block_samples(self, block_index: int) -> list[dict[str, Any]]:
+        """Every sample of one block, in order."""
+        raw = self.read_raw_block(block_index)
+        expected = int(self.index.blocks[block_index]["num_samples"])
+        try:
+            return decode_block_samples(raw, expected)
+        except (FormatError, ValueError) as exc:
+            first = int(self.index.first_sample[block_index])
+            raise CorruptShardError(
+                f"{self.where}: block {block_index} (samples {first}..{first + expected - 1}) does not decode: {exc}"
+            ) from None
+
+    # ---- samples ----------------------------------------------------------------------------
+    def __getitem__(self, sample_index: int) -> dict[str, Any]:
+        if not 0 <= sample_index < self.num_samples:
+            raise IndexError(f"{self.where}: sample {sample_index} out of range [0, {self.num_samples})")
+        block_index = self.index.block_of(sample_index)
+        raw = self.read_raw_block(block_index)
+        offsets = self.index.offsets_of(block_index)
+        local = sample_index - int(self.index.first_sample[block_index])
+        try:
+            return decode_sample(raw[int(offsets[local]) : int(offsets[local + 1])])
+        except (FormatError, ValueError) as exc:
+            raise CorruptShardError(f"{self.where}: sample {sample_index} does not decode: {exc}") from None
+
+    def samples(self, start: int = 0, stop: int | None = None) -> Iterator[dict[str, Any]]:
+        """Samples ``[start, stop)`` in order, decoding only the blocks that hold them."""
+        stop = self.num_samples if stop is None else min(stop, self.num_samples)
+        if start >= stop:
+            return
+        first = self.index.first_sample
+        for block_index in range(self.index.block_of(start), self.index.block_of(stop - 1) + 1):
+            block = self.block_samples(block_index)
+            lo = max(start - int(first[block_index]), 0)
+            hi = min(stop - int(first[block_index]), len(block))
+            yield from block[lo:hi]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self.samples()
+
+    def close(self) -> None:
+        self.source.close()
+
+    def __enter__(self) -> ShardReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

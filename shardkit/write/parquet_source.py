@@ -1,0 +1,63 @@
+"""Parquet rows as samples (extra ``parquet``). List columns become numpy arrays."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from shardkit.errors import SourceError
+from shardkit.write.sources import Item, _inputs
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise SourceError("reading Parquet needs pyarrow: pip install 'shardkit[parquet]'") from None
+    return pq
+
+
+def iter_parquet(path: str, batch_rows: int = 4096) -> Iterator[Item]:
+    pq = _pyarrow()
+    for file in _inputs(path, ".parquet"):
+        try:
+            reader = pq.ParquetFile(file)
+        except Exception as exc:  # pyarrow raises its own ArrowInvalid/OSError family
+            raise SourceError(f"{file}: not a readable Parquet file: {exc}") from None
+        row = 0
+        for batch in reader.iter_batches(batch_size=batch_rows):
+            for sample in _batch_rows(batch):
+                yield Item(origin=f"{file}:row {row}", key=str(row), row=sample)
+                row += 1
+
+
+def _batch_rows(batch: Any) -> list[dict[str, Any]]:
+    import pyarrow as pa
+
+    columns: dict[str, list[Any]] = {}
+    for name, column in zip(batch.schema.names, batch.columns):
+        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+            columns[name] = _list_column(column)
+        else:
+            columns[name] = column.to_pylist()
+    names = list(columns)
+    return [dict(zip(names, values)) for values in zip(*columns.values())]
+
+
+def _list_column(column: Any) -> list[Any]:
+    """One numpy array per row (a slice of the flat values; copies so rows own their bytes)."""
+    flat = column.flatten()
+    if flat.null_count:
+        return column.to_pylist()
+    values = np.asarray(flat.to_numpy(zero_copy_only=False))
+    if values.dtype.kind not in "biuf":
+        return column.to_pylist()
+    offsets = np.asarray(column.offsets)
+    base = int(offsets[0])
+    valid = column.is_valid().to_pylist() if column.null_count else None
+    return [
+        None if valid is not None and not valid[i] else values[offsets[i] - base : offsets[i + 1] - base].copy()
+        for i in range(len(column))
+    ]

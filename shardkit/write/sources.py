@@ -1,0 +1,185 @@
+"""Raw sources for ``shardkit pack``: each yields *items* (cheap to read) in a deterministic
+order, and a pure ``to_sample(item)`` turns one item into a sample dict (may run in a worker).
+
+Formats: ``files`` (WebDataset-style groups by key: ``a/0001.jpg`` + ``a/0001.json``),
+``jsonl``, ``parquet`` (extra ``parquet``) and ``wds`` (WebDataset ``.tar`` shards).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from shardkit.errors import SourceError
+
+FORMATS = ("files", "jsonl", "parquet", "wds")
+_INT_EXTS = {"cls", "cls2", "index", "inx", "id"}
+_TEXT_EXTS = {"txt", "text", "transcript"}
+_JSON_EXTS = {"json", "jsn"}
+
+
+@dataclass(frozen=True)
+class Item:
+    """One raw sample before decoding: where it came from and its raw parts."""
+
+    origin: str  # file (and line/row) for error messages
+    key: str
+    parts: dict[str, bytes] = field(default_factory=dict)
+    paths: dict[str, str] = field(default_factory=dict)  # read in to_sample (in the worker)
+    label: int | None = None
+    row: dict[str, Any] | None = None
+
+
+def decode_part(ext: str, data: bytes, origin: str) -> Any:
+    """A file's bytes → value by extension (the WebDataset conventions)."""
+    try:
+        last = ext.rsplit(".", 1)[-1].lower()
+        if last in _INT_EXTS:
+            return int(data.decode().strip())
+        if last in _TEXT_EXTS:
+            return data.decode()
+        if last in _JSON_EXTS:
+            return json.loads(data)
+        if last == "npy":
+            return np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SourceError(f"{origin}: cannot parse .{ext}: {exc}") from None
+    return data
+
+
+def to_sample(item: Item) -> dict[str, Any]:
+    """The sample for one item. Pure; raises ``SourceError`` naming the file."""
+    if item.row is not None:
+        return item.row
+    sample: dict[str, Any] = {"__key__": item.key}
+    for ext, path in item.paths.items():
+        sample[ext] = decode_part(ext, _read_file(path), path)
+    for ext, data in item.parts.items():
+        sample[ext] = decode_part(ext, data, f"{item.origin}.{ext}")
+    if item.label is not None:
+        sample["label"] = item.label
+    return sample
+
+
+def detect_format(path: str) -> str:
+    """Guess the source format of a file or folder."""
+    if os.path.isfile(path):
+        for suffix, fmt in ((".jsonl", "jsonl"), (".parquet", "parquet"), (".tar", "wds")):
+            if path.endswith(suffix):
+                return fmt
+        raise SourceError(f"{path}: cannot tell the format from the name; pass --format")
+    files = _walk(path)
+    if not files:
+        raise SourceError(f"{path}: no input files (empty folder?)")
+    for suffix, fmt in ((".jsonl", "jsonl"), (".parquet", "parquet"), (".tar", "wds")):
+        if all(f.endswith(suffix) for f in files):
+            return fmt
+    return "files"
+
+
+def _walk(root: str) -> list[str]:
+    out = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        out.extend(os.path.join(folder, n) for n in sorted(names) if not n.startswith("."))
+    return sorted(out)
+
+
+def _inputs(path: str, suffix: str) -> list[str]:
+    files = [path] if os.path.isfile(path) else [f for f in _walk(path) if f.endswith(suffix)]
+    if not files:
+        raise SourceError(f"{path}: no *{suffix} files")
+    return files
+
+
+def iter_files(root: str, label_from_dir: bool = False) -> tuple[Iterator[Item], dict[str, int]]:
+    """File groups by key (relative path up to the first dot of the basename), sorted by key."""
+    groups: dict[str, dict[str, str]] = {}
+    for path in _walk(root):
+        rel = os.path.relpath(path, root)
+        folder, base = os.path.split(rel)
+        stem, dot, ext = base.partition(".")
+        if not dot or not ext:
+            raise SourceError(f"{path}: file has no extension; cannot group it by key")
+        key = os.path.join(folder, stem) if folder else stem
+        group = groups.setdefault(key, {})
+        if ext in group:
+            raise SourceError(f"{path}: duplicate .{ext} for key {key!r}")
+        group[ext] = path
+    classes: dict[str, int] = {}
+    if label_from_dir:
+        names = sorted({k.split(os.sep)[0] for k in groups if os.sep in k})
+        if not names:
+            raise SourceError(f"{root}: --label-from-dir needs a <class>/<file> layout")
+        classes = {name: i for i, name in enumerate(names)}
+
+    def items() -> Iterator[Item]:
+        for key in sorted(groups):
+            paths = dict(sorted(groups[key].items()))
+            label = classes.get(key.split(os.sep)[0]) if label_from_dir else None
+            yield Item(origin=os.path.join(root, key), key=key, paths=paths, label=label)
+
+    return items(), classes
+
+
+def _read_file(path: str) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def iter_jsonl(path: str) -> Iterator[Item]:
+    """One item per non-empty line; the row is parsed in ``parse_jsonl_item``."""
+    for file in _inputs(path, ".jsonl"):
+        try:
+            fh = open(file, "rb")
+        except OSError as exc:
+            raise SourceError(f"{file}: cannot read: {exc.strerror}") from None
+        with fh:
+            for number, line in enumerate(fh, 1):
+                if line.strip():
+                    yield Item(origin=f"{file}:{number}", key=f"{number}", parts={"": line})
+
+
+def parse_jsonl_item(item: Item) -> dict[str, Any]:
+    try:
+        row = json.loads(item.parts[""])
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SourceError(f"{item.origin}: not valid JSON: {exc}") from None
+    if not isinstance(row, dict):
+        raise SourceError(f"{item.origin}: a JSONL line must be an object, got {type(row).__name__}")
+    return row
+
+
+def iter_wds(path: str) -> Iterator[Item]:
+    """Groups of consecutive tar members sharing a key, from each ``.tar`` in order."""
+    for file in _inputs(path, ".tar"):
+        try:
+            tar = tarfile.open(file, "r:*")
+        except (OSError, tarfile.TarError) as exc:
+            raise SourceError(f"{file}: not a readable tar: {exc}") from None
+        with tar:
+            key, parts = None, {}
+            for member in tar:
+                if not member.isfile():
+                    continue
+                folder, base = os.path.split(member.name)
+                stem, _, ext = base.partition(".")
+                member_key = os.path.join(folder, stem) if folder else stem
+                if member_key != key and parts:
+                    yield Item(origin=f"{file}:{key}", key=str(key), parts=parts)
+                    parts = {}
+                key = member_key
+                handle = tar.extractfile(member)
+                parts[ext] = handle.read() if handle else b""
+            if parts:
+                yield Item(origin=f"{file}:{key}", key=str(key), parts=parts)
