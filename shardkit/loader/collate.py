@@ -1,0 +1,63 @@
+"""Default collation (runs in the worker): a list of sample dicts → one batch dict of tensors.
+
+Per field: equal-shape arrays/tensors → one stacked tensor; numbers/bools → a 1-D tensor;
+variable-length arrays (same trailing shape and dtype) and bytes → ``Ragged``; str → list[str];
+anything else → a list. Buffers are filled in place (``np.stack(..., out=)``), one copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from shardkit.loader.ragged import Ragged, torch_dtype
+
+_NUMBERS = {bool: torch.bool, int: torch.int64, float: torch.float64}
+
+
+def collate_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = list(samples[0])
+    if any(len(s) != len(keys) for s in samples):
+        keys = sorted({k for s in samples for k in s})
+    return {key: collate_field([s.get(key) for s in samples]) for key in keys}
+
+
+def collate_field(values: list[Any]) -> Any:
+    first = values[0]
+    kind = type(first)
+    if any(type(v) is not kind for v in values):
+        return values
+    if kind is np.ndarray:
+        return _arrays(values)
+    if kind in _NUMBERS:
+        return torch.tensor(values, dtype=_NUMBERS[kind])
+    if kind is bytes:
+        return Ragged.from_bytes(values)
+    if isinstance(first, np.generic):
+        return torch.from_numpy(np.array(values))
+    if kind is torch.Tensor:
+        return _tensors(values)
+    return values
+
+
+def _arrays(arrays: list[np.ndarray]) -> Any:
+    first = arrays[0]
+    dtype, shape = first.dtype, first.shape
+    if all(a.shape == shape and a.dtype == dtype for a in arrays):
+        out = torch.empty((len(arrays), *shape), dtype=torch_dtype(dtype))
+        np.stack(arrays, out=out.numpy())
+        return out
+    if first.ndim >= 1 and all(a.ndim == first.ndim and a.shape[1:] == shape[1:] and a.dtype == dtype for a in arrays):
+        return Ragged.from_arrays(arrays)
+    return [torch.from_numpy(a.copy()) for a in arrays]
+
+
+def _tensors(tensors: list[torch.Tensor]) -> Any:
+    first = tensors[0]
+    if all(t.shape == first.shape and t.dtype == first.dtype for t in tensors):
+        return torch.stack(tensors)
+    if first.dim() >= 1 and all(t.dim() == first.dim() and t.shape[1:] == first.shape[1:] for t in tensors):
+        return Ragged.from_arrays([t.numpy() for t in tensors])
+    return tensors

@@ -1,0 +1,194 @@
+"""``StreamingDataset``: an IterableDataset that yields whole batches of one global consumer.
+
+Each ``__iter__`` (in a DataLoader worker, or in the training process when ``num_workers=0``)
+reads the epoch, topology and resume state from the loader's control block, builds the pure
+plan (shardkit.plan) and streams consumer ``rank × W + worker``'s batches (§G2, §G3). Every batch
+carries ``_shardkit`` = (consumer, end position, epoch) so the training process can record what
+it actually received (§G5); ``ShardLoader`` strips it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset
+
+from shardkit.errors import PlanError
+from shardkit.loader.collate import collate_samples
+from shardkit.loader.control import Control
+from shardkit.loader.stats import WorkerStats
+from shardkit.loader.topology import Topology, rank_and_world, worker_slot
+from shardkit.plan import Plan, PlanParams, build_plan
+from shardkit.read import Dataset, open_dataset
+from shardkit.read.stream import iter_consumer
+from shardkit.storage import ShardCache
+from shardkit.units import parse_size
+
+log = logging.getLogger(__name__)
+META_KEY = "_shardkit"
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """What to read and how (everything but the plan parameters)."""
+
+    with_index: bool = False
+    cache_dir: str | None = None
+    cache_limit: int = 200 << 30
+    storage_options: dict[str, Any] | None = None
+    rank: int | None = None  # overrides for tests and custom launchers
+    world_size: int | None = None
+
+
+class StreamingDataset(IterableDataset):  # type: ignore[type-arg]
+    """Batches of ``batch_size`` samples from a shardkit dataset, exactly once per epoch.
+
+    ``transform`` maps one sample dict (in the worker, before collation); ``collate_fn`` maps a
+    list of samples to a batch (default: ``collate_samples``). Both must be picklable for
+    spawn-started workers.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        tail: str = "drop",
+        shuffle_window: int = 8192,
+        with_index: bool = False,
+        cache_dir: str | None = None,
+        cache_limit: int | str = "200GiB",
+        storage_options: dict[str, Any] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
+    ) -> None:
+        self.path = path
+        self.params = PlanParams(seed=seed, batch_size=batch_size, tail=tail, shuffle=shuffle,
+                                 shuffle_window=shuffle_window)
+        self.options = StreamOptions(with_index=with_index, cache_dir=cache_dir,
+                                     cache_limit=parse_size(cache_limit), storage_options=storage_options)
+        self.transform = transform
+        self.collate_fn = collate_fn or collate_samples
+        self.dataset: Dataset = open_dataset(path, storage_options)
+        self.control = Control()
+        self._epoch = 0
+        self._cache: ShardCache | None = None
+        self._plans: dict[str, Plan] = {}
+
+    # ---- configuration from the training process ------------------------------------------
+    @property
+    def fingerprint(self) -> str:
+        return self.dataset.manifest.fingerprint
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch of the next iteration; reaches persistent workers (§G4)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        self._epoch = epoch
+
+    def publish(self, topology: Topology, resume: dict[str, Any] | None, generation: int) -> None:
+        """Write what the next iteration's workers need into the control block."""
+        self.control.write({"epoch": self._epoch, "rank": topology.rank, "world_size": topology.world_size,
+                            "resume": resume, "generation": generation})
+
+    def plan(self, epoch: int, world_size: int, num_workers: int, resume: dict[str, Any] | None = None) -> Plan:
+        """The (cached) plan of ``epoch`` for a topology; ``resume`` = a plan state (§G6)."""
+        params = replace(self.params, epoch=epoch, world_size=world_size, num_workers=num_workers)
+        key = repr((params, resume))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = build_plan(self.dataset.manifest.shard_sizes, params, resume)
+            self._plans = {key: plan}
+        return plan
+
+    def num_batches(self, epoch: int, rank: int, world_size: int, num_workers: int,
+                    resume: dict[str, Any] | None = None) -> int:
+        """Batches rank ``rank`` still yields this epoch (all ranks get the same number)."""
+        plan = self.plan(epoch, world_size, num_workers, resume)
+        batch = self.params.batch_size
+        width = max(num_workers, 1)
+        consumers = range(rank * width, (rank + 1) * width)
+        return sum(plan.num_batches(c) - plan.start_offsets[c] // batch for c in consumers)
+
+    def __len__(self) -> int:
+        payload = self.control.read() or {}
+        rank, world = rank_and_world(payload.get("rank"), payload.get("world_size"))
+        return self.num_batches(payload.get("epoch", self._epoch), rank, world, 0, payload.get("resume"))
+
+    # ---- iteration (in the consumer's process) --------------------------------------------
+    def _topology(self, payload: dict[str, Any]) -> Topology:
+        rank, world = rank_and_world(
+            self.options.rank if self.options.rank is not None else payload.get("rank"),
+            self.options.world_size if self.options.world_size is not None else payload.get("world_size"),
+        )
+        worker, num_workers = worker_slot()
+        return Topology(rank, world, worker, num_workers)
+
+    def _shard_cache(self) -> ShardCache | None:
+        if self.options.cache_dir is None or self.dataset.store.is_local:
+            return None
+        if self._cache is None:
+            self._cache = ShardCache(self.options.cache_dir, self.options.cache_limit)
+        return self._cache
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        payload = self.control.read() or {}
+        topology = self._topology(payload)
+        epoch = payload.get("epoch", self._epoch)
+        plan = self.plan(epoch, topology.world_size, topology.num_workers, payload.get("resume"))
+        consumer = topology.consumer
+        if consumer >= plan.num_consumers:
+            raise PlanError(f"consumer {consumer} is outside the plan's {plan.num_consumers} consumers")
+        start = plan.start_offsets[consumer]
+        return self._batches(plan, consumer, start, epoch)
+
+    def _batches(self, plan: Plan, consumer: int, start: int, epoch: int) -> Iterator[dict[str, Any]]:
+        batch_size = self.params.batch_size
+        stats = WorkerStats.for_consumer(consumer)
+        position = start
+        pending: list[dict[str, Any]] = []
+        indices: list[np.ndarray] = []
+        padded: list[np.ndarray] = []
+        for window in iter_consumer(self.dataset, plan, consumer, start, self._shard_cache()):
+            samples = window.samples if self.transform is None else [self.transform(s) for s in window.samples]
+            pending.extend(samples)
+            indices.append(window.indices)
+            padded.append(window.padded)
+            while len(pending) >= batch_size:
+                all_indices, all_padded = np.concatenate(indices), np.concatenate(padded)
+                batch = self._collate(pending[:batch_size], all_indices[:batch_size], all_padded[:batch_size])
+                position += batch_size
+                batch[META_KEY] = torch.tensor([consumer, position, epoch], dtype=torch.int64)
+                stats.batch_done(batch_size)
+                yield batch
+                pending = pending[batch_size:]
+                indices, padded = [all_indices[batch_size:]], [all_padded[batch_size:]]
+        if pending:
+            raise PlanError(f"consumer {consumer}: {len(pending)} samples left over; plan and reader disagree")
+
+    def _collate(self, samples: list[dict[str, Any]], indices: np.ndarray, padded: np.ndarray) -> Any:
+        batch = self.collate_fn(samples)
+        if isinstance(batch, dict):
+            if self.params.tail == "pad":
+                batch["_padded"] = torch.from_numpy(padded.copy())
+            if self.options.with_index:
+                batch["_index"] = torch.from_numpy(indices.copy())
+        return batch
+
+    # ---- pickling for spawn-started workers -----------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_cache"] = None
+        state["_plans"] = {}
+        return state

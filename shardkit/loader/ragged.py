@@ -1,0 +1,86 @@
+"""``Ragged``: a batch of variable-length arrays (or byte strings) as one flat tensor + offsets.
+
+A batch crosses from a DataLoader worker to the training process as two tensors (in shared
+memory), never as one Python object per sample (§P1). Sample ``i`` is
+``values[offsets[i]:offsets[i+1]]`` — a view, no copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def torch_dtype(dtype: np.dtype) -> torch.dtype:
+    """The torch dtype for a numpy dtype (native byte order)."""
+    return torch.from_numpy(np.empty(0, dtype=dtype.newbyteorder("="))).dtype
+
+
+@dataclass
+class Ragged:
+    """``values``: (total, *trailing) tensor; ``offsets``: int64 (n + 1,); ``kind``: array|bytes."""
+
+    values: torch.Tensor
+    offsets: torch.Tensor
+    kind: str = "array"
+
+    @classmethod
+    def from_arrays(cls, arrays: Sequence[np.ndarray]) -> Ragged:
+        lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+        offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        first = arrays[0]
+        values = torch.empty((int(offsets[-1]), *first.shape[1:]), dtype=torch_dtype(first.dtype))
+        if len(values):
+            np.concatenate(arrays, out=values.numpy())
+        return cls(values, torch.from_numpy(offsets))
+
+    @classmethod
+    def from_bytes(cls, items: Sequence[bytes]) -> Ragged:
+        lengths = np.fromiter((len(b) for b in items), dtype=np.int64, count=len(items))
+        offsets = np.zeros(len(items) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        values = torch.empty(int(offsets[-1]), dtype=torch.uint8)
+        if len(values):
+            values.numpy()[:] = np.frombuffer(b"".join(items), dtype=np.uint8)
+        return cls(values, torch.from_numpy(offsets), kind="bytes")
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index: int) -> Any:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"Ragged index {index} out of range for {len(self)} items")
+        index %= len(self)
+        start, end = int(self.offsets[index]), int(self.offsets[index + 1])
+        item = self.values[start:end]
+        return item.numpy().tobytes() if self.kind == "bytes" else item
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self[i] for i in range(len(self)))
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.offsets[1:] - self.offsets[:-1]
+
+    def tolist(self) -> list[Any]:
+        return list(self)
+
+    def to_padded(self, pad_value: float = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(padded, mask)``: a dense (n, max_len, *trailing) tensor and a bool mask."""
+        lengths = self.lengths
+        width = int(lengths.max()) if len(lengths) else 0
+        out = self.values.new_full((len(self), width, *self.values.shape[1:]), pad_value)
+        mask = torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)
+        out[mask] = self.values
+        return out, mask
+
+    def pin_memory(self, device: Any = None) -> Ragged:  # called by DataLoader's pin thread
+        return Ragged(self.values.pin_memory(), self.offsets.pin_memory(), self.kind)
+
+    def to(self, *args: Any, **kwargs: Any) -> Ragged:
+        return Ragged(self.values.to(*args, **kwargs), self.offsets.to(*args, **kwargs), self.kind)

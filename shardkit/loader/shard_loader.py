@@ -1,0 +1,182 @@
+"""``ShardLoader``: a torch ``DataLoader`` over a ``StreamingDataset`` that records, per global
+consumer, how many samples the training loop has actually received (§G5) and restores from it,
+also on another topology (§G6). Implements the ``Stateful`` protocol of
+``torch.distributed.checkpoint``.
+
+Loader state (specs/resume-state.md §Loader)::
+
+    {"version": 1, "kind": "shardkit.loader", "epoch": int, "steps": int,
+     "plan": <plan state: fingerprint, params, offsets per consumer, parent>}
+
+``state_dict()`` is collective when ``torch.distributed`` is initialized with world size > 1:
+every rank must call it at the same step; all get the same global state.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+from shardkit.errors import StateError
+from shardkit.loader.dataset import META_KEY, StreamingDataset
+from shardkit.loader.stats import LoaderStats
+from shardkit.loader.topology import Topology, rank_and_world
+from shardkit.plan import plan_to_state, validate_state
+
+log = logging.getLogger(__name__)
+LOADER_STATE_VERSION = 1
+LOADER_STATE_KIND = "shardkit.loader"
+
+
+def _passthrough(batch: Any) -> Any:
+    """The dataset already batches and collates; keep batches as they are."""
+    return batch
+
+
+class ShardLoader(DataLoader):  # type: ignore[type-arg]
+    def __init__(
+        self,
+        dataset: StreamingDataset,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        multiprocessing_context: Any = None,
+        in_order: bool = True,
+        timeout: float = 0,
+    ) -> None:
+        if not isinstance(dataset, StreamingDataset):
+            raise TypeError(f"ShardLoader needs a StreamingDataset, got {type(dataset).__name__}")
+        super().__init__(
+            dataset,
+            batch_size=None,
+            num_workers=num_workers,
+            collate_fn=_passthrough,
+            pin_memory=pin_memory,
+            prefetch_factor=prefetch_factor if num_workers > 0 else None,
+            persistent_workers=persistent_workers and num_workers > 0,
+            multiprocessing_context=multiprocessing_context,
+            in_order=in_order,
+            timeout=timeout,
+        )
+        self.streaming = dataset
+        self._resume: dict[str, Any] | None = None  # plan state to apply at the next iteration
+        self._offsets: dict[int, int] = {}
+        self._iter_resume: dict[str, Any] | None = None
+        self._iter_topology: Topology | None = None
+        self._steps = 0
+        self._generation = 0
+        self._stats = LoaderStats()
+
+    # ---- epochs -----------------------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch of the next ``iter(loader)``; a pending resume of another epoch is dropped."""
+        if self._resume is not None and epoch != self.streaming.epoch:
+            log.warning("set_epoch(%d) drops the loaded state of epoch %d", epoch, self.streaming.epoch)
+            self._resume = None
+        if epoch != self.streaming.epoch:
+            self._offsets, self._steps, self._iter_topology = {}, 0, None
+        self.streaming.set_epoch(epoch)
+
+    def _topology(self) -> Topology:
+        rank, world = rank_and_world(self.streaming.options.rank, self.streaming.options.world_size)
+        return Topology(rank, world, 0, self.num_workers)
+
+    def __len__(self) -> int:
+        topology = self._topology()
+        return self.streaming.num_batches(
+            self.streaming.epoch, topology.rank, topology.world_size, self.num_workers, self._resume
+        )
+
+    # ---- iteration: the consumed boundary ---------------------------------------------------
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        topology = self._topology()
+        resume, self._resume = self._resume, None
+        plan = self.streaming.plan(self.streaming.epoch, topology.world_size, self.num_workers, resume)
+        self._iter_topology, self._iter_resume = topology, resume
+        self._offsets = dict(enumerate(plan.start_offsets))
+        self._steps = 0
+        self._generation += 1
+        self.streaming.publish(topology, resume, self._generation)
+        self._stats.reset()
+        return self._track(super().__iter__())
+
+    def _track(self, batches: Iterator[Any]) -> Iterator[Any]:
+        while True:
+            asked = time.perf_counter()
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            meta = batch.pop(META_KEY) if isinstance(batch, dict) else None
+            if meta is not None:
+                consumer, position = int(meta[0]), int(meta[1])
+                self._offsets[consumer] = position  # received by the training loop (§G5)
+            self._steps += 1
+            self._stats.step(time.perf_counter() - asked, self.streaming.params.batch_size)
+            yield batch
+
+    def stats(self) -> dict[str, Any]:
+        """Wait-time percentiles and throughput of the current iteration (§G10)."""
+        return self._stats.summary()
+
+    # ---- Stateful -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The global consumed offsets; collective across ranks when distributed (§G5)."""
+        topology = self._iter_topology or self._topology()
+        plan = self.streaming.plan(self.streaming.epoch, topology.world_size, self.num_workers,
+                                   self._iter_resume if self._iter_topology else self._resume)
+        offsets = list(plan.start_offsets)
+        for consumer, position in self._offsets.items():
+            offsets[consumer] = position
+        offsets = _gather_offsets(offsets, topology, max(self.num_workers, 1))
+        return {
+            "version": LOADER_STATE_VERSION,
+            "kind": LOADER_STATE_KIND,
+            "epoch": self.streaming.epoch,
+            "steps": self._steps,
+            "plan": plan_to_state(plan, offsets, self.streaming.fingerprint),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume at the saved consumed boundary at the next ``iter(loader)`` — on any topology."""
+        check_loader_state(state, self.streaming.fingerprint)
+        self.streaming.set_epoch(int(state["epoch"]))
+        self._resume = state["plan"]
+        self._offsets, self._steps, self._iter_topology = {}, 0, None
+
+
+def check_loader_state(state: Any, fingerprint: str) -> None:
+    """Refuse malformed, newer or foreign states with a clear ``StateError`` (§G6)."""
+    if not isinstance(state, dict) or state.get("kind") != LOADER_STATE_KIND:
+        raise StateError("not a shardkit loader state (missing kind='shardkit.loader')")
+    version = state.get("version")
+    if not isinstance(version, int) or version > LOADER_STATE_VERSION:
+        raise StateError(f"loader state version {version!r}; this shardkit reads <= {LOADER_STATE_VERSION}")
+    if not isinstance(state.get("epoch"), int) or not isinstance(state.get("plan"), dict):
+        raise StateError("loader state needs an int 'epoch' and a 'plan' object")
+    if state["plan"].get("params", {}).get("epoch") != state["epoch"]:
+        raise StateError("loader state: 'epoch' and plan params disagree")
+    validate_state(state["plan"], fingerprint)
+
+
+def _gather_offsets(offsets: list[int], topology: Topology, width: int) -> list[int]:
+    """Every rank's offsets for its own consumers, combined (all_gather; no pickling)."""
+    if topology.world_size == 1:
+        return offsets
+    if not (dist.is_available() and dist.is_initialized()):
+        raise StateError(
+            "state_dict() with world_size > 1 needs torch.distributed initialized: it gathers "
+            "every rank's consumed offsets"
+        )
+    lo = topology.rank * width
+    mine = torch.tensor(offsets[lo : lo + width], dtype=torch.int64)
+    parts = [torch.empty_like(mine) for _ in range(topology.world_size)]
+    dist.all_gather(parts, mine)
+    return [int(x) for x in torch.cat(parts).tolist()]

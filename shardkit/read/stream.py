@@ -1,0 +1,144 @@
+"""A consumer's samples for one epoch: plan windows → shard blocks → samples, in plan order.
+
+``ShardOpener`` gives readers for shards: a local dataset is read in place; a remote one
+through the node-local cache (one download per node, leases held while a shard is open, the
+next shards of this consumer's plan prefetched) or, without a cache dir, by range requests.
+
+Not thread-safe: one opener per consumer (DataLoader worker).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardkit.format import ShardInfo
+from shardkit.format.checksum import xxh64_file
+from shardkit.plan import Plan, Window
+from shardkit.read.dataset import Dataset
+from shardkit.read.shard_reader import ShardReader
+from shardkit.read.sources import LocalFileSource, StoreSource
+from shardkit.storage import CacheItem, Prefetcher, ShardCache
+
+log = logging.getLogger(__name__)
+
+
+def cache_item(dataset: Dataset, shard_index: int) -> CacheItem:
+    """The cache entry of a shard: keyed by dataset fingerprint + shard checksum (never a name)."""
+    info = dataset.manifest.shards[shard_index]
+    fingerprint = dataset.manifest.fingerprint.split(":")[-1][:16]
+    return CacheItem(
+        name=info.name,
+        key=f"{fingerprint}-{info.checksum.split(':')[-1]}",
+        num_bytes=info.num_bytes,
+        verify=_checksum_verifier(info),
+    )
+
+
+def _checksum_verifier(info: ShardInfo) -> Any:
+    def verify(path: str) -> None:
+        got = xxh64_file(path)
+        if got != info.checksum:
+            raise ValueError(f"shard {info.name}: downloaded checksum {got}, manifest says {info.checksum}")
+
+    return verify
+
+
+class ShardOpener:
+    """Open shard readers on demand, keeping the last ``keep_open`` (and their cache leases)."""
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        cache: ShardCache | None = None,
+        upcoming: list[int] | None = None,
+        keep_open: int = 2,
+        prefetch_ahead: int = 2,
+    ) -> None:
+        self.dataset = dataset
+        self.cache = cache if not dataset.store.is_local else None
+        self.keep_open = keep_open
+        self._open: OrderedDict[int, tuple[ShardReader, contextlib.ExitStack]] = OrderedDict()
+        self._prefetcher: Prefetcher | None = None
+        if self.cache is not None and upcoming:
+            items = [cache_item(dataset, i) for i in upcoming]
+            self._prefetcher = self.cache.prefetch(dataset.store, items, max_ahead=prefetch_ahead)
+
+    def reader(self, shard_index: int) -> ShardReader:
+        entry = self._open.get(shard_index)
+        if entry is not None:
+            self._open.move_to_end(shard_index)
+            return entry[0]
+        info = self.dataset.manifest.shards[shard_index]
+        stack = contextlib.ExitStack()
+        try:
+            reader = ShardReader(self._source(shard_index, info, stack), info)
+        except BaseException:
+            stack.close()
+            raise
+        stack.callback(reader.close)
+        self._open[shard_index] = (reader, stack)
+        while len(self._open) > self.keep_open:
+            _, (_, old) = self._open.popitem(last=False)
+            old.close()
+        return reader
+
+    def _source(self, shard_index: int, info: ShardInfo, stack: contextlib.ExitStack) -> Any:
+        store = self.dataset.store
+        if store.is_local:
+            return LocalFileSource(store.local_path(info.name))
+        if self.cache is None:
+            return StoreSource(store, info.name, info.num_bytes)
+        item = cache_item(self.dataset, shard_index)
+        if self._prefetcher is not None:
+            path = stack.enter_context(self._prefetcher.open(item))
+        else:
+            path = stack.enter_context(
+                self.cache.open(store, item.name, key=item.key, num_bytes=item.num_bytes, verify=item.verify)
+            )
+        return LocalFileSource(path)
+
+    def close(self) -> None:
+        while self._open:
+            _, (_, stack) = self._open.popitem()
+            stack.close()
+        if self._prefetcher is not None:
+            self._prefetcher.close()
+            self._prefetcher = None
+
+
+@dataclass
+class WindowSamples:
+    """The output of one plan window: samples in plan order, their global indices, pad flags."""
+
+    samples: list[dict[str, Any]]
+    indices: np.ndarray
+    padded: np.ndarray
+
+
+def read_window(opener: ShardOpener, window: Window, offsets: np.ndarray) -> WindowSamples:
+    decoded: list[dict[str, Any]] = []
+    for span in window.spans:
+        decoded.extend(opener.reader(span.shard_index).samples(span.start, span.end))
+    samples = [decoded[i] for i in window.order.tolist()]
+    return WindowSamples(samples, window.global_indices(offsets), window.padded_mask())
+
+
+def iter_consumer(
+    dataset: Dataset, plan: Plan, consumer: int, start: int, cache: ShardCache | None = None
+) -> Iterator[WindowSamples]:
+    """Consumer ``consumer``'s samples from position ``start`` to the end of its sequence."""
+    upcoming = list(plan.shards_of(consumer, start)) if cache is not None else None
+    opener = ShardOpener(dataset, cache, upcoming)
+    offsets = plan.shard_offsets
+    try:
+        for window in plan.consumer_windows(consumer, start):
+            yield read_window(opener, window, offsets)
+    finally:
+        opener.close()
