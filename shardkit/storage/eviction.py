@@ -170,6 +170,7 @@ def allocate_temp(entry: Entry, num_bytes: int) -> str:
     path = entry.new_temp()
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
     try:
+        os.fchmod(fd, FILE_MODE)  # the umask would drop group write; other users evict/touch
         try:
             if num_bytes:
                 os.posix_fallocate(fd, 0, num_bytes)

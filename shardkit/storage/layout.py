@@ -117,6 +117,7 @@ def write_meta(entry: Entry, key: str, url: str, num_bytes: int) -> None:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), FILE_MODE)
             json.dump(record, fh)
         os.replace(tmp, entry.meta)
     except OSError:

@@ -1,0 +1,210 @@
+"""ShardCache in one process, over an in-memory remote store (specs/cache.md C1–C9)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import uuid
+
+import pytest
+
+from shardkit.errors import CacheError, CorruptShardError, NotFoundError
+from shardkit.storage import CacheOptions, ShardCache, Store, clear_cache, list_cache, open_store
+from shardkit.storage.layout import entry_name
+
+SIZE = 50_000
+FAST = CacheOptions(space_timeout=0.5, lock_timeout=10, poll_interval=0.02, chunk_bytes=16_384)
+
+
+@pytest.fixture
+def remote() -> Store:
+    store = open_store(f"memory://cache-test-{uuid.uuid4().hex}")
+    for index in range(6):
+        store.write_atomic(f"shards/{index}.shard", bytes([index]) * SIZE)
+    return store
+
+
+def payload(index: int) -> bytes:
+    return bytes([index]) * SIZE
+
+
+def checker(index: int):  # noqa: ANN201 - a verify callback
+    def verify(path: str) -> None:
+        with open(path, "rb") as fh:
+            if fh.read() != payload(index):
+                raise CorruptShardError(f"{path}: checksum mismatch")
+    return verify
+
+
+def lease(cache: ShardCache, store: Store, index: int, key: str | None = None):  # noqa: ANN201
+    return cache.open(store, f"shards/{index}.shard", key=key or f"fp/{index}", num_bytes=SIZE,
+                      verify=checker(index))
+
+
+def read_file(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def cached_files(cache: ShardCache, suffix: str = ".data") -> list[str]:
+    return sorted(f for f in os.listdir(cache.root) if f.endswith(suffix))
+
+
+def test_entry_names_are_safe_and_distinct() -> None:
+    keys = ["fp/a", "fp%2Fa", "../../etc/passwd", "fp/" + "x" * 500, "fp/" + "x" * 499 + "y"]
+    names = [entry_name(k) for k in keys]
+    assert len(set(names)) == len(keys)
+    assert all("/" not in n and not n.startswith(".") and len(n) < 200 for n in names)
+
+
+def test_first_open_downloads_then_hits(remote: Store, tmp_path: object) -> None:
+    cache = ShardCache(str(tmp_path), 10 * SIZE, FAST)
+    with lease(cache, remote, 1) as path:
+        assert read_file(path) == payload(1)
+        assert path.startswith(cache.root)
+    with lease(cache, remote, 1) as again:
+        assert again == path
+    assert (cache.stats.misses, cache.stats.hits) == (1, 1)
+    assert not [f for f in os.listdir(cache.root) if ".tmp-" in f]
+
+
+def test_local_store_is_never_copied_c8(tmp_path: object) -> None:
+    origin = os.path.join(str(tmp_path), "ds")
+    store = open_store(origin)
+    store.write_atomic("a.shard", b"x" * 10)
+    cache = ShardCache(os.path.join(str(tmp_path), "cache"), 1, FAST)
+    with cache.open(store, "a.shard", key="fp/a", num_bytes=10) as path:
+        assert path == os.path.join(origin, "a.shard")
+    assert clear_cache(cache.cache_dir) == (0, 0)
+    assert os.path.exists(path)
+
+
+def test_threads_download_once_c3(remote: Store, tmp_path: object) -> None:
+    caches = [ShardCache(str(tmp_path), 10 * SIZE, FAST) for _ in range(8)]
+    barrier = threading.Barrier(len(caches))
+    results: list[bytes] = []
+
+    def work(cache: ShardCache) -> None:
+        barrier.wait()
+        with lease(cache, remote, 2) as path:
+            results.append(read_file(path))
+
+    threads = [threading.Thread(target=work, args=(c,)) for c in caches]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert results == [payload(2)] * len(caches)
+    assert sum(c.stats.misses for c in caches) == 1
+
+
+def test_lru_eviction_keeps_within_limit_c6(remote: Store, tmp_path: object) -> None:
+    cache = ShardCache(str(tmp_path), 3 * SIZE, FAST)
+    for index in (0, 1, 2, 0, 3):  # 0 is re-used, so 1 is least recently used when 3 arrives
+        with lease(cache, remote, index):
+            pass
+    assert cached_files(cache) == [entry_name(f"fp/{i}") + ".data" for i in (0, 2, 3)]
+
+
+def test_eviction_skips_entries_in_use_c5(remote: Store, tmp_path: object) -> None:
+    cache = ShardCache(str(tmp_path), 2 * SIZE, FAST)
+    with lease(cache, remote, 0) as held:
+        for index in (1, 2, 3):
+            with lease(cache, remote, index):
+                assert os.path.exists(held)
+        assert read_file(held) == payload(0)
+
+
+def test_no_room_while_everything_is_in_use_raises_c7(remote: Store, tmp_path: object) -> None:
+    cache = ShardCache(str(tmp_path), 2 * SIZE, FAST)
+    with lease(cache, remote, 0), lease(cache, remote, 1):
+        with pytest.raises(CacheError) as info:
+            with lease(cache, remote, 2):
+                pass
+    message = str(info.value)
+    assert cache.root in message and f"{SIZE} bytes" in message and "in use" in message
+
+
+def test_entry_larger_than_the_limit_fails_at_once(remote: Store, tmp_path: object) -> None:
+    cache = ShardCache(str(tmp_path), SIZE - 1, FAST)
+    with pytest.raises(CacheError, match="can never fit"):
+        with lease(cache, remote, 0):
+            pass
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_damaged_cached_file_is_downloaded_again_c2(remote: Store, tmp_path: object,
+                                                     damage: str) -> None:
+    with lease(ShardCache(str(tmp_path), 10 * SIZE, FAST), remote, 4) as path:
+        pass
+    with open(path, "r+b") as fh:
+        if damage == "flip":
+            fh.write(b"\xff")
+        else:
+            fh.truncate(SIZE // 2)
+    cache = ShardCache(str(tmp_path), 10 * SIZE, FAST)  # a new process: nothing memoised
+    with lease(cache, remote, 4) as again:
+        assert read_file(again) == payload(4)
+    assert cache.stats.misses == 1
+
+
+def test_persistent_verify_failure_is_a_clear_error(remote: Store, tmp_path: object) -> None:
+    cache = ShardCache(str(tmp_path), 10 * SIZE, FAST)
+    with pytest.raises(CorruptShardError) as info:
+        with cache.open(remote, "shards/1.shard", key="fp/1", num_bytes=SIZE,
+                        verify=checker(2)):
+            pass
+    assert any("shards/1.shard" in n and "3 times" in n for n in info.value.__notes__)
+    assert cache.stats.redownloads == 3
+    assert cached_files(cache) == []
+    assert not [f for f in os.listdir(cache.root) if ".tmp-" in f]
+
+
+def test_missing_object_fails_fast_and_leaves_nothing(remote: Store, tmp_path: object) -> None:
+    cache = ShardCache(str(tmp_path), 10 * SIZE, FAST)
+    with pytest.raises(NotFoundError, match="shards/9.shard"):
+        with cache.open(remote, "shards/9.shard", key="fp/9", num_bytes=SIZE):
+            pass
+    assert not [f for f in os.listdir(cache.root) if ".tmp-" in f or f.endswith(".data")]
+
+
+def test_stale_temp_of_a_dead_download_is_removed_c4(remote: Store, tmp_path: object) -> None:
+    cache = ShardCache(str(tmp_path), 10 * SIZE, FAST)
+    name = entry_name("fp/3")
+    stale = os.path.join(cache.root, f"{name}.tmp-999999-deadbeef")
+    with open(stale, "wb") as fh:
+        fh.write(b"partial")
+    with open(os.path.join(cache.root, name + ".lock"), "w") as fh:
+        fh.write("999999\n")  # a dead holder's pid: flock is gone with it
+    with lease(cache, remote, 3) as path:
+        assert read_file(path) == payload(3)
+    assert not os.path.exists(stale)
+
+
+def test_files_are_group_writable(remote: Store, tmp_path: object) -> None:
+    cache = ShardCache(str(tmp_path), 10 * SIZE, FAST)
+    with lease(cache, remote, 0) as path:
+        pass
+    assert stat.S_IMODE(os.stat(path).st_mode) & 0o060 == 0o060
+    assert stat.S_IMODE(os.stat(cache.root).st_mode) & 0o070 == 0o070
+
+
+def test_list_and_clear_skip_entries_in_use(remote: Store, tmp_path: object) -> None:
+    cache = ShardCache(str(tmp_path), 10 * SIZE, FAST)
+    for index in (0, 1):
+        with lease(cache, remote, index):
+            pass
+    with lease(cache, remote, 2):
+        rows = {row["key"]: row for row in list_cache(str(tmp_path))}
+        assert set(rows) == {"fp/0", "fp/1", "fp/2"}
+        assert rows["fp/2"]["in_use"] and not rows["fp/0"]["in_use"]
+        assert rows["fp/0"]["dataset"] == "fp" and rows["fp/0"]["size"] == SIZE
+        assert clear_cache(str(tmp_path), older_than_seconds=3600) == (0, 0)
+        assert clear_cache(str(tmp_path)) == (2, 2 * SIZE)
+    assert [row["key"] for row in list_cache(str(tmp_path))] == ["fp/2"]
+
+
+def test_list_of_a_missing_cache_dir_is_empty(tmp_path: object) -> None:
+    assert list_cache(os.path.join(str(tmp_path), "nope")) == []
+    assert clear_cache(os.path.join(str(tmp_path), "nope")) == (0, 0)
