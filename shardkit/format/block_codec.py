@@ -71,7 +71,10 @@ class BlockDecompressor:
             return stored
         if codec != CODEC_ZSTD:
             raise FormatError(f"unknown block codec {codec}")
-        declared = zstandard.frame_content_size(stored) if len(stored) >= 4 else -1
+        try:
+            declared = zstandard.frame_content_size(stored)
+        except zstandard.ZstdError:
+            declared = -1  # not a zstd frame header at all
         if declared != raw_size:
             raise CorruptShardError(
                 f"zstd frame declares {declared} bytes, index says {raw_size} (refusing to decompress)"

@@ -26,7 +26,8 @@ _SAFE_NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}/)?[A-Za-z0-9_][A
 
 def check_shard_name(name: Any, where: str = MANIFEST_NAME) -> str:
     """M3: a shard name is relative, at most one folder deep, and free of ``..`` and controls."""
-    if not isinstance(name, str) or not _SAFE_NAME.match(name) or ".." in name or name == MANIFEST_NAME:
+    # fullmatch, not match: "$" would accept a trailing newline.
+    if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name) or ".." in name or name == MANIFEST_NAME:
         raise ManifestError(
             f"{where}: unsafe shard name {name!r} (must be 'file' or 'folder/file' of "
             "[A-Za-z0-9._-], no '..', no absolute path, no control characters)"
@@ -136,7 +137,7 @@ def decode_manifest(data: bytes, where: str = MANIFEST_NAME) -> Manifest:
     """Parse and validate a manifest (M1–M6); raises ``ManifestError`` naming ``where``."""
     try:
         raw = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ManifestError(f"{where}: not valid JSON: {exc}") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT_NAME:
         raise ManifestError(f"{where}: not a shardkit manifest (missing \"format\": \"shardkit\")")

@@ -32,9 +32,14 @@ EXT_TENSOR = 2
 EXT_NPSCALAR = 3
 _ARRAY_KINDS = frozenset("biufc")
 _U8 = struct.Struct("<B")
+_BASE_TYPES = (bool, int, float, str, bytes, dict)
+_CONTAINERS = (dict, list, tuple)
+_PLAIN = frozenset({type(None), bool, int, float, str, bytes})
 
 
 def _encode_array(array: np.ndarray) -> bytes:
+    if array.ndim > 255:
+        raise TypeError(f"arrays have at most 255 dimensions, got {array.ndim}")
     if array.dtype.kind not in _ARRAY_KINDS:
         raise TypeError(f"numpy dtype {array.dtype} is not supported (numeric or bool only)")
     dtype = array.dtype.str.encode("ascii")
@@ -44,13 +49,16 @@ def _encode_array(array: np.ndarray) -> bytes:
 
 
 def _decode_array(payload: bytes) -> np.ndarray:
-    dtype_len = payload[0]
-    dtype = np.dtype(payload[1 : 1 + dtype_len].decode("ascii"))
+    try:
+        dtype_len = payload[0]
+        dtype = np.dtype(payload[1 : 1 + dtype_len].decode("ascii"))
+        ndim = payload[1 + dtype_len]
+        start = 2 + dtype_len
+        shape = struct.unpack_from(f"<{ndim}Q", payload, start)
+    except (IndexError, TypeError, ValueError, struct.error) as exc:
+        raise FormatError(f"malformed array extension header: {exc}") from None
     if dtype.kind not in _ARRAY_KINDS:
         raise FormatError(f"array extension with unsupported dtype {dtype}")
-    ndim = payload[1 + dtype_len]
-    start = 2 + dtype_len
-    shape = struct.unpack_from(f"<{ndim}Q", payload, start)
     start += 8 * ndim
     count = 1
     for dim in shape:
@@ -64,17 +72,26 @@ def _decode_array(payload: bytes) -> np.ndarray:
 
 
 def _default(value: Any) -> Any:
+    """Called by msgpack (``strict_types``) for every value that is not exactly a base type."""
     if isinstance(value, np.ndarray):
         return msgpack.ExtType(EXT_NDARRAY, _encode_array(value))
     if isinstance(value, np.generic):
+        # Before the base-type subclasses: np.float64 is a float, np.str_ a str.
         return msgpack.ExtType(EXT_NPSCALAR, _encode_array(np.asarray(value)))
-    if isinstance(value, tuple):
+    if isinstance(value, (tuple, list)):
         return list(value)
+    for base in _BASE_TYPES:  # IntEnum, str subclasses, OrderedDict …: stored as their base type
+        if isinstance(value, base):
+            return base(value)
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
         if value.device.type != "cpu" or value.layout != torch.strided:
             raise TypeError(f"only dense CPU tensors are supported, got {value.device} {value.layout}")
-        return msgpack.ExtType(EXT_TENSOR, _encode_array(value.detach().contiguous().numpy()))
+        try:
+            array = value.detach().contiguous().numpy()
+        except RuntimeError as exc:  # conj/neg views and the like: not plain memory
+            raise TypeError(f"tensor cannot be viewed as numpy: {exc}") from None
+        return msgpack.ExtType(EXT_TENSOR, _encode_array(array))
     raise TypeError(f"unsupported type {type(value).__module__}.{type(value).__qualname__}")
 
 
@@ -95,24 +112,52 @@ class SampleEncoder:
     """Encodes samples to msgpack bytes. Not thread-safe (one per thread)."""
 
     def __init__(self) -> None:
-        self._packer = msgpack.Packer(default=_default, use_bin_type=True, autoreset=True)
+        # strict_types: subclasses of base types (np.float64 is a float) reach ``_default``
+        # instead of silently losing their type.
+        self._packer = msgpack.Packer(default=_default, use_bin_type=True, autoreset=True, strict_types=True)
 
     def encode(self, sample: Any, sample_index: int | None = None) -> bytes:
+        """msgpack bytes of one sample; ``EncodeError`` names the field path and sample index."""
+        where = "sample" if sample_index is None else f"sample {sample_index}"
         if not isinstance(sample, dict):
-            raise EncodeError(f"sample {sample_index}: a sample must be a dict, got {type(sample).__name__}")
+            raise EncodeError(f"{where}: a sample must be a dict, got {type(sample).__name__}")
+        bad_key = _find_bad_key(sample, "$")
+        if bad_key:
+            raise EncodeError(f"{where}: cannot encode field {bad_key}")
         try:
             return self._packer.pack(sample)
         except (TypeError, ValueError, OverflowError) as exc:
-            where = find_unsupported(sample) or "$"
-            raise EncodeError(f"sample {sample_index}: cannot encode field {where}: {exc}") from None
+            path = find_unsupported(sample) or "$"
+            raise EncodeError(f"{where}: cannot encode field {path}: {exc}") from None
+
+
+def _find_bad_key(value: Any, path: str) -> str | None:
+    """The first map key that is not a str (readers decode with ``strict_map_key``), or None.
+
+    Walks only containers; a list of scalars costs one C-level ``set(map(type, …))``."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{path}[{key!r}] (keys must be str)"
+            if isinstance(item, _CONTAINERS):
+                found = _find_bad_key(item, f"{path}.{key}")
+                if found:
+                    return found
+    elif isinstance(value, (list, tuple)) and not _PLAIN.issuperset(map(type, value)):
+        for i, item in enumerate(value):
+            if isinstance(item, _CONTAINERS):
+                found = _find_bad_key(item, f"{path}[{i}]")
+                if found:
+                    return found
+    return None
 
 
 def find_unsupported(value: Any, path: str = "$") -> str | None:
     """The JSON-path-like location of the first value the codec cannot encode (error path only)."""
-    if value is None or isinstance(value, (bool, float, str, bytes)):
-        return None
-    if isinstance(value, int):
+    if type(value) is int:
         return None if -(2**63) <= value < 2**64 else path
+    if type(value) in _PLAIN:
+        return None
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
@@ -128,10 +173,10 @@ def find_unsupported(value: Any, path: str = "$") -> str | None:
                 return found
         return None
     try:
-        _default(value)
-    except (TypeError, ValueError):
+        converted = _default(value)
+    except (TypeError, ValueError, OverflowError):
         return path
-    return None
+    return None if isinstance(converted, msgpack.ExtType) else find_unsupported(converted, path)
 
 
 def decode_sample(data: bytes | memoryview) -> dict[str, Any]:

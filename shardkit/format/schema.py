@@ -18,16 +18,18 @@ from typing import Any
 
 import numpy as np
 
-from shardkit.errors import FormatError
+from shardkit.errors import ManifestError
 
 _SCALARS: dict[type, str] = {bool: "bool", int: "int", float: "float", str: "str", bytes: "bytes"}
+# Written as msgpack bin, read back as bytes.
+_BYTES_LIKE: dict[type, str] = {bytearray: "bytes", memoryview: "bytes"}
 
 
 def type_name(value: Any) -> str:
     """The schema type of one value."""
     if value is None:
         return "none"
-    name = _SCALARS.get(type(value))
+    name = _SCALARS.get(type(value)) or _BYTES_LIKE.get(type(value))
     if name:
         return name
     if isinstance(value, np.ndarray):
@@ -50,7 +52,7 @@ def type_name(value: Any) -> str:
 def describe(value: Any) -> dict[str, Any]:
     kind = type_name(value)
     if kind in ("ndarray", "tensor", "npscalar"):
-        array = np.asarray(value.numpy() if kind == "tensor" else value)
+        array = np.asarray(value.detach().numpy() if kind == "tensor" else value)
         return {"type": kind, "dtype": array.dtype.str, "shape": list(array.shape)}
     return {"type": kind}
 
@@ -164,5 +166,5 @@ def validate_schema(schema: Any, where: str) -> dict[str, dict[str, Any]]:
     if not isinstance(schema, dict) or not all(
         isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("type"), str) for k, v in schema.items()
     ):
-        raise FormatError(f"{where}: schema must map field names to {{'type': …}} objects")
+        raise ManifestError(f"{where}: schema must map field names to {{'type': …}} objects")
     return schema

@@ -142,6 +142,7 @@ def _check_index(
     """I3/I4: blocks are contiguous from the header to the index; counts agree."""
     if int(first[-1]) != num_samples or len(offsets) != num_samples + len(blocks):
         raise CorruptShardError(f"{where}: index counts disagree ({num_samples} samples)")
+    _check_offsets(blocks, offsets, first, where)
     expected = HEADER_SIZE
     for i, block in enumerate(blocks):
         if int(block["offset"]) != expected:
@@ -149,3 +150,16 @@ def _check_index(
         expected += int(block["stored_size"])
     if expected != end:
         raise CorruptShardError(f"{where}: blocks end at {expected}, index starts at {end}")
+
+
+def _check_offsets(blocks: np.ndarray, offsets: np.ndarray, first: np.ndarray, where: str) -> None:
+    """I6: each block's sample offsets start at 0, never decrease and end at its raw size, so
+    no sample slice reaches outside its block (checked once per index, vectorised)."""
+    if not len(blocks):
+        return
+    starts = first[:-1] + np.arange(len(blocks))  # position of each block's offset 0
+    ends = starts + blocks["num_samples"].astype(np.int64)
+    steps = np.diff(offsets.astype(np.int64))
+    steps[ends[:-1]] = 0  # the jump from one block's last offset to the next block's first
+    if (offsets[starts] != 0).any() or (offsets[ends] != blocks["raw_size"]).any() or (steps < 0).any():
+        raise CorruptShardError(f"{where}: sample offsets in the index are not within their blocks")

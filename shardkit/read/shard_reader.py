@@ -56,11 +56,20 @@ class ShardReader:
             start = index_offset
         index_bytes = tail[index_offset - start : index_offset - start + index_length]
         index = decode_index(index_bytes, checksum, index_offset, self.where)
-        if self.info is not None and index.num_samples != self.info.num_samples:
-            raise CorruptShardError(
-                f"{self.where}: holds {index.num_samples} samples, manifest says {self.info.num_samples}"
-            )
+        if self.info is not None:
+            self.check_against_manifest(index, self.info)
         return index
+
+    def check_against_manifest(self, index: ShardIndex, info: ShardInfo) -> None:
+        """M8: counts and raw sizes agree with the manifest, so the manifest bounds how much
+        any block of this shard can decompress to."""
+        raw_bytes = int(index.blocks["raw_size"].sum())
+        found = (index.num_samples, index.num_blocks, raw_bytes)
+        expected = (info.num_samples, info.num_blocks, info.raw_bytes)
+        if found != expected:
+            raise CorruptShardError(
+                f"{self.where}: index holds (samples, blocks, raw bytes) {found}, manifest says {expected}"
+            )
 
     def check_header(self) -> None:
         check_header(self.source.read_range(0, HEADER_SIZE), self.where)
@@ -123,6 +132,7 @@ class ShardReader:
 
     def samples(self, start: int = 0, stop: int | None = None) -> Iterator[dict[str, Any]]:
         """Samples ``[start, stop)`` in order, decoding only the blocks that hold them."""
+        start = max(start, 0)
         stop = self.num_samples if stop is None else min(stop, self.num_samples)
         if start >= stop:
             return

@@ -85,8 +85,10 @@ def _check_contents(dataset: Dataset, info: ShardInfo, data: bytes, url: str, re
     except FormatError as exc:
         report.fail(str(exc), 0)
         return
-    if reader.num_samples != info.num_samples:
-        report.fail(f"{url}: holds {reader.num_samples} samples, manifest says {info.num_samples}")
+    try:
+        reader.check_against_manifest(reader.index, info)
+    except FormatError as exc:
+        report.fail(str(exc))
     schema = dataset.manifest.schema
     for block_index in range(reader.num_blocks):
         first = int(reader.index.first_sample[block_index])
