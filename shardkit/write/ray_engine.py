@@ -1,0 +1,162 @@
+"""``shardkit pack --engine ray``: pack on a Ray cluster through Ray Data (specs/ray-packing.md).
+
+Sources become Ray datasets with a partitioning fixed by the input alone (never by the cluster
+size), so the same input gives the same task indices, shard names, bytes and fingerprint:
+
+- ``parquet``: ``ray.data.read_parquet`` (one read task per file);
+- ``files``: the local engine's items (paths only), ``ITEMS_PER_TASK`` per ``from_items`` block;
+- ``jsonl`` and ``wds``: one row per file, expanded in the task by the local readers.
+
+Ray is imported lazily; without it, ``RayNotInstalledError`` says how to install it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardkit.errors import ShardkitError, SourceError
+from shardkit.format import CompressOptions
+from shardkit.storage import open_store
+from shardkit.units import parse_size
+from shardkit.write import sources
+from shardkit.write.pack import PackOptions, PackSummary
+from shardkit.write.ray_parts import PartOptions
+from shardkit.write.ray_rows import DatasetRows, FileRows, ItemRows, encode_item
+
+log = logging.getLogger(__name__)
+
+ITEMS_PER_TASK = 1024
+INSTALL_HINT = "packing on Ray needs Ray Data: pip install 'shardkit[ray]'"
+
+
+class RayNotInstalledError(ShardkitError, ImportError):
+    """``ray[data]`` is not installed."""
+
+
+@dataclass
+class RayPackSummary(PackSummary):
+    """``PackSummary`` plus the orphan files deleted after the manifest was published."""
+
+    num_tasks: int = 0
+    deleted: list[str] = field(default_factory=list)
+
+
+def require_ray() -> Any:
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError as exc:
+        raise RayNotInstalledError(f"{INSTALL_HINT} ({exc})") from None
+    return ray
+
+
+def pack_with_ray(
+    src: str, out: str, options: PackOptions, address: str | None = None, progress: bool = True
+) -> PackSummary:
+    """Pack ``src`` into ``out`` on the Ray cluster at ``address`` (or the one already joined)."""
+    ray = require_ray()
+    started = time.perf_counter()
+    joined = not ray.is_initialized()
+    if joined:
+        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
+    try:
+        ds, rows, extra = _source_dataset(src, options)
+        options = PackOptions(**{**options.__dict__, "metadata": {**options.metadata, **extra}})
+        summary = write_dataset(ds, out, options, rows, progress=progress)
+    finally:
+        if joined:
+            ray.shutdown()
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def write_dataset(ds: Any, out: str, options: PackOptions, rows: Any = None, progress: bool = True) -> RayPackSummary:
+    """Write the Ray dataset ``ds`` of dict rows as a shardkit dataset at ``out``."""
+    require_ray()
+    from shardkit.write.ray_sink import ShardkitDatasink, prepare_output
+
+    started = time.perf_counter()
+    store = open_store(out, options.storage_options)
+    old_names = prepare_output(store, options.overwrite)
+    sink = ShardkitDatasink(out, rows or DatasetRows(), _sink_options(options), old_names)
+    context = ds.context
+    # Task indices name the shards: they must follow the input order, not completion order.
+    context.execution_options.preserve_order = True
+    context.enable_progress_bars = progress
+    try:
+        ds.write_datasink(sink)
+    except Exception as exc:
+        cause = _shardkit_cause(exc)
+        if cause is None:
+            raise
+        raise cause from None
+    manifest = sink.manifest
+    if manifest is None:
+        raise ShardkitError(f"{store.url}: Ray finished the write but never reported its results")
+    return RayPackSummary(
+        output=out,
+        num_samples=manifest.num_samples,
+        num_shards=len(manifest.shards),
+        raw_bytes=manifest.raw_bytes,
+        num_bytes=manifest.num_bytes,
+        seconds=time.perf_counter() - started,
+        fingerprint=manifest.fingerprint,
+        skipped=sink.skipped,
+        num_tasks=len({name.split("-")[1] for name in (s.name for s in manifest.shards)}),
+        deleted=sink.deleted,
+    )
+
+
+def _sink_options(options: PackOptions) -> Any:
+    from shardkit.write.ray_sink import SinkOptions
+
+    parts = PartOptions(
+        shard_size=max(1, parse_size(options.shard_size)),
+        block_size=max(1, parse_size(options.block_size)),
+        compress=CompressOptions(compression=options.compression, level=options.level),
+    )
+    return SinkOptions(parts, dict(options.metadata), dict(options.storage_options), options.skip_bad)
+
+
+def _source_dataset(src: str, options: PackOptions) -> tuple[Any, Any, dict[str, Any]]:
+    """The Ray dataset for a raw source, the ``RowSource`` that decodes it, extra metadata."""
+    import ray.data
+
+    fmt = sources.detect_format(src) if options.fmt == "auto" else options.fmt
+    if fmt == "files":
+        items, classes = sources.iter_files(os.path.abspath(src), options.label_from_dir)
+        rows = [{"item": encode_item(item)} for item in items]
+        if not rows:
+            raise SourceError(f"{src}: no samples to pack")
+        blocks = math.ceil(len(rows) / ITEMS_PER_TASK)
+        extra = {"classes": classes} if classes else {}
+        return ray.data.from_items(rows, override_num_blocks=blocks), ItemRows(), extra
+    if fmt in ("jsonl", "wds"):
+        files = [os.path.abspath(f) for f in sources._inputs(src, ".jsonl" if fmt == "jsonl" else ".tar")]
+        ds = ray.data.from_items([{"file": f} for f in files], override_num_blocks=len(files))
+        return ds, FileRows(fmt), {}
+    if fmt == "parquet":
+        files = [os.path.abspath(f) for f in sources._inputs(src, ".parquet")]
+        ds = ray.data.read_parquet(files, include_paths=True, override_num_blocks=len(files))
+        return ds, DatasetRows(path_column="path"), {}
+    raise SourceError(f"unknown format {fmt!r}; choose one of {sources.FORMATS}")
+
+
+def _shardkit_cause(exc: BaseException) -> BaseException | None:
+    """The original shardkit error inside Ray's wrappers (RayTaskError, UserCodeException)."""
+    from ray.exceptions import RayTaskError
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (ShardkitError, FileExistsError)) and not isinstance(current, RayTaskError):
+            return current
+        cause = getattr(current, "cause", None)
+        current = cause if isinstance(cause, BaseException) else (current.__cause__ or current.__context__)
+    return None
