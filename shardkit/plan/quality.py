@@ -25,23 +25,26 @@ class ShuffleStats:
     min_shards_per_batch: int
     max_shards_per_batch: int
     neighbour_correlation: float  # mean over consumers of corr(x[i], x[i+1])
+    mean_shards_per_window: float  # locality cost: shards a reader decodes at once
 
     def to_dict(self) -> dict[str, float | int]:
         return asdict(self)
 
 
-def first_indices(plan: Plan, consumer: int, num_samples: int) -> np.ndarray:
-    """Manifest-order global indices of consumer ``c``'s first ``num_samples`` samples."""
+def first_indices(plan: Plan, consumer: int, num_samples: int) -> tuple[np.ndarray, list[int]]:
+    """Global indices of consumer ``c``'s first ``num_samples`` samples, and the number of
+    distinct shards each window that fed them decodes."""
     offsets = plan.shard_offsets
-    found: list[np.ndarray] = []
+    found: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+    shards_per_window: list[int] = []
     have = 0
     for window in plan.consumer_windows(consumer):
         if have >= num_samples:
             break
         found.append(window.global_indices(offsets))
+        shards_per_window.append(len({span.shard_index for span in window.spans}))
         have += window.num_samples
-    joined = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
-    return joined[:num_samples]
+    return np.concatenate(found)[:num_samples], shards_per_window
 
 
 def shuffle_stats(
@@ -58,19 +61,22 @@ def shuffle_stats(
     batch = plan.params.batch_size
     shard_counts: list[int] = []
     correlations: list[float] = []
+    window_shards: list[int] = []
     for consumer in chosen:
-        indices = first_indices(plan, consumer, num_batches * batch)
+        indices, shards_per_window = first_indices(plan, consumer, num_batches * batch)
+        window_shards.extend(shards_per_window)
         shards = np.searchsorted(plan.shard_offsets, indices, side="right") - 1
         for lo in range(0, len(shards), batch):
             shard_counts.append(len(np.unique(shards[lo : lo + batch])))
         if len(indices) > 2 and np.ptp(indices[:-1]) > 0 and np.ptp(indices[1:]) > 0:
             correlations.append(float(np.corrcoef(indices[:-1], indices[1:])[0, 1]))
     if not shard_counts:
-        return ShuffleStats(0, 0.0, 0, 0, float("nan"))
+        return ShuffleStats(0, 0.0, 0, 0, float("nan"), 0.0)
     return ShuffleStats(
         num_batches=len(shard_counts),
         mean_shards_per_batch=float(np.mean(shard_counts)),
         min_shards_per_batch=min(shard_counts),
         max_shards_per_batch=max(shard_counts),
         neighbour_correlation=float(np.mean(correlations)) if correlations else float("nan"),
+        mean_shards_per_window=float(np.mean(window_shards)),
     )

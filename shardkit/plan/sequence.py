@@ -88,7 +88,8 @@ class EpochSequence(SampleSequence):
         first = int(np.searchsorted(self._cum, start, side="right")) - 1
         last = int(np.searchsorted(self._cum, stop, side="left"))
         keep = self._sizes[first:last] > 0
-        return self._order[first:last][keep]
+        found: np.ndarray = self._order[first:last][keep]
+        return found
 
 
 class ShuffledRange(SampleSequence):
@@ -117,9 +118,14 @@ class ShuffledRange(SampleSequence):
             w_lo = index * self._window
             w_hi = min(w_lo + self._window, len(self))
             spans = self._epoch.spans(self._lo + w_lo, self._lo + w_hi)
-            order = permutation(philox_key(*self._key_words, index), w_hi - w_lo)
+            order = self._window_order(index, w_hi - w_lo)
             trimmed = order[max(start, w_lo) - w_lo : min(stop, w_hi) - w_lo]
             yield Window(tuple(spans), trimmed)
+
+    def _window_order(self, index: int, length: int) -> np.ndarray:
+        if length == 1:  # nothing to permute; skip deriving a key
+            return np.zeros(1, dtype=np.int64)
+        return permutation(philox_key(*self._key_words, index), length)
 
     def shards(self, start: int, stop: int) -> np.ndarray:
         self.check_range(start, stop)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
 
@@ -54,16 +55,22 @@ class Window:
             np.array([span.padded for span in self.spans], dtype=bool),
             [span.num_samples for span in self.spans],
         )
-        return flags[self.order]
+        mask: np.ndarray = flags[self.order]
+        return mask
 
     def global_indices(self, offsets: np.ndarray) -> np.ndarray:
         """Manifest-order global sample index per output sample; ``offsets`` from shard_offsets."""
         parts = [offsets[s.shard_index] + np.arange(s.start, s.end) for s in self.spans]
         decoded = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        return decoded.astype(np.int64, copy=False)[self.order]
+        indices: np.ndarray = decoded.astype(np.int64, copy=False)[self.order]
+        return indices
 
 
-def shard_offsets(shard_sizes: Sequence[int]) -> np.ndarray:
+# Samples per shard in manifest order: a list of ints or a 1-D integer array.
+ShardSizes: TypeAlias = Sequence[int] | np.ndarray
+
+
+def shard_offsets(shard_sizes: ShardSizes) -> np.ndarray:
     """Samples in shards before each shard, manifest order: ``[0, s0, s0+s1, ...]`` (len S+1)."""
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     return np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(sizes, dtype=np.int64)])

@@ -19,13 +19,14 @@ import numpy as np
 from shardkit.errors import PlanError, StateError
 from shardkit.plan.params import PlanParams
 from shardkit.plan.plan import Plan, base_plan, elastic_plan
+from shardkit.plan.spans import ShardSizes
 
 STATE_VERSION = 1
 STATE_KEYS = ("version", "fingerprint", "params", "offsets", "parent")
 
 
 def build_plan(
-    shard_sizes: Sequence[int], params: PlanParams, resume: dict[str, Any] | None = None
+    shard_sizes: ShardSizes, params: PlanParams, resume: dict[str, Any] | None = None
 ) -> Plan:
     """The plan for ``params.epoch``, optionally resuming from a saved state.
 
@@ -115,7 +116,7 @@ def _normalised(state: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _checked_sizes(shard_sizes: Sequence[int]) -> np.ndarray:
+def _checked_sizes(shard_sizes: ShardSizes) -> np.ndarray:
     sizes = np.asarray(shard_sizes)
     if sizes.size == 0:
         return np.zeros(0, dtype=np.int64)

@@ -18,7 +18,7 @@ MAX_SHARDS = 500
 
 
 @st.composite
-def shard_sizes(draw: st.DrawFn, max_samples: int = MAX_SAMPLES) -> list[int]:
+def shard_sizes(draw: st.DrawFn, /, max_samples: int = MAX_SAMPLES) -> list[int]:
     """1-500 shards (sometimes 0), skewed sizes, empty shards, N up to ``max_samples``."""
     if draw(st.booleans()):  # small, fully shrinkable cases
         return draw(st.lists(st.integers(0, 12), min_size=0, max_size=12))
@@ -40,7 +40,7 @@ def shard_sizes(draw: st.DrawFn, max_samples: int = MAX_SAMPLES) -> list[int]:
 
 
 @st.composite
-def plan_params(draw: st.DrawFn, num_samples: int, **fixed: object) -> PlanParams:
+def plan_params(draw: st.DrawFn, /, num_samples: int, **fixed: object) -> PlanParams:
     """Params over R 1-64, W 0-8, B 1-64, both tails, epochs 0-5, windows >= N/2000."""
     smallest_window = max(1, num_samples // 2000)
     window = draw(st.sampled_from([1, 3, 64, 1000, 8192]).map(lambda w: max(w, smallest_window)))

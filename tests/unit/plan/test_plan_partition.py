@@ -21,7 +21,7 @@ PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 
 
 @st.composite
-def sizes_and_params(draw: st.DrawFn, **fixed: object) -> tuple[list[int], PlanParams]:
+def sizes_and_params(draw: st.DrawFn, /, **fixed: object) -> tuple[list[int], PlanParams]:
     sizes = draw(shard_sizes())
     return sizes, draw(plan_params(sum(sizes), **fixed))
 
@@ -44,8 +44,10 @@ def test_exactly_once_equal_steps_minimal_tail(case: tuple[list[int], PlanParams
         assert sum(rank_batches) == plan.steps_per_rank
         assert max(rank_batches) - min(rank_batches) <= 1
     for consumer, out in enumerate(outputs):
-        assert len(out.ids) == plan.num_samples(consumer) == plan.num_batches(consumer) * (
-            params.batch_size
+        assert (
+            len(out.ids)
+            == plan.num_samples(consumer)
+            == plan.num_batches(consumer) * (params.batch_size)
         )
         real_count = plan.num_real_samples(consumer)
         assert not out.padded[:real_count].any() and out.padded[real_count:].all()  # P4
@@ -163,7 +165,11 @@ def test_other_epoch_other_order_small() -> None:
     """P6: even two shards (or a two-sample window) change order across a few epochs."""
     for sizes, window in (([1, 1], 1), ([2], 2)):
         orders = {
-            tuple(consumer_samples(build_plan(sizes, PlanParams(epoch=e, shuffle_window=window)), 0).ids)
+            tuple(
+                consumer_samples(
+                    build_plan(sizes, PlanParams(epoch=e, shuffle_window=window)), 0
+                ).ids
+            )
             for e in range(8)
         }
         assert orders == {(0, 1), (1, 0)}

@@ -33,7 +33,7 @@ def save_and_restore(plan: Plan, offsets: list[int]) -> dict[str, object]:
 
 
 @st.composite
-def resume_chain(draw: st.DrawFn) -> tuple[list[int], list[PlanParams], list[int]]:
+def resume_chain(draw: st.DrawFn, /) -> tuple[list[int], list[PlanParams], list[int]]:
     """Shard sizes, 2-4 params of one epoch (each next one sometimes equal), kill seeds."""
     sizes = draw(shard_sizes(max_samples=30_000))
     first = draw(plan_params(sum(sizes)))
@@ -46,8 +46,10 @@ def resume_chain(draw: st.DrawFn) -> tuple[list[int], list[PlanParams], list[int
 
 
 @PROPERTY
-@given(shard_sizes(max_samples=30_000).flatmap(lambda s: st.tuples(st.just(s), plan_params(sum(s)))),
-       st.integers(0, 2**32 - 1))
+@given(
+    shard_sizes(max_samples=30_000).flatmap(lambda s: st.tuples(st.just(s), plan_params(sum(s)))),
+    st.integers(0, 2**32 - 1),
+)
 def test_same_topology_resume_continues_exactly(
     case: tuple[list[int], PlanParams], seed: int
 ) -> None:
@@ -67,7 +69,9 @@ def test_same_topology_resume_continues_exactly(
 
 @PROPERTY
 @given(resume_chain())
-def test_chained_resumes_are_exactly_once(case: tuple[list[int], list[PlanParams], list[int]]) -> None:
+def test_chained_resumes_are_exactly_once(
+    case: tuple[list[int], list[PlanParams], list[int]],
+) -> None:
     """R3: consumed + the last plan's real samples = every sample once, minus its drop;
     R4: equal steps under the new params at every level; R5: chains of 2-4 levels;
     R2 at every level: a same-params resume continues exactly."""
@@ -78,9 +82,10 @@ def test_chained_resumes_are_exactly_once(case: tuple[list[int], list[PlanParams
         offsets = kill_offsets(plan, seed)
         consumed.append(consumed_real(plan, offsets))
         state = save_and_restore(plan, offsets)
-        old_remaining = sum(
-            max(plan.num_real_samples(c) - offset, 0) for c, offset in enumerate(offsets)
-        ) + plan.num_dropped
+        old_remaining = (
+            sum(max(plan.num_real_samples(c) - offset, 0) for c, offset in enumerate(offsets))
+            + plan.num_dropped
+        )
         same = params.same_partition(plan.params)
         resumed = build_plan(sizes, params, state)
         if same:
@@ -101,12 +106,16 @@ def test_chained_resumes_are_exactly_once(case: tuple[list[int], list[PlanParams
 
 @PROPERTY
 @given(resume_chain())
-def test_elastic_remainder_keeps_old_order(case: tuple[list[int], list[PlanParams], list[int]]) -> None:
+def test_elastic_remainder_keeps_old_order(
+    case: tuple[list[int], list[PlanParams], list[int]],
+) -> None:
     """R3: the remainder is each old consumer's unconsumed real samples in their old order,
     then the old drop, re-split contiguously and never reshuffled."""
     sizes, chain, seeds = case
     old = build_plan(sizes, chain[0])
-    params = PlanParams(**(chain[-1].to_dict() | {"epoch": chain[0].epoch, "seed": chain[0].seed + 1}))
+    params = PlanParams(
+        **(chain[-1].to_dict() | {"epoch": chain[0].epoch, "seed": chain[0].seed + 1})
+    )
     offsets = kill_offsets(old, seeds[0])
     expected = []
     for consumer, out in enumerate(all_samples(old)):
