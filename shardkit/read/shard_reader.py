@@ -92,15 +92,22 @@ class ShardReader:
         start = int(block["offset"])
         stored = self.source.read_range(start, start + int(block["stored_size"]))
         if xxh64_int(stored) != int(block["checksum"]):
-            raise CorruptShardError(f"{self.where}: block {block_index} checksum mismatch at offset {start}")
+            raise CorruptShardError(f"{self.where}: {self._block_label(block_index)}: checksum mismatch")
         return stored
+
+    def _block_label(self, block_index: int) -> str:
+        """``block 3 (samples 40..52) at offset 1234``, for errors."""
+        first = int(self.index.first_sample[block_index])
+        last = int(self.index.first_sample[block_index + 1]) - 1
+        offset = int(self.index.blocks[block_index]["offset"])
+        return f"block {block_index} (samples {first}..{last}) at offset {offset}"
 
     def decode_stored_block(self, block_index: int, stored: bytes) -> bytes:
         block = self.index.blocks[block_index]
         try:
             return self._decompressor.decompress(int(block["codec"]), stored, int(block["raw_size"]))
         except FormatError as exc:
-            raise type(exc)(f"{self.where}: block {block_index} at offset {int(block['offset'])}: {exc}") from None
+            raise type(exc)(f"{self.where}: {self._block_label(block_index)}: {exc}") from None
 
     def read_raw_block(self, block_index: int) -> bytes:
         return self.decode_stored_block(block_index, self.read_stored_block(block_index))
@@ -112,9 +119,8 @@ class ShardReader:
         try:
             return decode_block_samples(raw, expected)
         except (FormatError, ValueError) as exc:
-            first = int(self.index.first_sample[block_index])
             raise CorruptShardError(
-                f"{self.where}: block {block_index} (samples {first}..{first + expected - 1}) does not decode: {exc}"
+                f"{self.where}: {self._block_label(block_index)} does not decode: {exc}"
             ) from None
 
     # ---- samples ----------------------------------------------------------------------------

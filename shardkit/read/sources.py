@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
+from shardkit.errors import NotFoundError, StorageError
 from shardkit.storage import Store
 
 
@@ -25,7 +26,13 @@ class LocalFileSource:
 
     def __init__(self, path: str) -> None:
         self.where = path
-        self._fd = os.open(path, os.O_RDONLY)
+        self._fd = -1
+        try:
+            self._fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise NotFoundError(f"{path}: shard file does not exist") from None
+        except OSError as exc:
+            raise StorageError(f"{path}: cannot open: {exc.strerror}") from None
         self._size = os.fstat(self._fd).st_size
 
     def size(self) -> int:
