@@ -18,7 +18,8 @@ from shardkit.storage.locks import FileLock
 def list_cache(cache_dir: str) -> list[dict[str, Any]]:
     """One dict per published entry, least recently used first.
 
-    Keys: ``key``, ``dataset`` (key prefix before the first ``/``), ``url``, ``path``,
+    Keys: ``key``, ``dataset`` (the store URL the entry came from; else the key's prefix
+    before its first ``/``), ``url``, ``path``,
     ``size`` (bytes), ``last_use`` (unix time), ``in_use`` (a lease or download holds it).
     """
     root = layout_root(cache_dir)
@@ -30,7 +31,7 @@ def list_cache(cache_dir: str) -> list[dict[str, Any]]:
         key = str(meta.get("key") or key_from_name(item.entry.name))
         rows.append({
             "key": key,
-            "dataset": dataset_prefix(key),
+            "dataset": meta.get("dataset") or dataset_prefix(key),
             "url": meta.get("url"),
             "path": item.entry.data,
             "size": item.size,

@@ -1,10 +1,10 @@
 """Build an fsspec filesystem for a protocol, with shardkit's defaults for network backends.
 
 For ``s3``: socket connect/read timeouts on every request, and the backend's own retry loops
-turned off (botocore ``total_max_attempts=1``, s3fs ``retries = 1``) so that ``RetryPolicy`` is the one
-place retries happen — nested retry loops multiply into hangs. Anything the caller sets in
-``storage_options`` wins. The endpoint comes from ``storage_options`` (``endpoint_url`` or
-``client_kwargs={"endpoint_url": ...}``) or from the standard AWS env/config
+turned off (botocore ``total_max_attempts=1``, s3fs ``retries = 1``) so that ``RetryPolicy``
+is the one place retries happen — nested retry loops multiply into hangs. Anything the caller
+sets in ``storage_options`` wins. The endpoint comes from ``storage_options`` (``endpoint_url``
+or ``client_kwargs={"endpoint_url": ...}``) or from the standard AWS env/config
 (``AWS_ENDPOINT_URL``, ``AWS_ENDPOINT_URL_S3``, profiles), which botocore reads itself.
 """
 

@@ -124,7 +124,8 @@ class ShardCache:
         if store.is_local:
             return
         entry = Entry(self.root, entry_name(item.key))
-        self._lease(store, item.name, entry, item.key, item.num_bytes, item.verify, cancel).release()
+        lock = self._lease(store, item.name, entry, item.key, item.num_bytes, item.verify, cancel)
+        lock.release()
 
     def prefetch(self, store: Store, items: Iterable[CacheItem], **kwargs: int) -> Prefetcher:
         """A ``Prefetcher`` downloading ``items`` ahead of the consumer (see prefetch.py)."""
@@ -214,7 +215,7 @@ class ShardCache:
                 remove_temps([tmp])
                 raise
             os.replace(tmp, entry.data)  # C1: atomic publish
-            write_meta(entry, key, url, num_bytes)
+            write_meta(entry, key, url, num_bytes, store.url)
             return
         final = errors[-1] if errors else CacheError(f"{url}: verify_attempts must be >= 1")
         final.add_note(f"downloading {url} into cache {self.cache_dir}: verification failed "

@@ -21,7 +21,12 @@ from dataclasses import dataclass, field
 
 from shardkit.errors import CacheError
 from shardkit.storage.layout import (
-    DATA_SUFFIX, FILE_MODE, SPACE_LOCK, TEMP_MARK, Entry, entry_of_filename,
+    DATA_SUFFIX,
+    FILE_MODE,
+    SPACE_LOCK,
+    TEMP_MARK,
+    Entry,
+    entry_of_filename,
 )
 from shardkit.storage.locks import FileLock
 

@@ -4,7 +4,7 @@
 
     <cache_dir>/v1/<entry>.data                  published, verified shard bytes (mtime = last use)
     <cache_dir>/v1/<entry>.lock                  flock target; holds the downloader's pid
-    <cache_dir>/v1/<entry>.json                  sidecar: key, url, size, created
+    <cache_dir>/v1/<entry>.json                  sidecar: key, url, dataset, size, created
     <cache_dir>/v1/<entry>.tmp-<pid>-<hex>       download in progress (never read)
     <cache_dir>/v1/.space.lock                   serialises space accounting + eviction
 
@@ -75,7 +75,8 @@ class Entry:
         return os.path.join(self.root, self.name + META_SUFFIX)
 
     def new_temp(self) -> str:
-        return os.path.join(self.root, f"{self.name}{TEMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        unique = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        return os.path.join(self.root, f"{self.name}{TEMP_MARK}{unique}")
 
     def is_own_temp(self, filename: str) -> bool:
         return filename.startswith(self.name + TEMP_MARK)
@@ -110,9 +111,10 @@ def entry_of_filename(root: str, filename: str) -> Entry | None:
     return None
 
 
-def write_meta(entry: Entry, key: str, url: str, num_bytes: int) -> None:
+def write_meta(entry: Entry, key: str, url: str, num_bytes: int, dataset: str) -> None:
     """Publish the sidecar atomically; failures only cost ``cache ls`` its key text."""
-    record: dict[str, Any] = {"key": key, "url": url, "size": num_bytes, "created": time.time()}
+    record: dict[str, Any] = {"key": key, "url": url, "dataset": dataset, "size": num_bytes,
+                              "created": time.time()}
     tmp = entry.new_temp() + ".meta"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)

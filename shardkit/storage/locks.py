@@ -72,7 +72,7 @@ class FileLock:
                 )
             if not warned and waited > warn_after:
                 warned = True
-                logger.warning("waiting %.0fs for the lock of %s (%s); holder pid: %s",
+                logger.warning("waiting %.1fs for the lock of %s (%s); holder pid: %s",
                                waited, what, self.path, self.holder_pid() or "unknown")
             time.sleep(pause)
             pause = min(_MAX_POLL, pause * 2)

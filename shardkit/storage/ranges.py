@@ -78,5 +78,5 @@ class RangeReader:
 
 def prefetch_ranges(store: Store, name: str, ranges: Iterable[tuple[int, int]],
                     max_ahead: int = 4) -> RangeReader:
-    """Bytes of each ``(start, end)`` range of ``name``, in order, read up to ``max_ahead`` ahead."""
+    """Bytes of each ``(start, end)`` range of ``name``, in order, up to ``max_ahead`` ahead."""
     return RangeReader(store, name, ranges, max_ahead=max_ahead)

@@ -98,8 +98,8 @@ class FaultProxy:
                     if (method is None or r.method == method) and (key is None or key in r.key)]
 
     def bytes_served(self, key: str) -> int:
-        """Body bytes of successful GETs of objects whose key contains ``key``."""
-        return sum(r.bytes_sent for r in self.records("GET", key) if r.fault is None)
+        """Body bytes sent for GETs of objects whose key contains ``key`` (all responses)."""
+        return sum(r.bytes_sent for r in self.records("GET", key))
 
     def _choose(self, method: str, key: str) -> Fault | None:
         with self.state.lock:

@@ -199,7 +199,7 @@ def test_list_and_clear_skip_entries_in_use(remote: Store, tmp_path: object) -> 
         rows = {row["key"]: row for row in list_cache(str(tmp_path))}
         assert set(rows) == {"fp/0", "fp/1", "fp/2"}
         assert rows["fp/2"]["in_use"] and not rows["fp/0"]["in_use"]
-        assert rows["fp/0"]["dataset"] == "fp" and rows["fp/0"]["size"] == SIZE
+        assert rows["fp/0"]["dataset"] == remote.url and rows["fp/0"]["size"] == SIZE
         assert clear_cache(str(tmp_path), older_than_seconds=3600) == (0, 0)
         assert clear_cache(str(tmp_path)) == (2, 2 * SIZE)
     assert [row["key"] for row in list_cache(str(tmp_path))] == ["fp/2"]

@@ -8,7 +8,10 @@ import random
 import pytest
 
 from shardkit.errors import (
-    NotFoundError, StorageError, StorageTimeoutError, TransientStorageError,
+    NotFoundError,
+    StorageError,
+    StorageTimeoutError,
+    TransientStorageError,
 )
 from shardkit.storage.classify import is_transient, to_storage_error
 from shardkit.storage.retry import RetryPolicy, call_with_retry

@@ -1,0 +1,61 @@
+"""``shardkit cache warm|ls|clear`` (shardkit/cli/cache_cmd.py) against a real cache dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import pytest
+
+from shardkit.cli.cache_cmd import add_cache_parser, warm
+from shardkit.storage import CacheItem, ShardCache, open_store
+
+
+def test_warm_then_ls_and_clear(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    from shardkit.cli import main
+
+    store = open_store(f"memory://cli-{uuid.uuid4().hex}")
+    items = []
+    for index in range(3):
+        store.write_atomic(f"s/{index}", bytes([index]) * 1000)
+        items.append(CacheItem(f"s/{index}", f"fp/{index}", 1000))
+    cache_dir = str(tmp_path)
+    assert warm(ShardCache(cache_dir, 10_000), store, items, progress=False) == 3000
+
+    assert main(["cache", "ls", "--cache-dir", cache_dir, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted(row["key"] for row in rows) == ["fp/0", "fp/1", "fp/2"]
+    assert {row["dataset"] for row in rows} == {store.url}
+    assert not any(row["in_use"] for row in rows)
+
+    assert main(["cache", "ls", "--cache-dir", cache_dir]) == 0
+    assert "3 entries" in capsys.readouterr().out
+    assert main(["cache", "clear", "--cache-dir", cache_dir, "--older-than", "7d"]) == 0
+    assert "removed 0 entries" in capsys.readouterr().out
+    assert main(["cache", "clear", "--cache-dir", cache_dir, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["removed"] == 3
+
+
+def test_warm_command_reads_the_manifest(tmp_path: object,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import shardkit as sk
+    from shardkit.cli import main
+
+    url = f"memory://cli-warm-{uuid.uuid4().hex}"
+    with sk.ShardWriter(url, shard_size="4KiB") as writer:
+        for index in range(300):
+            writer.write({"id": index, "text": f"sample {index} " * 4})
+    cache_dir = os.path.join(str(tmp_path), "cache")
+    assert main(["cache", "warm", url, "--cache-dir", cache_dir, "--no-progress"]) == 0
+    entries = [f for f in os.listdir(os.path.join(cache_dir, "v1")) if f.endswith(".data")]
+    assert entries and f"warmed {len(entries)} shards" in capsys.readouterr().out
+
+
+def test_parser_has_the_three_actions() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_cache_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["cache", "clear", "--cache-dir", "/tmp/x", "--older-than", "12h"])
+    assert (args.cache_command, args.older_than) == ("clear", "12h")
