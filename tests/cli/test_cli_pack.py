@@ -1,0 +1,255 @@
+"""``shardkit pack`` from every source format, ``info``/``head``, determinism across workers and
+SIGKILL during pack (specs/manifest.md W1–W3)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+
+import numpy as np
+import pytest
+
+from shardkit.cli import main
+from shardkit.read import open_dataset
+from shardkit.read.verify import verify_dataset
+from tests.helpers.samples import assert_value_equal
+
+SHARDKIT = [os.path.join(os.path.dirname(sys.executable), "shardkit")]
+
+
+def pack(capsys, src, out, *extra: str) -> tuple[int, str]:
+    code = main(["pack", str(src), str(out), "--no-progress", *extra])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def read_back(out) -> list[dict]:
+    dataset = open_dataset(str(out))
+    assert verify_dataset(dataset).ok
+    return list(dataset.samples())
+
+
+def write(path, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.write(data)
+
+
+def test_image_folder_with_labels_from_dirs(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    images = {f"{cls}/{i:03d}": rng.bytes(300) for cls in ("cat", "dog") for i in range(5)}
+    for key, data in images.items():
+        write(tmp_path / "raw" / f"{key}.jpg", data)
+    code, text = pack(capsys, tmp_path / "raw", tmp_path / "out", "--label-from-dir")
+    assert code == 0, text
+    got = read_back(tmp_path / "out")
+    assert [s["__key__"] for s in got] == sorted(images)
+    for sample in got:
+        assert sample["jpg"] == images[sample["__key__"]]
+        assert sample["label"] == {"cat": 0, "dog": 1}[sample["__key__"].split("/")[0]]
+    assert open_dataset(str(tmp_path / "out")).manifest.metadata["classes"] == {"cat": 0, "dog": 1}
+
+
+def test_key_groups_jpg_json_cls(tmp_path, capsys):
+    raw = tmp_path / "raw"
+    for i in range(7):
+        write(raw / f"{i:04d}.jpg", bytes([i]) * 50)
+        write(raw / f"{i:04d}.json", json.dumps({"caption": f"c{i}", "n": [i, i]}).encode())
+        write(raw / f"{i:04d}.cls", f"{i % 3}\n".encode())
+    code, text = pack(capsys, raw, tmp_path / "out")
+    assert code == 0, text
+    got = read_back(tmp_path / "out")
+    for i, sample in enumerate(got):
+        want = {"__key__": f"{i:04d}", "cls": i % 3, "jpg": bytes([i]) * 50,
+                "json": {"caption": f"c{i}", "n": [i, i]}}
+        assert_value_equal(sample, want)
+
+
+def test_jsonl(tmp_path, capsys):
+    rows = [{"id": i, "text": "é" * i, "tags": ["a", None, 1.5], "nested": {"k": [i]}} for i in range(30)]
+    write(tmp_path / "rows.jsonl", b"\n".join(json.dumps(r).encode() for r in rows) + b"\n\n")
+    code, text = pack(capsys, tmp_path / "rows.jsonl", tmp_path / "out", "--shard-size", "600", "--block-size", "100")
+    assert code == 0, text
+    assert read_back(tmp_path / "out") == rows
+    assert len(open_dataset(str(tmp_path / "out")).manifest.shards) > 1
+
+
+def test_parquet_list_columns_become_arrays(tmp_path, capsys):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    tokens = [np.arange(i, dtype=np.int32) for i in range(12)]
+    table = pa.table({
+        "id": pa.array(range(12), pa.int64()),
+        "text": [f"row {i}" for i in range(12)],
+        "tokens": pa.array([t.tolist() for t in tokens], pa.list_(pa.int32())),
+        "scores": pa.array([[0.5 * i] * 3 if i % 4 else None for i in range(12)], pa.list_(pa.float64())),
+    })
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=5)
+    code, text = pack(capsys, tmp_path / "t.parquet", tmp_path / "out")
+    assert code == 0, text
+    for i, sample in enumerate(read_back(tmp_path / "out")):
+        scores = None if i % 4 == 0 else np.array([0.5 * i] * 3)
+        assert_value_equal(sample, {"id": i, "text": f"row {i}", "tokens": tokens[i], "scores": scores})
+
+
+def test_webdataset_tar(tmp_path, capsys):
+    members = []
+    for i in range(6):
+        members += [(f"s{i:03d}.jpg", bytes([i]) * 40), (f"s{i:03d}.cls", str(i).encode()),
+                    (f"s{i:03d}.txt", f"caption {i}".encode())]
+    os.makedirs(tmp_path / "raw")
+    with tarfile.open(tmp_path / "raw" / "part-0.tar", "w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    code, text = pack(capsys, tmp_path / "raw", tmp_path / "out")
+    assert code == 0, text
+    got = read_back(tmp_path / "out")
+    assert got == [{"__key__": f"s{i:03d}", "jpg": bytes([i]) * 40, "cls": i, "txt": f"caption {i}"}
+                   for i in range(6)]
+
+
+def _jsonl_with_bad_line(path) -> None:
+    write(path, b'{"a": 1}\n{"a": 2\n{"a": 3}\n[4]\n')
+
+
+def test_skip_bad_lists_bad_items(tmp_path, capsys):
+    _jsonl_with_bad_line(tmp_path / "r.jsonl")
+    code, text = pack(capsys, tmp_path / "r.jsonl", tmp_path / "out", "--skip-bad")
+    assert code == 0, text
+    assert "skipped 2 bad item(s)" in text and "r.jsonl:2" in text and "r.jsonl:4" in text
+    assert read_back(tmp_path / "out") == [{"a": 1}, {"a": 3}]
+    skipped = open_dataset(str(tmp_path / "out")).manifest.metadata["skipped"]
+    assert [s["origin"].rsplit("/", 1)[-1] for s in skipped] == ["r.jsonl:2", "r.jsonl:4"]
+
+
+def test_bad_item_stops_pack_naming_the_file(tmp_path, capsys):
+    _jsonl_with_bad_line(tmp_path / "r.jsonl")
+    code, text = pack(capsys, tmp_path / "r.jsonl", tmp_path / "out")
+    assert code == 1 and "r.jsonl:2" in text and "not valid JSON" in text
+    assert not os.path.exists(tmp_path / "out" / "manifest.json")
+
+
+def test_unencodable_value_stops_pack_naming_the_row(tmp_path, capsys):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"when": pa.array([0, 1], pa.timestamp("s"))}), tmp_path / "t.parquet")
+    code, text = pack(capsys, tmp_path / "t.parquet", tmp_path / "out")
+    assert code == 1 and "t.parquet:row 0" in text and "$.when" in text
+
+
+def test_empty_raw_folder(tmp_path, capsys):
+    os.makedirs(tmp_path / "raw")
+    code, text = pack(capsys, tmp_path / "raw", tmp_path / "out")
+    assert code != 0 and "raw" in text and "no input files" in text
+    assert not os.path.exists(tmp_path / "out" / "manifest.json")
+
+
+def test_refuses_to_overwrite(tmp_path, capsys):
+    write(tmp_path / "a.jsonl", b'{"v": 1}\n')
+    write(tmp_path / "b.jsonl", b'{"v": 2}\n{"v": 3}\n')
+    assert pack(capsys, tmp_path / "a.jsonl", tmp_path / "out")[0] == 0
+    code, text = pack(capsys, tmp_path / "b.jsonl", tmp_path / "out")
+    assert code == 1 and "--overwrite" in text
+    assert read_back(tmp_path / "out") == [{"v": 1}]
+    assert pack(capsys, tmp_path / "b.jsonl", tmp_path / "out", "--overwrite")[0] == 0
+    assert read_back(tmp_path / "out") == [{"v": 2}, {"v": 3}]
+
+
+@pytest.fixture
+def small_dataset(tmp_path, capsys):
+    rows = [{"id": i, "tokens": list(range(i)), "text": f"line {i}"} for i in range(12)]
+    write(tmp_path / "rows.jsonl", b"\n".join(json.dumps(r).encode() for r in rows))
+    assert pack(capsys, tmp_path / "rows.jsonl", tmp_path / "out", "--shard-size", "200", "--block-size", "50")[0] == 0
+    return str(tmp_path / "out")
+
+
+def test_info_text_and_json(small_dataset, capsys):
+    assert main(["info", small_dataset]) == 0
+    text = capsys.readouterr().out
+    assert "12 in" in text and "fingerprint  xxh3-128:" in text and "tokens" in text
+    assert main(["info", small_dataset, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    manifest = open_dataset(small_dataset).manifest
+    assert info["num_samples"] == 12 and info["num_shards"] == len(manifest.shards) > 1
+    assert info["fingerprint"] == manifest.fingerprint and info["schema"]["id"] == {"type": "int"}
+
+
+def test_head_text_and_json(small_dataset, capsys):
+    assert main(["head", small_dataset, "-n", "5"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("--- sample") == 5 and "line 4" in text and "line 5" not in text
+    assert main(["head", small_dataset, "-n", "5", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [s["id"] for s in shown] == [0, 1, 2, 3, 4]
+    assert shown[4]["tokens"] == [0, 1, 2, 3]
+
+
+def test_head_renders_arrays_and_bytes(tmp_path, capsys):
+    import shardkit as sk
+
+    with sk.ShardWriter(str(tmp_path / "ds")) as w:
+        w.write({"a": np.arange(20, dtype=np.int32), "b": b"\x00" * 40, "s": np.float32(2.5)})
+    assert main(["head", str(tmp_path / "ds"), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)[0]
+    assert shown["a"].startswith("ndarray int32 [20] [0, 1, 2") and shown["b"].startswith("bytes[40]")
+
+
+def _tree(folder) -> dict[str, bytes]:
+    out = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            with open(os.path.join(root, name), "rb") as fh:
+                out[os.path.relpath(os.path.join(root, name), folder)] = fh.read()
+    return out
+
+
+@pytest.mark.slow
+def test_pack_workers_2_is_byte_identical_to_workers_1(tmp_path):
+    """W3: the output depends on the input only, not on --workers."""
+    rows = [{"id": i, "tokens": list(range(i % 50)), "text": "x" * (i % 17)} for i in range(1500)]
+    write(tmp_path / "rows.jsonl", b"\n".join(json.dumps(r).encode() for r in rows))
+    for workers in ("1", "2"):
+        subprocess.run(
+            [*SHARDKIT, "pack", str(tmp_path / "rows.jsonl"), str(tmp_path / f"out{workers}"),
+             "--workers", workers, "--shard-size", "20KiB", "--block-size", "2KiB", "--no-progress"],
+            check=True, capture_output=True, timeout=120,
+        )
+    one, two = _tree(tmp_path / "out1"), _tree(tmp_path / "out2")
+    assert len(one) > 3 and one == two
+
+
+@pytest.mark.slow
+def test_sigkill_during_pack_leaves_no_manifest(tmp_path):
+    """W2 / G9: a pack killed after its first shard leaves no manifest; rerunning works."""
+    rng = np.random.default_rng(1)
+    raw = tmp_path / "raw"
+    for i in range(1500):
+        write(raw / f"{i:05d}.bin", rng.bytes(4000))
+    out = tmp_path / "out"
+    args = [*SHARDKIT, "pack", str(raw), str(out), "--shard-size", "64KiB", "--block-size", "16KiB",
+            "--no-progress"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            if os.path.isdir(out / "shards") and any(n.endswith(".sks") for n in os.listdir(out / "shards")):
+                break
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    if proc.returncode == 0:
+        pytest.skip("pack finished before it could be killed")
+    assert not os.path.exists(out / "manifest.json")
+    subprocess.run(args, check=True, capture_output=True, timeout=120)
+    got = list(open_dataset(str(out)).samples())
+    assert len(got) == 1500 and got[7]["bin"] == (raw / "00007.bin").read_bytes()
+    assert verify_dataset(open_dataset(str(out))).ok
