@@ -164,12 +164,7 @@ def _check_shape(state: Any, path: str) -> None:
         params = PlanParams.from_dict(state["params"])
     except PlanError as error:
         raise StateError(f"{path}.params: {error}") from error
-    offsets = state["offsets"]
-    if not isinstance(offsets, list) or len(offsets) != params.num_consumers:
-        raise StateError(
-            f"{path}.offsets: expected a list of {params.num_consumers} ints (one per "
-            f"consumer), got {_describe(offsets)}"
-        )
+    _check_offset_list(state["offsets"], params, path)
     parent = state["parent"]
     if parent is not None:
         _check_shape(parent, f"{path}.parent")
@@ -177,6 +172,20 @@ def _check_shape(state: Any, path: str) -> None:
             raise StateError(
                 f"{path}.parent.params.epoch: expected {params.epoch} (levels of one state "
                 f"share an epoch), got {parent['params']['epoch']}"
+            )
+
+
+def _check_offset_list(offsets: Any, params: PlanParams, path: str) -> None:
+    if not isinstance(offsets, list) or len(offsets) != params.num_consumers:
+        raise StateError(
+            f"{path}.offsets: expected a list of {params.num_consumers} ints (one per "
+            f"consumer), got {_describe(offsets)}"
+        )
+    for consumer, offset in enumerate(offsets):
+        if not _is_int(offset) or offset < 0 or offset % params.batch_size:
+            raise StateError(
+                f"{path}.offsets[{consumer}]: expected a multiple of batch_size "
+                f"{params.batch_size} >= 0, got {offset!r}"
             )
 
 

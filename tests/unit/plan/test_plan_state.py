@@ -111,6 +111,8 @@ def mutate(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
         (("params", "tail"), "wrap", r"state\.params: .*tail"),
         (("params", "extra"), 1, r"state\.params: .*unknown keys \['extra'\]"),
         (("offsets",), [0, 0], r"state\.offsets: expected a list of 3 ints"),
+        (("offsets",), [0, "2", 0], r"state\.offsets\[1\]: expected a multiple of batch_size 2"),
+        (("parent", "offsets"), [0, 0, 1, 0], r"state\.parent\.offsets\[2\]: .*got 1"),
         (("parent", "offsets"), "0", r"state\.parent\.offsets: expected a list of 4"),
         (("parent", "params", "epoch"), 1, r"state\.parent\.params\.epoch: expected 2"),
     ],
