@@ -71,7 +71,9 @@ def refresh_manifest(folder: str) -> None:
             data = fh.read()
         from shardkit.format.checksum import xxh64_text
 
-        shards.append(ShardInfo.from_dict({**entry, "num_bytes": len(data), "checksum": xxh64_text(data)}, ""))
+        shards.append(
+            ShardInfo.from_dict({**entry, "num_bytes": len(data), "checksum": xxh64_text(data)}, "")
+        )
     manifest = Manifest(tuple(shards), raw["schema"], raw["metadata"], raw["created_by"])
     with open(os.path.join(folder, "manifest.json"), "wb") as fh:
         fh.write(manifest.to_json())
@@ -94,7 +96,9 @@ def rebuild_shard(folder: str, shard_index: int, replace_block0: bytes) -> None:
         for i, record in enumerate(reader.index.blocks):
             stored = replace_block0 if i == 0 else reader.read_stored_block(i)
             offsets = reader.index.offsets_of(i).copy()
-            blocks.append(SealedBlock(int(record["codec"]), stored, int(record["raw_size"]), offsets))
+            blocks.append(
+                SealedBlock(int(record["codec"]), stored, int(record["raw_size"]), offsets)
+            )
     data, _ = build_shard(info.name, blocks)
     with open(os.path.join(folder, info.name), "wb") as fh:
         fh.write(data)
@@ -137,7 +141,10 @@ def test_flipped_byte_in_a_block(dataset, capsys, fix_manifest):
     edit_shard(dataset, SHARD0, flip)
     if fix_manifest:
         refresh_manifest(dataset)
-    with pytest.raises(CorruptShardError, match=rf"{SHARD0}.*block 1 \(samples {first}\.\.{first + count - 1}\) at offset \d+: checksum mismatch"):
+    with pytest.raises(
+        CorruptShardError,
+        match=rf"{SHARD0}.*block 1 \(samples {first}\.\.{first + count - 1}\) at offset \d+: checksum mismatch",
+    ):
         read_all(dataset)
     code, text = verify(dataset, capsys)
     assert code == 1 and SHARD0 in text and "block 1" in text
@@ -205,8 +212,20 @@ def test_manifest_names_a_missing_shard(dataset, capsys):
 
 
 @pytest.mark.parametrize(
-    "name", ["../x.sks", "/abs/x.sks", "a/../../x", "shard\n.sks", "shard.sks\n", "sh\x00ard", "a/b/c.sks",
-             ".hidden", "manifest.json", "", "C:\\x.sks"],
+    "name",
+    [
+        "../x.sks",
+        "/abs/x.sks",
+        "a/../../x",
+        "shard\n.sks",
+        "shard.sks\n",
+        "sh\x00ard",
+        "a/b/c.sks",
+        ".hidden",
+        "manifest.json",
+        "",
+        "C:\\x.sks",
+    ],
 )
 def test_manifest_with_unsafe_shard_name(dataset, capsys, name):
     """M3: names are relative, one folder deep at most, no '..', no controls; exit 2."""
@@ -219,7 +238,9 @@ def test_manifest_with_unsafe_shard_name(dataset, capsys, name):
     assert code == 2 and "unsafe shard name" in text
 
 
-@pytest.mark.parametrize("body", [b"{not json", b"\xff\xfe\x00", b"[]", b'{"format": "other"}', b"[" * 100000, b""])
+@pytest.mark.parametrize(
+    "body", [b"{not json", b"\xff\xfe\x00", b"[]", b'{"format": "other"}', b"[" * 100000, b""]
+)
 def test_garbage_manifest(dataset, capsys, body):
     with open(os.path.join(dataset, "manifest.json"), "wb") as fh:
         fh.write(body)
@@ -250,7 +271,9 @@ def _bomb_without_content_size(raw_size: int) -> bytes:
 
 def _bomb_with_lying_content_size(raw_size: int) -> bytes:
     """An 8 MiB frame whose header claims ``raw_size`` (the Frame_Content_Size field patched)."""
-    frame = bytearray(zstandard.ZstdCompressor(write_content_size=True).compress(b"\x00" * (8 << 20)))
+    frame = bytearray(
+        zstandard.ZstdCompressor(write_content_size=True).compress(b"\x00" * (8 << 20))
+    )
     descriptor = frame[4]
     single_segment, dict_flag, fcs_flag = (descriptor >> 5) & 1, descriptor & 3, descriptor >> 6
     position = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]

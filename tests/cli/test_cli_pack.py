@@ -66,15 +66,30 @@ def test_key_groups_jpg_json_cls(tmp_path, capsys):
     assert code == 0, text
     got = read_back(tmp_path / "out")
     for i, sample in enumerate(got):
-        want = {"__key__": f"{i:04d}", "cls": i % 3, "jpg": bytes([i]) * 50,
-                "json": {"caption": f"c{i}", "n": [i, i]}}
+        want = {
+            "__key__": f"{i:04d}",
+            "cls": i % 3,
+            "jpg": bytes([i]) * 50,
+            "json": {"caption": f"c{i}", "n": [i, i]},
+        }
         assert_value_equal(sample, want)
 
 
 def test_jsonl(tmp_path, capsys):
-    rows = [{"id": i, "text": "é" * i, "tags": ["a", None, 1.5], "nested": {"k": [i]}} for i in range(30)]
+    rows = [
+        {"id": i, "text": "é" * i, "tags": ["a", None, 1.5], "nested": {"k": [i]}}
+        for i in range(30)
+    ]
     write(tmp_path / "rows.jsonl", b"\n".join(json.dumps(r).encode() for r in rows) + b"\n\n")
-    code, text = pack(capsys, tmp_path / "rows.jsonl", tmp_path / "out", "--shard-size", "600", "--block-size", "100")
+    code, text = pack(
+        capsys,
+        tmp_path / "rows.jsonl",
+        tmp_path / "out",
+        "--shard-size",
+        "600",
+        "--block-size",
+        "100",
+    )
     assert code == 0, text
     assert read_back(tmp_path / "out") == rows
     assert len(open_dataset(str(tmp_path / "out")).manifest.shards) > 1
@@ -84,25 +99,34 @@ def test_parquet_list_columns_become_arrays(tmp_path, capsys):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
     tokens = [np.arange(i, dtype=np.int32) for i in range(12)]
-    table = pa.table({
-        "id": pa.array(range(12), pa.int64()),
-        "text": [f"row {i}" for i in range(12)],
-        "tokens": pa.array([t.tolist() for t in tokens], pa.list_(pa.int32())),
-        "scores": pa.array([[0.5 * i] * 3 if i % 4 else None for i in range(12)], pa.list_(pa.float64())),
-    })
+    table = pa.table(
+        {
+            "id": pa.array(range(12), pa.int64()),
+            "text": [f"row {i}" for i in range(12)],
+            "tokens": pa.array([t.tolist() for t in tokens], pa.list_(pa.int32())),
+            "scores": pa.array(
+                [[0.5 * i] * 3 if i % 4 else None for i in range(12)], pa.list_(pa.float64())
+            ),
+        }
+    )
     pq.write_table(table, tmp_path / "t.parquet", row_group_size=5)
     code, text = pack(capsys, tmp_path / "t.parquet", tmp_path / "out")
     assert code == 0, text
     for i, sample in enumerate(read_back(tmp_path / "out")):
         scores = None if i % 4 == 0 else np.array([0.5 * i] * 3)
-        assert_value_equal(sample, {"id": i, "text": f"row {i}", "tokens": tokens[i], "scores": scores})
+        assert_value_equal(
+            sample, {"id": i, "text": f"row {i}", "tokens": tokens[i], "scores": scores}
+        )
 
 
 def test_webdataset_tar(tmp_path, capsys):
     members = []
     for i in range(6):
-        members += [(f"s{i:03d}.jpg", bytes([i]) * 40), (f"s{i:03d}.cls", str(i).encode()),
-                    (f"s{i:03d}.txt", f"caption {i}".encode())]
+        members += [
+            (f"s{i:03d}.jpg", bytes([i]) * 40),
+            (f"s{i:03d}.cls", str(i).encode()),
+            (f"s{i:03d}.txt", f"caption {i}".encode()),
+        ]
     os.makedirs(tmp_path / "raw")
     with tarfile.open(tmp_path / "raw" / "part-0.tar", "w") as tar:
         for name, data in members:
@@ -112,8 +136,10 @@ def test_webdataset_tar(tmp_path, capsys):
     code, text = pack(capsys, tmp_path / "raw", tmp_path / "out")
     assert code == 0, text
     got = read_back(tmp_path / "out")
-    assert got == [{"__key__": f"s{i:03d}", "jpg": bytes([i]) * 40, "cls": i, "txt": f"caption {i}"}
-                   for i in range(6)]
+    assert got == [
+        {"__key__": f"s{i:03d}", "jpg": bytes([i]) * 40, "cls": i, "txt": f"caption {i}"}
+        for i in range(6)
+    ]
 
 
 def _jsonl_with_bad_line(path) -> None:
@@ -167,7 +193,18 @@ def test_refuses_to_overwrite(tmp_path, capsys):
 def small_dataset(tmp_path, capsys):
     rows = [{"id": i, "tokens": list(range(i)), "text": f"line {i}"} for i in range(12)]
     write(tmp_path / "rows.jsonl", b"\n".join(json.dumps(r).encode() for r in rows))
-    assert pack(capsys, tmp_path / "rows.jsonl", tmp_path / "out", "--shard-size", "200", "--block-size", "50")[0] == 0
+    assert (
+        pack(
+            capsys,
+            tmp_path / "rows.jsonl",
+            tmp_path / "out",
+            "--shard-size",
+            "200",
+            "--block-size",
+            "50",
+        )[0]
+        == 0
+    )
     return str(tmp_path / "out")
 
 
@@ -199,7 +236,9 @@ def test_head_renders_arrays_and_bytes(tmp_path, capsys):
         w.write({"a": np.arange(20, dtype=np.int32), "b": b"\x00" * 40, "s": np.float32(2.5)})
     assert main(["head", str(tmp_path / "ds"), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)[0]
-    assert shown["a"].startswith("ndarray int32 [20] [0, 1, 2") and shown["b"].startswith("bytes[40]")
+    assert shown["a"].startswith("ndarray int32 [20] [0, 1, 2") and shown["b"].startswith(
+        "bytes[40]"
+    )
 
 
 def _tree(folder) -> dict[str, bytes]:
@@ -218,9 +257,22 @@ def test_pack_workers_2_is_byte_identical_to_workers_1(tmp_path):
     write(tmp_path / "rows.jsonl", b"\n".join(json.dumps(r).encode() for r in rows))
     for workers in ("1", "2"):
         subprocess.run(
-            [*SHARDKIT, "pack", str(tmp_path / "rows.jsonl"), str(tmp_path / f"out{workers}"),
-             "--workers", workers, "--shard-size", "20KiB", "--block-size", "2KiB", "--no-progress"],
-            check=True, capture_output=True, timeout=120,
+            [
+                *SHARDKIT,
+                "pack",
+                str(tmp_path / "rows.jsonl"),
+                str(tmp_path / f"out{workers}"),
+                "--workers",
+                workers,
+                "--shard-size",
+                "20KiB",
+                "--block-size",
+                "2KiB",
+                "--no-progress",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
         )
     one, two = _tree(tmp_path / "out1"), _tree(tmp_path / "out2")
     assert len(one) > 3 and one == two
@@ -234,13 +286,24 @@ def test_sigkill_during_pack_leaves_no_manifest(tmp_path):
     for i in range(1500):
         write(raw / f"{i:05d}.bin", rng.bytes(4000))
     out = tmp_path / "out"
-    args = [*SHARDKIT, "pack", str(raw), str(out), "--shard-size", "64KiB", "--block-size", "16KiB",
-            "--no-progress"]
+    args = [
+        *SHARDKIT,
+        "pack",
+        str(raw),
+        str(out),
+        "--shard-size",
+        "64KiB",
+        "--block-size",
+        "16KiB",
+        "--no-progress",
+    ]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
-            if os.path.isdir(out / "shards") and any(n.endswith(".sks") for n in os.listdir(out / "shards")):
+            if os.path.isdir(out / "shards") and any(
+                n.endswith(".sks") for n in os.listdir(out / "shards")
+            ):
                 break
             time.sleep(0.005)
         proc.send_signal(signal.SIGKILL)

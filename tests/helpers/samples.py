@@ -74,13 +74,17 @@ def assert_value_equal(got: Any, want: Any, path: str = "$") -> None:
         assert got.numpy().tobytes() == want.contiguous().numpy().tobytes(), path
     elif isinstance(want, np.ndarray):
         assert type(got) is np.ndarray, f"{path}: expected ndarray, got {type(got)}"
-        assert got.dtype == want.dtype and got.shape == want.shape, f"{path}: {got.dtype}{got.shape}"
+        assert got.dtype == want.dtype and got.shape == want.shape, (
+            f"{path}: {got.dtype}{got.shape}"
+        )
         assert got.tobytes() == np.ascontiguousarray(want).tobytes(), path
     elif isinstance(want, np.generic):
         assert type(got) is type(want), f"{path}: expected {type(want)}, got {type(got)}"
         assert got.tobytes() == want.tobytes(), path
     elif isinstance(want, dict):
-        assert type(got) is dict and list(got) == list(want), f"{path}: keys {list(got)} != {list(want)}"
+        assert type(got) is dict and list(got) == list(want), (
+            f"{path}: keys {list(got)} != {list(want)}"
+        )
         for key in want:
             assert_value_equal(got[key], want[key], f"{path}.{key}")
     elif isinstance(want, (list, tuple)):

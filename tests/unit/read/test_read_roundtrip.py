@@ -16,14 +16,23 @@ sizes = st.sampled_from([1, 40, 300, 4096, 1 << 20])
 compressions = st.sampled_from(["auto", "zstd", "none"])
 
 
-def write(folder: str, items: list[dict], block_size: int, shard_size: int, compression: str) -> None:
-    with sk.ShardWriter(folder, shard_size=shard_size, block_size=block_size, compression=compression) as w:
+def write(
+    folder: str, items: list[dict], block_size: int, shard_size: int, compression: str
+) -> None:
+    with sk.ShardWriter(
+        folder, shard_size=shard_size, block_size=block_size, compression=compression
+    ) as w:
         for sample in items:
             w.write(sample)
 
 
 @settings(max_examples=60, deadline=None)
-@given(items=st.lists(samples, min_size=1, max_size=25), block=sizes, shard=sizes, compression=compressions)
+@given(
+    items=st.lists(samples, min_size=1, max_size=25),
+    block=sizes,
+    shard=sizes,
+    compression=compressions,
+)
 def test_any_samples_round_trip_with_dtype_and_shape(items, block, shard, compression):
     """G1, I1–I9: what is written reads back equal (type, dtype, shape, bytes), in order, by
     iteration, by random access and by windows; the dataset verifies (schema included)."""
