@@ -1,0 +1,261 @@
+"""RESULTS.md and results.png from one run's JSONL file.
+
+    python -m benchmarks.report [benchmarks/results/run-….jsonl]   # default: the newest
+
+Medians over repetitions with [min–max]; the warm-up read (rep 0) is left out. Ratios:
+``vs peer`` divides by the fastest *peer* (mosaic, litdata, webdataset; not shardkit, not the
+raw loop) at the same W; ``vs raw`` divides by the raw loop with as many processes as the
+DataLoader has workers (W=0 → 1 process). Runs that failed or whose digest did not match are
+listed and never enter a median.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+RESULTS_MD = HERE / "RESULTS.md"
+PLOT_PNG = HERE / "results.png"
+PEERS = ("mosaic", "litdata-zstd", "litdata-none", "webdataset")
+PACKAGES = ("torch", "numpy", "zstandard", "msgpack", "xxhash", "pyarrow", "transformers", "psutil")
+
+
+def environment() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=False).stdout.strip()
+    except OSError:
+        commit = ""
+    return {
+        "machine": f"{cpu}, {os.cpu_count()} CPUs, {mem:.0f} GiB RAM, {platform.platform()}",
+        "python": sys.version.split()[0],
+        "packages": versions,
+        "peers": {},
+        "commit": commit,
+    }
+
+
+def _load(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _stats(values: list[float]) -> tuple[float, float, float]:
+    return statistics.median(values), min(values), max(values)
+
+
+def _fmt(value: float) -> str:
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def _group(records: list[dict[str, Any]], event: str) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        if r.get("event") == event and r.get("ok") and not r.get("warmup"):
+            groups[(r["kind"], r.get("scenario", "local"), r["peer"], r.get("workers", 0))].append(r)
+    return groups
+
+
+def read_rows(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """(kind, scenario, config, W) → medians; raw rows carry W = number of processes."""
+    rows = {}
+    groups = _group(records, "read")
+    groups.update(_group(records, "raw"))
+    for key, runs in groups.items():
+        rows[key] = {
+            "n": len(runs),
+            "sps": _stats([r["samples_per_s"] for r in runs]),
+            "mbps": statistics.median(r["mb_per_s"] for r in runs),
+            "ttfb": statistics.median(r.get("ttfb_s", float("nan")) for r in runs),
+            "rss": statistics.median(r.get("peak_rss_mib", float("nan")) for r in runs),
+        }
+    return rows
+
+
+def _read_table(kind: str, scenario: str, rows: dict[tuple[Any, ...], dict[str, Any]]) -> list[str]:
+    mine = {k[2:]: v for k, v in rows.items() if k[0] == kind and k[1] == scenario}
+    raw_name = "raw-shardkit" if any(c == "raw-shardkit" for c, _ in mine) else "raw-own"
+    out = [
+        f"| config | W | samples/s median [min–max] | MB/s | first batch s | peak RSS MiB "
+        f"| vs fastest peer | vs {raw_name} |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for workers in sorted({w for _, w in mine}):
+        best = max((v["sps"][0] for (c, w), v in mine.items() if c in PEERS and w == workers),
+                   default=float("nan"))
+        raw = mine.get((raw_name, max(workers, 1)), {"sps": (float("nan"),)})["sps"][0]
+        ordered = sorted(((c, v) for (c, w), v in mine.items() if w == workers),
+                         key=lambda item: -item[1]["sps"][0])
+        for config, v in ordered:
+            med, lo, hi = v["sps"]
+            is_raw = config.startswith("raw-")
+            label = f"{config} ({workers} proc)" if is_raw else config
+            out.append(
+                f"| {label} | {'–' if is_raw else workers} | **{_fmt(med)}** [{_fmt(lo)}–{_fmt(hi)}]"
+                f" | {_fmt(v['mbps'])} | {'–' if is_raw else _fmt(v['ttfb'])} | {_fmt(v['rss'])}"
+                f" | {med / best:.2f}× | {med / raw:.2f}× |"
+            )
+    return out
+
+
+def _pack_table(kind: str, records: list[dict[str, Any]]) -> list[str]:
+    groups = {k[2]: v for k, v in _group(records, "pack").items() if k[0] == kind}
+    best = max((statistics.median(r["samples_per_s"] for r in runs)
+                for c, runs in groups.items() if c in PEERS), default=float("nan"))
+    out = ["| config | samples/s median [min–max] | MB/s | seconds | on disk MB | disk / payload "
+           "| peak RSS MiB | vs fastest peer |", "|---|---|---|---|---|---|---|---|"]
+    for config, runs in sorted(groups.items(), key=lambda kv: -statistics.median(
+            r["samples_per_s"] for r in kv[1])):
+        med, lo, hi = _stats([r["samples_per_s"] for r in runs])
+        out.append(
+            f"| {config} | **{_fmt(med)}** [{_fmt(lo)}–{_fmt(hi)}]"
+            f" | {_fmt(statistics.median(r['mb_per_s'] for r in runs))}"
+            f" | {_fmt(statistics.median(r['pack_s'] for r in runs))}"
+            f" | {runs[-1]['disk_bytes'] / 1e6:,.1f} | {runs[-1]['disk_ratio']:.3f}"
+            f" | {_fmt(statistics.median(r['peak_rss_mib'] for r in runs))} | {med / best:.2f}× |"
+        )
+    return out
+
+
+def plot(rows: dict[tuple[Any, ...], dict[str, Any]], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    kinds = sorted({k[0] for k in rows})
+    fig, axes = plt.subplots(1, len(kinds), figsize=(6 * len(kinds), 4.2), squeeze=False)
+    for ax, kind in zip(axes[0], kinds, strict=True):
+        mine = {(k[2], k[3]): v for k, v in rows.items() if k[0] == kind and k[1] == "local"}
+        configs = sorted({c for c, _ in mine}, key=lambda c: (c.startswith("raw-"), c))
+        for offset, workers in ((-0.2, 0), (0.2, 2)):
+            xs, ys, errs = [], [], [[], []]
+            for i, config in enumerate(configs):
+                key = (config, max(workers, 1) if config.startswith("raw-") else workers)
+                if key in mine:
+                    med, lo, hi = mine[key]["sps"]
+                    xs.append(i + offset)
+                    ys.append(med)
+                    errs[0].append(med - lo)
+                    errs[1].append(hi - med)
+            label = f"W={workers}" + (" (raw: 1 proc)" if workers == 0 else " (raw: 2 procs)")
+            ax.bar(xs, ys, width=0.4, yerr=errs, capsize=2, label=label)
+        ax.set_xticks(range(len(configs)))
+        ax.set_xticklabels(configs, rotation=30, ha="right")
+        ax.set_yscale("log")
+        ax.set_ylabel("samples/s (median, min–max)")
+        ax.set_title(f"{kind}: local read, batch 64")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _failures(records: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for r in records:
+        if r.get("event") in ("pack", "read", "raw") and not r.get("ok"):
+            what = r.get("error") or f"digest {r.get('digest')} != expected {r.get('expected_digest')}"
+            what = what.replace("\n", " ⏎ ")[-400:]
+            out.append(f"- {r.get('event')} {r.get('kind')} {r.get('peer')} W={r.get('workers', '–')} "
+                       f"rep {r.get('rep')}: {what}")
+    return out
+
+
+def render(records: list[dict[str, Any]], run_file: str) -> str:
+    env = next((r for r in records if r.get("event") == "env"), {})
+    done = next((r for r in records if r.get("event") == "done"), {})
+    sources = {r["kind"]: r for r in records if r.get("event") == "data"}
+    loads = [r["loadavg_1m"] for r in records if "loadavg_1m" in r and r.get("event") != "env"]
+    rows = read_rows(records)
+    lines = [
+        "# Benchmark results",
+        "",
+        "Generated by `python -m benchmarks.run_all` (see [README.md](README.md) for what each "
+        "configuration is and how it is measured). Do not edit by hand: rerun, or regenerate "
+        f"with `python -m benchmarks.report {run_file}`.",
+        "",
+        f"- Run file: `{run_file}`; wall time {done.get('wall_s', '?')} s; "
+        f"{env.get('reps', '?')} interleaved repetitions; batch 64; page cache hot.",
+        f"- Scale {env.get('scale', '?')}: "
+        + "; ".join(f"{k} {s['num_samples']:,} samples, {s['payload_bytes'] / 1e6:,.0f} MB payload"
+                    for k, s in sources.items()),
+        f"- Machine: {env.get('machine', '?')}; Python {env.get('python', '?')}; "
+        f"shardkit commit {env.get('commit') or '?'}.",
+    ]
+    if loads:
+        lines.append(
+            f"- 1-minute load average while measuring: median {statistics.median(loads):.2f}, "
+            f"max {max(loads):.2f} (2 cores: anything above ~1.2 means other processes "
+            "competed for the CPUs and the figures are pessimistic for everyone).")
+    versions = {**env.get("packages", {}), **{p: v["version"] for p, v in env.get("peers", {}).items()}}
+    lines.append("- Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    skipped = {p: v["unavailable"] for p, v in env.get("peers", {}).items() if v.get("unavailable")}
+    for peer, reason in skipped.items():
+        lines.append(f"- **{peer} not measured**: {reason}")
+    lines += ["", "![samples/s per configuration](results.png)", ""]
+    for kind in sources:
+        for scenario in sorted({k[1] for k in rows if k[0] == kind}):
+            lines += [f"## Read: {kind} ({scenario})", "", *_read_table(kind, scenario, rows), ""]
+        lines += [f"## Pack: {kind} (one process)", "", *_pack_table(kind, records), ""]
+    failures = _failures(records)
+    lines += ["## Failed runs", "", *(failures or ["None: every run delivered every sample intact."]), ""]
+    return "\n".join(lines)
+
+
+def write_report(run_file: Path) -> None:
+    records = _load(run_file)
+    try:
+        shown = str(run_file.resolve().relative_to(HERE.parent.resolve()))
+    except ValueError:
+        shown = str(run_file)
+    RESULTS_MD.write_text(render(records, shown))
+    plot(read_rows(records), PLOT_PNG)
+    print(f"wrote {RESULTS_MD} and {PLOT_PNG}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args:
+        run_file = Path(args[0])
+    else:
+        runs = sorted((HERE / "results").glob("run-*.jsonl"))
+        if not runs:
+            print("no benchmarks/results/run-*.jsonl yet: run python -m benchmarks.run_all",
+                  file=sys.stderr)
+            return 1
+        run_file = runs[-1]
+    write_report(run_file)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

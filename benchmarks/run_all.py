@@ -1,0 +1,121 @@
+"""Every benchmark, interleaved, then RESULTS.md. Run inside the bench venv (see README.md).
+
+    python -m benchmarks.run_all [--scale 0.025] [--reps 3] [--kind tokens] [--peer mosaic …]
+
+For each kind: pack with every available library (repetitions interleaved: A B C A B C …),
+read each packed set once untimed (page cache hot, one-time work such as mosaic's shard
+decompression done), then the timed read repetitions, interleaved over (library, W) and the
+raw-limit loop with 1 and 2 processes. Every measurement runs in its own process
+(benchmarks/measure.py). Records go to ``benchmarks/results/run-<UTC time>.jsonl`` as they
+arrive; RESULTS.md and the plot are regenerated from that file at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import data, report
+from benchmarks.measure import run_child
+from benchmarks.peers import all_peers
+from benchmarks.scenarios import SCENARIOS
+
+RESULTS_DIR = Path(__file__).parent / "results"
+DEFAULT_SCALE = 0.025
+
+
+class Recorder:
+    """Appends records to the run's JSONL file and echoes a one-line summary to stderr."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file = open(path, "a")
+        self.started = time.monotonic()
+
+    def write(self, record: dict[str, Any], **tags: Any) -> dict[str, Any]:
+        record = {**record, **tags, "loadavg_1m": round(os.getloadavg()[0], 2)}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        elapsed = time.monotonic() - self.started
+        what = record.get("error") or f"{record.get('samples_per_s')} samples/s ok={record.get('ok')}"
+        print(f"[{elapsed:6.0f}s] {record.get('event', '?'):5} {tags} {what}", file=sys.stderr)
+        return record
+
+
+def _common(kind: str, scale: float) -> list[str]:
+    return ["--kind", kind, "--scale", str(scale)]
+
+
+def run_kind(rec: Recorder, kind: str, args: argparse.Namespace, peers: list[str]) -> None:
+    source = data.load(kind, args.scale)
+    rec.write({"event": "data", **source.meta})
+    common = _common(kind, args.scale)
+    for rep in range(1, args.reps + 1):
+        for peer in peers:
+            for record in run_child("benchmarks.pack", ["--peer", peer, *common]):
+                rec.write(record, event="pack", peer=peer, kind=kind, rep=rep)
+    raw_blocks = ["shardkit", "own"] if "shardkit" in peers else ["own"]
+    for scenario in SCENARIOS.values():
+        urls = {p: scenario.prepare(source.packed_dir(p), p) for p in peers}
+        for peer in peers:  # untimed warm-up read
+            for record in run_child("benchmarks.read", ["--peer", peer, "--url", urls[peer], *common]):
+                rec.write(record, event="read", peer=peer, kind=kind, rep=0, warmup=True,
+                          scenario=scenario.name)
+        for rep in range(1, args.reps + 1):
+            for peer in peers:
+                for workers in args.workers:
+                    scenario.before_read(peer)
+                    child_args = ["--peer", peer, "--url", urls[peer], "--workers", str(workers)]
+                    for record in run_child("benchmarks.read", [*child_args, *common]):
+                        rec.write(record, event="read", peer=peer, kind=kind, rep=rep,
+                                  workers=workers, scenario=scenario.name)
+            for blocks in raw_blocks:
+                for procs in (1, 2):
+                    raw_args = ["--blocks", blocks, "--procs", str(procs), *common]
+                    for record in run_child("benchmarks.raw", raw_args):
+                        rec.write(record, event="raw", peer=f"raw-{blocks}", kind=kind, rep=rep,
+                                  workers=procs, scenario=scenario.name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", type=float, default=DEFAULT_SCALE,
+                        help=f"fraction of 2M token / 100k image samples (default {DEFAULT_SCALE})")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--kind", choices=data.KINDS, action="append")
+    parser.add_argument("--peer", action="append", help="only these configurations")
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    parser.add_argument("--no-report", action="store_true", help="don't rewrite RESULTS.md")
+    args = parser.parse_args(argv)
+
+    env = report.environment()
+    peers = []
+    for peer in all_peers():
+        if args.peer and peer.name not in args.peer:
+            continue
+        reason = peer.unavailable_reason()
+        env["peers"][peer.name] = {"version": peer.version(), "unavailable": reason}
+        if reason is None:
+            peers.append(peer.name)
+        else:
+            print(f"skipping {peer.name}: {reason}", file=sys.stderr)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    rec = Recorder(RESULTS_DIR / f"run-{stamp}.jsonl")
+    rec.write({"event": "env", **env, "scale": args.scale, "reps": args.reps})
+    for kind in args.kind or data.KINDS:
+        run_kind(rec, kind, args, peers)
+    rec.write({"event": "done", "wall_s": round(time.monotonic() - rec.started, 1)})
+    print(f"results: {rec.path}", file=sys.stderr)
+    if not args.no_report:
+        report.write_report(rec.path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Stub package; see benchmarks/stubs/torchvision/__init__.py."""
