@@ -1,6 +1,7 @@
 """Ray Data blocks → shardkit samples, inside a write task.
 
-A ``RowSource`` turns one block (a pyarrow table) into ``(origin, raw)`` pairs and one ``raw``
+A ``RowSource`` turns one block (a pyarrow table whose first row is the task's row
+``first_row``) into ``(origin, raw)`` pairs and one ``raw``
 into a sample dict; ``origin`` names the record in errors and in ``metadata["skipped"]``.
 
 - ``DatasetRows``: any ``ray.data.Dataset`` of dict rows (and ``read_parquet``). Arrow values
@@ -35,14 +36,14 @@ class DatasetRows:
     def __init__(self, path_column: str | None = None) -> None:
         self.path_column = path_column
 
-    def items(self, table: Any, task_index: int) -> Iterator[tuple[str, Any]]:
+    def items(self, table: Any, task_index: int, first_row: int) -> Iterator[tuple[str, Any]]:
         paths: list[Any] | None = None
         if self.path_column and self.path_column in table.column_names:
             paths = table.column(self.path_column).to_pylist()
             table = table.drop([self.path_column])
         for row_index, row in enumerate(arrow_rows(table)):
             where = paths[row_index] if paths is not None else f"task {task_index}"
-            yield f"{where}: {_row_name(row, row_index)}", row
+            yield f"{where}: {_row_name(row, first_row + row_index)}", row
 
     def sample(self, raw: Any) -> dict[str, Any]:
         return dict(raw)
@@ -51,7 +52,7 @@ class DatasetRows:
 class ItemRows:
     """File groups: column ``item`` holds ``encode_item(item)``."""
 
-    def items(self, table: Any, task_index: int) -> Iterator[tuple[str, Any]]:
+    def items(self, table: Any, task_index: int, first_row: int) -> Iterator[tuple[str, Any]]:
         for text in table.column("item").to_pylist():
             item = decode_item(text)
             yield item.origin, item
@@ -68,7 +69,7 @@ class FileRows:
             raise ValueError(f"FileRows reads jsonl or wds, not {fmt!r}")
         self.fmt = fmt
 
-    def items(self, table: Any, task_index: int) -> Iterator[tuple[str, Any]]:
+    def items(self, table: Any, task_index: int, first_row: int) -> Iterator[tuple[str, Any]]:
         read: Callable[[str], Iterator[sources.Item]] = (
             sources.iter_jsonl if self.fmt == "jsonl" else sources.iter_wds
         )
@@ -91,7 +92,9 @@ def encode_item(item: sources.Item) -> str:
 
 def decode_item(text: str) -> sources.Item:
     body = json.loads(text)
-    return sources.Item(origin=body["origin"], key=body["key"], paths=body["paths"], label=body["label"])
+    return sources.Item(
+        origin=body["origin"], key=body["key"], paths=body["paths"], label=body["label"]
+    )
 
 
 def arrow_rows(table: Any) -> list[dict[str, Any]]:
@@ -101,14 +104,18 @@ def arrow_rows(table: Any) -> list[dict[str, Any]]:
     columns: dict[str, list[Any]] = {}
     for name in table.column_names:
         column = table.column(name).combine_chunks()
-        if isinstance(column.type, pa.ExtensionType) and "tensor" in type(column.type).__name__.lower():
+        if (
+            isinstance(column.type, pa.ExtensionType)
+            and "tensor" in type(column.type).__name__.lower()
+        ):
             columns[name] = _tensor_column(column)
         elif pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
             columns[name] = _list_column(column)
         else:
             columns[name] = column.to_pylist()
     names = list(columns)
-    return [dict(zip(names, values)) for values in zip(*columns.values())] if names else []
+    rows = zip(*columns.values(), strict=True)
+    return [dict(zip(names, values, strict=True)) for values in rows] if names else []
 
 
 def _tensor_column(column: Any) -> list[Any]:
