@@ -32,7 +32,7 @@ EXT_TENSOR = 2
 EXT_NPSCALAR = 3
 _ARRAY_KINDS = frozenset("biufc")
 _U8 = struct.Struct("<B")
-_BASE_TYPES = (bool, int, float, str, bytes, dict)
+_BASE_TYPES: tuple[type, ...] = (bool, int, float, str, bytes, dict)
 _CONTAINERS = (dict, list, tuple)
 _PLAIN = frozenset({type(None), bool, int, float, str, bytes})
 

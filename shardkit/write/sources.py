@@ -85,7 +85,7 @@ def detect_format(path: str) -> str:
 
 
 def _walk(root: str) -> list[str]:
-    out = []
+    out: list[str] = []
     for folder, dirs, names in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         out.extend(os.path.join(folder, n) for n in sorted(names) if not n.startswith("."))
@@ -164,22 +164,26 @@ def iter_wds(path: str) -> Iterator[Item]:
     """Groups of consecutive tar members sharing a key, from each ``.tar`` in order."""
     for file in _inputs(path, ".tar"):
         try:
-            tar = tarfile.open(file, "r:*")
-        except (OSError, tarfile.TarError) as exc:
+            yield from _tar_items(file)
+        except (OSError, EOFError, tarfile.TarError) as exc:
             raise SourceError(f"{file}: not a readable tar: {exc}") from None
-        with tar:
-            key, parts = None, {}
-            for member in tar:
-                if not member.isfile():
-                    continue
-                folder, base = os.path.split(member.name)
-                stem, _, ext = base.partition(".")
-                member_key = os.path.join(folder, stem) if folder else stem
-                if member_key != key and parts:
-                    yield Item(origin=f"{file}:{key}", key=str(key), parts=parts)
-                    parts = {}
-                key = member_key
-                handle = tar.extractfile(member)
-                parts[ext] = handle.read() if handle else b""
-            if parts:
+
+
+def _tar_items(file: str) -> Iterator[Item]:
+    with tarfile.open(file, "r:*") as tar:
+        key: str | None = None
+        parts: dict[str, bytes] = {}
+        for member in tar:
+            if not member.isfile():
+                continue
+            folder, base = os.path.split(member.name)
+            stem, _, ext = base.partition(".")
+            member_key = os.path.join(folder, stem) if folder else stem
+            if member_key != key and parts:
                 yield Item(origin=f"{file}:{key}", key=str(key), parts=parts)
+                parts = {}
+            key = member_key
+            handle = tar.extractfile(member)
+            parts[ext] = handle.read() if handle else b""
+        if parts:
+            yield Item(origin=f"{file}:{key}", key=str(key), parts=parts)

@@ -143,7 +143,8 @@ def test_flipped_byte_in_a_block(dataset, capsys, fix_manifest):
         refresh_manifest(dataset)
     with pytest.raises(
         CorruptShardError,
-        match=rf"{SHARD0}.*block 1 \(samples {first}\.\.{first + count - 1}\) at offset \d+: checksum mismatch",
+        match=rf"{SHARD0}.*block 1 \(samples {first}\.\.{first + count - 1}\) at offset \d+: "
+        "checksum mismatch",
     ):
         read_all(dataset)
     code, text = verify(dataset, capsys)

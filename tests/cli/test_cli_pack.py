@@ -316,3 +316,17 @@ def test_sigkill_during_pack_leaves_no_manifest(tmp_path):
     got = list(open_dataset(str(out)).samples())
     assert len(got) == 1500 and got[7]["bin"] == (raw / "00007.bin").read_bytes()
     assert verify_dataset(open_dataset(str(out))).ok
+
+
+def test_truncated_tar_is_named(tmp_path, capsys):
+    os.makedirs(tmp_path / "raw")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for i in range(3):
+            info = tarfile.TarInfo(f"s{i}.bin")
+            info.size = 5000
+            tar.addfile(info, io.BytesIO(b"x" * 5000))
+    write(tmp_path / "raw" / "part.tar", buffer.getvalue()[:7000])
+    code, text = pack(capsys, tmp_path / "raw", tmp_path / "out")
+    assert code == 1 and "part.tar" in text and "not a readable tar" in text
+    assert not os.path.exists(tmp_path / "out" / "manifest.json")

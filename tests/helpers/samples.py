@@ -89,7 +89,7 @@ def assert_value_equal(got: Any, want: Any, path: str = "$") -> None:
             assert_value_equal(got[key], want[key], f"{path}.{key}")
     elif isinstance(want, (list, tuple)):
         assert type(got) is list and len(got) == len(want), f"{path}: {got!r} != {want!r}"
-        for i, (g, w) in enumerate(zip(got, want)):
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
             assert_value_equal(g, w, f"{path}[{i}]")
     else:
         assert type(got) is type(want) and got == want, f"{path}: {got!r} != {want!r}"

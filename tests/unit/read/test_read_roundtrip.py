@@ -42,7 +42,7 @@ def test_any_samples_round_trip_with_dtype_and_shape(items, block, shard, compre
         assert dataset.manifest.num_samples == len(items)
         got = list(dataset.samples())
         assert len(got) == len(items)
-        for i, (g, want) in enumerate(zip(got, items)):
+        for i, (g, want) in enumerate(zip(got, items, strict=True)):
             assert_value_equal(g, want, f"sample {i}")
         assert verify_dataset(dataset).ok
         base = 0
@@ -57,7 +57,7 @@ def test_any_samples_round_trip_with_dtype_and_shape(items, block, shard, compre
                     window = list(reader.samples(start, stop))
                     want = iterated[max(start, 0) : max(min(stop, n), 0)]
                     assert len(window) == len(want)
-                    for g, w in zip(window, want):
+                    for g, w in zip(window, want, strict=True):
                         assert_value_equal(g, w)
             base += info.num_samples
 
