@@ -97,6 +97,7 @@ class ShardCache:
                                    warn_after=self.options.warn_after,
                                    poll_interval=self.options.poll_interval)
         self._verified: set[tuple[int, int, int]] = set()
+        self._pid = os.getpid()
         self._guard = threading.Lock()
         self._entry_locks: dict[str, threading.Lock] = {}
 
@@ -190,6 +191,7 @@ class ShardCache:
               verify: Verify | None, cancel: threading.Event | None) -> None:
         """Download, verify and publish ``entry``; the caller holds its exclusive lock."""
         remove_temps(_own_temps(entry))  # C4: a dead downloader's partial file is never used
+        remove_temps([entry.data])  # damaged or wrong size; no lease can hold it while we hold EX
         url = store.url_of(name)
         errors: list[Exception] = []
         for attempt in range(1, self.options.verify_attempts + 1):
@@ -238,6 +240,8 @@ class ShardCache:
         self.stats.add(download_bytes=num_bytes, download_seconds=time.monotonic() - started)
 
     def _thread_lock(self, entry_name_: str, what: str) -> _TimedLock:
+        if self._pid != os.getpid():  # forked (DataLoader worker): parent threads' locks are void
+            self._pid, self._guard, self._entry_locks = os.getpid(), threading.Lock(), {}
         with self._guard:
             lock = self._entry_locks.setdefault(entry_name_, threading.Lock())
         return _TimedLock(lock, self.options.lock_timeout, what)

@@ -147,10 +147,15 @@ class Store:
             return
 
         def upload(path: str) -> None:
-            with self.fs.open(path, "wb", block_size=MULTIPART_PART_BYTES) as fh:
+            fh = self.fs.open(path, "wb", block_size=MULTIPART_PART_BYTES)
+            try:
                 view = memoryview(data)
                 for offset in range(0, len(view), MULTIPART_PART_BYTES):
                     fh.write(view[offset:offset + MULTIPART_PART_BYTES])
+                fh.close()  # completes the multipart upload: the object appears whole
+            except BaseException:
+                _discard(fh)
+                raise
 
         self._call(name, upload)
 
@@ -203,6 +208,17 @@ def _write_local_atomic(target: str, data: bytes) -> None:
     except BaseException:
         _unlink_quietly(tmp)
         raise
+
+
+def _discard(fh: Any) -> None:
+    """Abort a failed streamed upload. A plain ``close()`` (or ``with``) would *complete* the
+    multipart upload and publish the partial object."""
+    try:
+        fh.discard()  # s3fs: AbortMultipartUpload
+    except Exception:  # best effort: S3 lifecycle rules reap abandoned uploads
+        pass
+    finally:
+        fh.closed = True
 
 
 def _unlink_quietly(path: str) -> None:

@@ -72,8 +72,8 @@ class FaultProxy:
         self._server = _QuietServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self.endpoint_url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
-                                        name="fault-proxy")
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
+                                        daemon=True, name="fault-proxy")
 
     def start(self) -> FaultProxy:
         self._thread.start()

@@ -56,6 +56,22 @@ def test_large_write_uses_multipart(s3_bucket: tuple[str, dict],
     assert store.read("big.shard") == big
 
 
+def test_failed_multipart_upload_publishes_nothing(s3_bucket: tuple[str, dict],
+                                                  fault_proxy: FaultProxy) -> None:
+    url, _ = s3_bucket
+    store = open_store(url, storage_options(fault_proxy.endpoint_url), retry=QUICK)
+    big = os.urandom(MULTIPART_THRESHOLD + 1_000_000)
+    fault_proxy.add(Fault("status", requests=frozenset({2}), method="PUT", status=500))
+    store.write_atomic("retried.shard", big)  # one part failed once: the upload is redone
+    assert store.read("retried.shard") == big
+    fault_proxy.add(Fault("status", rate=1.0, method="PUT", status=500))
+    once = open_store(url, storage_options(fault_proxy.endpoint_url),
+                      retry=RetryPolicy(max_attempts=2, base_delay=0.01))
+    with pytest.raises(TransientStorageError, match="broken.shard"):
+        once.write_atomic("broken.shard", big)
+    assert not store.exists("broken.shard")
+
+
 def test_endpoint_from_the_environment(s3_bucket: tuple[str, dict], s3_server: str,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     url, options = s3_bucket
