@@ -128,11 +128,13 @@ class ShardCache:
         lock = self._lease(store, item.name, entry, item.key, item.num_bytes, item.verify, cancel)
         lock.release()
 
-    def prefetch(self, store: Store, items: Iterable[CacheItem], **kwargs: int) -> Prefetcher:
+    def prefetch(self, store: Store, items: Iterable[CacheItem], *, max_ahead: int = 2,
+                 max_bytes: int | None = None, num_threads: int = 2) -> Prefetcher:
         """A ``Prefetcher`` downloading ``items`` ahead of the consumer (see prefetch.py)."""
         from shardkit.storage.prefetch import Prefetcher
 
-        return Prefetcher(self, store, items, **kwargs)
+        return Prefetcher(self, store, items, max_ahead=max_ahead, max_bytes=max_bytes,
+                          num_threads=num_threads)
 
     # ---- lease protocol ------------------------------------------------------------------
     def _lease(self, store: Store, name: str, entry: Entry, key: str, num_bytes: int,
