@@ -73,11 +73,15 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _group(records: list[dict[str, Any]], event: str) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+Record = dict[str, Any]
+
+
+def _group(records: list[Record], event: str) -> dict[tuple[Any, ...], list[Record]]:
+    groups: dict[tuple[Any, ...], list[Record]] = defaultdict(list)
     for r in records:
         if r.get("event") == event and r.get("ok") and not r.get("warmup"):
-            groups[(r["kind"], r.get("scenario", "local"), r["peer"], r.get("workers", 0))].append(r)
+            key = (r["kind"], r.get("scenario", "local"), r["peer"], r.get("workers", 0))
+            groups[key].append(r)
     return groups
 
 
@@ -105,18 +109,21 @@ def _read_table(kind: str, scenario: str, rows: dict[tuple[Any, ...], dict[str, 
         f"| vs fastest peer | vs {raw_name} |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for workers in sorted({w for _, w in mine}):
+    for workers in sorted({w for c, w in mine if not c.startswith("raw-")}):
         best = max((v["sps"][0] for (c, w), v in mine.items() if c in PEERS and w == workers),
                    default=float("nan"))
         raw = mine.get((raw_name, max(workers, 1)), {"sps": (float("nan"),)})["sps"][0]
-        ordered = sorted(((c, v) for (c, w), v in mine.items() if w == workers),
+        group = [(c, v) for (c, w), v in mine.items()
+                 if w == (max(workers, 1) if c.startswith("raw-") else workers)]
+        ordered = sorted(group,
                          key=lambda item: -item[1]["sps"][0])
         for config, v in ordered:
             med, lo, hi = v["sps"]
             is_raw = config.startswith("raw-")
-            label = f"{config} ({workers} proc)" if is_raw else config
+            label = f"{config} ({max(workers, 1)} proc)" if is_raw else config
             out.append(
-                f"| {label} | {'–' if is_raw else workers} | **{_fmt(med)}** [{_fmt(lo)}–{_fmt(hi)}]"
+                f"| {label} | {'–' if is_raw else workers}"
+                f" | **{_fmt(med)}** [{_fmt(lo)}–{_fmt(hi)}]"
                 f" | {_fmt(v['mbps'])} | {'–' if is_raw else _fmt(v['ttfb'])} | {_fmt(v['rss'])}"
                 f" | {med / best:.2f}× | {med / raw:.2f}× |"
             )
@@ -183,10 +190,11 @@ def _failures(records: list[dict[str, Any]]) -> list[str]:
     out = []
     for r in records:
         if r.get("event") in ("pack", "read", "raw") and not r.get("ok"):
-            what = r.get("error") or f"digest {r.get('digest')} != expected {r.get('expected_digest')}"
+            what = r.get("error") or (
+                f"digest {r.get('digest')} != expected {r.get('expected_digest')}")
             what = what.replace("\n", " ⏎ ")[-400:]
-            out.append(f"- {r.get('event')} {r.get('kind')} {r.get('peer')} W={r.get('workers', '–')} "
-                       f"rep {r.get('rep')}: {what}")
+            out.append(f"- {r.get('event')} {r.get('kind')} {r.get('peer')} "
+                       f"W={r.get('workers', '–')} rep {r.get('rep')}: {what}")
     return out
 
 
@@ -216,7 +224,8 @@ def render(records: list[dict[str, Any]], run_file: str) -> str:
             f"- 1-minute load average while measuring: median {statistics.median(loads):.2f}, "
             f"max {max(loads):.2f} (2 cores: anything above ~1.2 means other processes "
             "competed for the CPUs and the figures are pessimistic for everyone).")
-    versions = {**env.get("packages", {}), **{p: v["version"] for p, v in env.get("peers", {}).items()}}
+    peers = env.get("peers", {})
+    versions = {**env.get("packages", {}), **{p: v["version"] for p, v in peers.items()}}
     lines.append("- Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     skipped = {p: v["unavailable"] for p, v in env.get("peers", {}).items() if v.get("unavailable")}
     for peer, reason in skipped.items():
@@ -227,7 +236,8 @@ def render(records: list[dict[str, Any]], run_file: str) -> str:
             lines += [f"## Read: {kind} ({scenario})", "", *_read_table(kind, scenario, rows), ""]
         lines += [f"## Pack: {kind} (one process)", "", *_pack_table(kind, records), ""]
     failures = _failures(records)
-    lines += ["## Failed runs", "", *(failures or ["None: every run delivered every sample intact."]), ""]
+    failures = failures or ["None: every run delivered every sample intact."]
+    lines += ["## Failed runs", "", *failures, ""]
     return "\n".join(lines)
 
 

@@ -43,7 +43,7 @@ class Recorder:
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         elapsed = time.monotonic() - self.started
-        what = record.get("error") or f"{record.get('samples_per_s')} samples/s ok={record.get('ok')}"
+        what = record.get("error") or f"{record.get('samples_per_s')}/s ok={record.get('ok')}"
         print(f"[{elapsed:6.0f}s] {record.get('event', '?'):5} {tags} {what}", file=sys.stderr)
         return record
 
@@ -64,7 +64,8 @@ def run_kind(rec: Recorder, kind: str, args: argparse.Namespace, peers: list[str
     for scenario in SCENARIOS.values():
         urls = {p: scenario.prepare(source.packed_dir(p), p) for p in peers}
         for peer in peers:  # untimed warm-up read
-            for record in run_child("benchmarks.read", ["--peer", peer, "--url", urls[peer], *common]):
+            warm_args = ["--peer", peer, "--url", urls[peer], *common]
+            for record in run_child("benchmarks.read", warm_args):
                 rec.write(record, event="read", peer=peer, kind=kind, rep=0, warmup=True,
                           scenario=scenario.name)
         for rep in range(1, args.reps + 1):

@@ -50,7 +50,8 @@ class ShardkitPeer(Peer):
             return reason
         import shardkit as sk
 
-        missing = [n for n in ("ShardWriter", "StreamingDataset", "ShardLoader") if not hasattr(sk, n)]
+        names = ("ShardWriter", "StreamingDataset", "ShardLoader")
+        missing = [name for name in names if not hasattr(sk, name)]
         if missing:
             return f"shardkit {self.version()} does not export {', '.join(missing)} yet"
         return None
@@ -87,9 +88,8 @@ def shardkit_blocks(url: str) -> tuple[list[Any], Any]:
     check only, ``shardkit.format.decode_block_samples(raw, num_samples)``.
     """
     import shardkit as sk
-    from shardkit.format import decode_block_samples
-
     from benchmarks.raw import BlockRef
+    from shardkit.format import decode_block_samples
 
     dataset = sk.open_dataset(url)
     refs: list[BlockRef] = []

@@ -3,7 +3,8 @@
 The documented recipe for training: plain ``.tar`` shards of at most 64 MiB, token arrays
 stored as ``.npy`` (decoded with ``.decode()``), image bytes as ``.jpg`` left undecoded;
 ``.batched(64)`` inside the dataset so workers ship whole batches, and
-``WebLoader(batch_size=None)`` (whose default_convert turns the arrays into tensors). Shards are split across workers by webdataset's default
+``WebLoader(batch_size=None)`` (whose default_convert turns the arrays into
+tensors). Shards are split across workers by webdataset's default
 ``split_by_worker``.
 """
 
