@@ -1,0 +1,374 @@
+"""A reusable resume-equivalence check for ``ShardLoader`` (in the spirit of torchdata's
+``test/nodes/utils.py``): run a job as a chain of *segments*, each on its own shape (ranks ×
+workers × batch size × loader options), each killed after some number of steps and resumed
+from the state the previous one saved; then prove what the training loop received.
+
+``run_chain(data, segments, num_epochs, workdir)`` runs the chain — in this process when a
+segment has one rank, else as real gloo ranks (``tests/helpers/ranks.py``) — and
+``check_chain(...)`` asserts, per epoch:
+
+- **exactly once** (§G2, §G6, R3): no sample is received as a real sample twice over all
+  segments; with ``tail="pad"`` every sample exactly once; with ``drop`` the samples never
+  received are exactly the last plan's ``num_dropped`` (and, when no segment changed the
+  partition, the uninterrupted plan's dropped tail);
+- **plan order per consumer** (P9, R2, R4): every received batch is the next batch of one
+  consumer of the segment's plan, starting at the plan's start offsets — so a same-topology
+  resume continues each consumer exactly where the uninterrupted run would have;
+- **consumed boundary** (§G5, R9): the saved offsets are the start offsets plus what the loop
+  received per consumer, never what workers prefetched;
+- **equal steps** (§G3, P2, R4): every rank received the same number of batches, equal to
+  ``len(loader)`` asked before iterating.
+
+Records are plain JSON (lists of ints) so spawned ranks can hand them back through files.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import json
+import multiprocessing
+import os
+import time
+import traceback
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import shardkit as sk
+from shardkit.plan import Plan
+
+Batch = tuple[tuple[int, ...], tuple[bool, ...]]  # (global indices, pad flags) of one batch
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """The dataset and the plan parameters a job keeps across segments (except batch size)."""
+
+    path: str
+    num_samples: int
+    shuffle: bool = True
+    seed: int = 0
+    tail: str = "drop"
+    shuffle_window: int = 16
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One segment's topology and loader options."""
+
+    world_size: int = 1
+    num_workers: int = 0
+    batch_size: int = 4
+    persistent_workers: bool = False
+    prefetch_factor: int | None = None
+    pin_memory: bool = False
+    in_order: bool = True
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Run ``shape`` until ``stop_after`` steps (from the segment's start, over epochs), or to
+    the end of the job when ``None``; then save the loader state (collectively)."""
+
+    shape: Shape
+    stop_after: int | None = None
+
+
+@dataclass
+class EpochRecord:
+    """What one rank received in one epoch of one segment."""
+
+    epoch: int
+    length: int  # len(loader) asked before iterating
+    batches: list[Batch] = field(default_factory=list)
+
+
+@dataclass
+class SegmentResult:
+    segment: Segment
+    resumed_from: dict[str, Any] | None
+    ranks: list[list[EpochRecord]]  # [rank][i]
+    state: dict[str, Any]  # saved at the stop (or at the end of the last epoch)
+
+
+# ---- running one rank of one segment (also the body of a spawned gloo rank) ------------------
+
+def make_loader(data: DataSpec, shape: Shape) -> sk.ShardLoader:
+    dataset = sk.StreamingDataset(
+        data.path, batch_size=shape.batch_size, shuffle=data.shuffle, seed=data.seed,
+        tail=data.tail, shuffle_window=data.shuffle_window, with_index=True,
+    )
+    return sk.ShardLoader(
+        dataset, num_workers=shape.num_workers, pin_memory=shape.pin_memory,
+        prefetch_factor=shape.prefetch_factor, persistent_workers=shape.persistent_workers,
+        in_order=shape.in_order,
+    )
+
+
+def to_record(batch: dict[str, Any]) -> Batch:
+    indices = tuple(int(i) for i in batch["_index"].tolist())
+    padded = batch.get("_padded")
+    if padded is None:
+        return indices, (False,) * len(indices)
+    return indices, tuple(bool(p) for p in padded.tolist())
+
+
+def run_rank(data: DataSpec, segment: Segment, num_epochs: int,
+             resume: dict[str, Any] | None) -> tuple[list[EpochRecord], dict[str, Any]]:
+    """One rank's training loop: resume, then epochs until the stop; returns records + state.
+
+    The loop is the one users write: ``load_state_dict`` once, then ``set_epoch(e)`` and
+    ``for batch in loader`` from the state's epoch on (R7).
+    """
+    loader = make_loader(data, segment.shape)
+    first_epoch = 0
+    if resume is not None:
+        loader.load_state_dict(resume)
+        first_epoch = int(resume["epoch"])
+    records: list[EpochRecord] = []
+    taken = 0
+    for epoch in range(first_epoch, num_epochs):
+        loader.set_epoch(epoch)
+        record = EpochRecord(epoch, len(loader))
+        records.append(record)
+        batches = iter(loader)
+        while True:
+            if segment.stop_after is not None and taken == segment.stop_after:
+                state = loader.state_dict()  # collective: every rank stops at the same step
+                del batches
+                return records, state
+            try:
+                batch = next(batches)
+            except StopIteration:
+                break
+            record.batches.append(to_record(batch))
+            taken += 1
+    return records, loader.state_dict()
+
+
+def records_to_json(records: list[EpochRecord]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in records]
+
+
+def records_from_json(raw: list[dict[str, Any]]) -> list[EpochRecord]:
+    return [EpochRecord(r["epoch"], r["length"],
+                        [(tuple(i), tuple(p)) for i, p in r["batches"]]) for r in raw]
+
+
+# ---- real gloo ranks ---------------------------------------------------------------------------
+
+# Ranks are forked from a forkserver that imported torch once: a spawn per rank would import
+# torch again each time (seconds), a plain fork of the pytest process would inherit its threads.
+_CTX = multiprocessing.get_context("forkserver")
+_CTX.set_forkserver_preload(["torch", "torch.distributed", "shardkit.loader", __name__])
+HANG_S = 120  # a rank that has not finished by then is hung (no timing is asserted)
+
+
+def run_ranks(data: DataSpec, segment: Segment, num_epochs: int, resume: dict[str, Any] | None,
+              workdir: str) -> tuple[list[list[EpochRecord]], dict[str, Any]]:
+    """Run ``segment`` as ``world_size`` real processes in one gloo group (FileStore rendezvous)."""
+    os.makedirs(workdir, exist_ok=True)
+    world = segment.shape.world_size
+    procs = [_CTX.Process(target=_rank_main,
+                          args=(rank, world, workdir, data, segment, num_epochs, resume))
+             for rank in range(world)]
+    for proc in procs:
+        proc.start()
+    deadline = time.monotonic() + HANG_S
+    for proc in procs:
+        proc.join(max(deadline - time.monotonic(), 0.1))
+    hung = [rank for rank, proc in enumerate(procs) if proc.is_alive()]
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    errors = [_read_text(f"{workdir}/rank{rank}.error") for rank in range(world)]
+    assert not hung, f"ranks {hung} still running after {HANG_S} s (hang at epoch end?): {errors}"
+    assert all(p.exitcode == 0 for p in procs), (
+        f"exit codes {[p.exitcode for p in procs]}: {[e for e in errors if e]}")
+    ranks, states = [], []
+    for rank in range(world):
+        with open(f"{workdir}/rank{rank}.json") as fh:
+            out = json.load(fh)
+        ranks.append(records_from_json(out["records"]))
+        states.append(out["state"])
+    assert all(s == states[0] for s in states), "state_dict() differs between ranks"
+    return ranks, states[0]
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return ""
+
+
+def _rank_main(rank: int, world: int, workdir: str, data: DataSpec, segment: Segment,
+               num_epochs: int, resume: dict[str, Any] | None) -> None:
+    import torch.distributed as dist
+
+    try:
+        dist.init_process_group("gloo", init_method=f"file://{workdir}/store", rank=rank,
+                                world_size=world, timeout=datetime.timedelta(seconds=HANG_S))
+        records, state = run_rank(data, segment, num_epochs, resume)
+        with open(f"{workdir}/rank{rank}.json", "w") as fh:
+            json.dump({"records": records_to_json(records), "state": state}, fh)
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException:
+        with open(f"{workdir}/rank{rank}.error", "w") as fh:
+            fh.write(traceback.format_exc())
+        raise
+
+
+# ---- running a chain ----------------------------------------------------------------------
+
+def run_chain(data: DataSpec, segments: list[Segment], num_epochs: int, workdir: str,
+              first_state: dict[str, Any] | None = None) -> list[SegmentResult]:
+    """Run ``segments`` one after another, each resuming from the previous one's state."""
+    results: list[SegmentResult] = []
+    state = first_state
+    for number, segment in enumerate(segments):
+        resume = None if state is None else json.loads(json.dumps(state))  # R1: plain JSON
+        if segment.shape.world_size == 1:
+            records, new_state = run_rank(data, segment, num_epochs, resume)
+            ranks = [records]
+        else:
+            ranks, new_state = run_ranks(data, segment, num_epochs, resume,
+                                         f"{workdir}/segment{number}")
+        results.append(SegmentResult(segment, resume, ranks, new_state))
+        state = new_state
+    return results
+
+
+# ---- checking ----------------------------------------------------------------------------
+
+def plan_of(data: DataSpec, shape: Shape, epoch: int, resume: dict[str, Any] | None) -> Plan:
+    dataset = make_loader(data, shape).streaming
+    state = resume["plan"] if resume is not None and int(resume["epoch"]) == epoch else None
+    return dataset.plan(epoch, shape.world_size, shape.num_workers, state)
+
+
+def consumer_batches(plan: Plan, consumer: int) -> list[Batch]:
+    """Consumer ``c``'s whole batch sequence, from the pure plan (P9)."""
+    offsets = plan.shard_offsets
+    indices: list[int] = []
+    flags: list[bool] = []
+    for window in plan.consumer_windows(consumer):
+        indices.extend(int(i) for i in window.global_indices(offsets))
+        flags.extend(bool(p) for p in window.padded_mask())
+    size = plan.params.batch_size
+    return [(tuple(indices[i:i + size]), tuple(flags[i:i + size]))
+            for i in range(0, len(indices), size)]
+
+
+def assign_to_consumers(plan: Plan, rank: int, received: list[Batch]) -> dict[int, int]:
+    """Match each received batch to the next batch of one of ``rank``'s consumers; every batch
+    must match (P9/R2/R4: consumers continue in plan order). Returns batches per consumer."""
+    width = plan.params.workers_per_rank
+    consumers = range(rank * width, (rank + 1) * width)
+    expected = {c: consumer_batches(plan, c) for c in consumers}
+    position = {c: plan.start_offsets[c] // plan.params.batch_size for c in consumers}
+    taken = collections.Counter[int]()
+    for step, batch in enumerate(received):
+        following = {c: expected[c][position[c]] for c in consumers
+                     if position[c] < len(expected[c])}
+        owner = next((c for c, batch_c in following.items() if batch_c == batch), None)
+        assert owner is not None, (
+            f"rank {rank} step {step}: batch {batch[0]} is no consumer's next batch "
+            f"(next: { {c: b[0] for c, b in following.items()} })"
+        )
+        position[owner] += 1
+        taken[owner] += 1
+    return dict(taken)
+
+
+def check_chain(data: DataSpec, results: list[SegmentResult], num_epochs: int) -> None:
+    """All the properties of the module docstring, for every epoch of the chain."""
+    received: dict[int, collections.Counter[int]] = collections.defaultdict(collections.Counter)
+    last_plan: dict[int, Plan] = {}
+    changed: set[int] = set()
+    reference = results[0].segment.shape
+    for result in results:
+        shape = result.segment.shape
+        epochs = {r.epoch for rank in result.ranks for r in rank}
+        for epoch in sorted(epochs):
+            plan = plan_of(data, shape, epoch, result.resumed_from)
+            last_plan[epoch] = plan
+            if plan.level > 0 or not _same_partition(shape, reference):
+                changed.add(epoch)
+            taken = _check_epoch_of_segment(plan, result, epoch)
+            for rank in result.ranks:
+                for record in rank:
+                    if record.epoch == epoch:
+                        received[epoch].update(real_ids(record.batches))
+            if epoch == max(epochs):
+                _check_saved_offsets(plan, result, epoch, taken)
+    for epoch in range(num_epochs):
+        _check_exactly_once(data, received[epoch], last_plan.get(epoch), epoch,
+                            None if epoch in changed else plan_of(data, reference, epoch, None))
+
+
+def _same_partition(shape: Shape, reference: Shape) -> bool:
+    return (shape.world_size, max(shape.num_workers, 1), shape.batch_size) == (
+        reference.world_size, max(reference.num_workers, 1), reference.batch_size)
+
+
+def _check_epoch_of_segment(plan: Plan, result: SegmentResult, epoch: int) -> dict[int, int]:
+    """Equal steps (== len(loader)) and per-consumer plan order; returns batches per consumer."""
+    taken: dict[int, int] = {}
+    steps = []
+    for rank, records in enumerate(result.ranks):
+        record = next(r for r in records if r.epoch == epoch)
+        steps.append(len(record.batches))
+        stopped_here = result.segment.stop_after is not None and record is records[-1]
+        if not stopped_here:
+            assert len(record.batches) == record.length, (
+                f"epoch {epoch} rank {rank}: len(loader) said {record.length}, "
+                f"got {len(record.batches)} batches")
+        taken.update(assign_to_consumers(plan, rank, record.batches))
+    assert len(set(steps)) == 1, f"epoch {epoch}: steps per rank differ: {steps} (§G3)"
+    lengths = {next(r for r in records if r.epoch == epoch).length for records in result.ranks}
+    assert len(lengths) == 1, f"epoch {epoch}: len(loader) differs between ranks: {lengths}"
+    return taken
+
+
+def _check_saved_offsets(plan: Plan, result: SegmentResult, epoch: int,
+                         taken: dict[int, int]) -> None:
+    """§G5/R9: the saved offsets are exactly start + received, per consumer."""
+    state = result.state
+    assert state["epoch"] == epoch, (state["epoch"], epoch)
+    batch = plan.params.batch_size
+    want = [start + taken.get(c, 0) * batch for c, start in enumerate(plan.start_offsets)]
+    assert state["plan"]["offsets"] == want, (
+        f"epoch {epoch}: saved offsets {state['plan']['offsets']}, the loop received {want}")
+
+
+def _check_exactly_once(data: DataSpec, counts: collections.Counter[int], plan: Plan | None,
+                        epoch: int, uninterrupted: Plan | None) -> None:
+    twice = sorted(i for i, n in counts.items() if n > 1)
+    assert not twice, f"epoch {epoch}: samples received more than once: {twice[:20]}"
+    assert all(0 <= i < data.num_samples for i in counts), f"epoch {epoch}: index out of range"
+    missing = data.num_samples - len(counts)
+    if data.tail == "pad":
+        assert missing == 0, f"epoch {epoch}: {missing} samples never received with tail='pad'"
+        return
+    assert plan is not None
+    assert missing == plan.num_dropped, (
+        f"epoch {epoch}: {missing} samples never received, the last plan drops {plan.num_dropped}")
+    if uninterrupted is not None:
+        want = collections.Counter(i for c in range(uninterrupted.num_consumers)
+                                   for i in real_ids(consumer_batches(uninterrupted, c)))
+        assert counts == want, f"epoch {epoch}: the multiset differs from the uninterrupted run's"
+
+
+def real_ids(batches: Iterable[Batch]) -> list[int]:
+    """The real (non-pad) sample indices of ``batches``, in order."""
+    return [i for indices, flags in batches for i, p in zip(indices, flags, strict=True) if not p]
+
+
+def pad_ids(batches: Iterable[Batch]) -> list[int]:
+    """The pad repeats of ``batches`` (flagged ``_padded``), in order."""
+    return [i for indices, flags in batches for i, p in zip(indices, flags, strict=True) if p]

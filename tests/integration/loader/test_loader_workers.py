@@ -1,0 +1,164 @@
+"""``ShardLoader`` with real DataLoader worker processes, in one training process.
+
+Cites PRODUCT.md §G2 (exactly once per epoch), §G3 (equal steps, minimal reported tail, pads
+flagged), §G4 (seeded per epoch; ``set_epoch`` reaches persistent workers) and specs/partition.md
+P1-P4, P7, P9. Datasets: tests/helpers/datasets.py (23 samples in [5, 0, 7, 3, 8]; 1001 in
+[400, 1, 0, 257, 13, 300, 30]).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import pytest
+import torch
+
+import shardkit as sk
+from tests.helpers.datasets import check_delivered_sample
+from tests.helpers.resume import assign_to_consumers, pad_ids, real_ids, to_record
+
+pytestmark = pytest.mark.filterwarnings(
+    # 3 workers on a 2-core machine: torch's advice, not an error of the loader.
+    "ignore:This DataLoader will create \\d+ worker processes in total:UserWarning"
+)
+PIN_WITHOUT_ACCELERATOR = (
+    "ignore:'pin_memory' argument is set as true but no accelerator is found:UserWarning"
+)
+
+
+def loader_for(path: str, *, batch_size: int, num_workers: int, tail: str = "pad",
+               shuffle: bool = True, **options: Any) -> sk.ShardLoader:
+    dataset = sk.StreamingDataset(path, batch_size=batch_size, shuffle=shuffle, seed=7, tail=tail,
+                                  shuffle_window=8, with_index=True)
+    return sk.ShardLoader(dataset, num_workers=num_workers, **options)
+
+
+def run_epoch(loader: sk.ShardLoader, epoch: int, check_contents: bool = True) -> list[Any]:
+    """One epoch: asserts len(loader), full batches, contents and per-consumer plan order."""
+    loader.set_epoch(epoch)
+    expected_steps = len(loader)
+    batch_size = loader.streaming.params.batch_size
+    records = []
+    for batch in loader:
+        assert len(batch["id"]) == batch_size  # P2: every batch is full
+        if check_contents:
+            for row in range(batch_size):
+                check_delivered_sample(batch, row)
+        records.append(to_record(batch))
+    assert len(records) == expected_steps, "len(loader) must equal the batches yielded (§G3)"
+    plan = loader.streaming.plan(epoch, 1, loader.num_workers)
+    assert len(records) == plan.steps_per_rank
+    taken = assign_to_consumers(plan, 0, records)  # P9: each consumer in plan order
+    assert all(taken.get(c, 0) == plan.num_batches(c) for c in range(plan.num_consumers))
+    return records
+
+
+def check_exactly_once(records: list[Any], num_samples: int, plan: Any, tail: str) -> None:
+    """P1/P3/P4: real samples at most once; pad → all of them, pads flagged repeats; drop →
+    exactly the reported ``num_dropped`` missing."""
+    real = collections.Counter(real_ids(records))
+    pads = pad_ids(records)
+    assert max(real.values(), default=1) == 1, "a sample was yielded twice"
+    assert set(real) <= set(range(num_samples))
+    if tail == "pad":
+        assert set(real) == set(range(num_samples))
+        assert len(pads) == plan.num_padded < plan.params.world_size * plan.params.batch_size
+        assert set(pads) <= set(range(num_samples))
+    else:
+        assert not pads
+        assert num_samples - len(real) == plan.num_dropped < plan.params.batch_size
+
+
+@pytest.mark.parametrize("num_workers", [0, 1, 2, 3])
+@pytest.mark.parametrize("tail", ["drop", "pad"])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_small_dataset_every_sample_once_per_epoch(small_dataset: str, num_workers: int,
+                                                   tail: str, shuffle: bool) -> None:
+    """§G2/§G3 on seed 000's 23 samples (an empty shard among them), B = 3: each sample once,
+    ragged, bytes and str fields intact; unshuffled, the real samples come in manifest order
+    per consumer (P7)."""
+    loader = loader_for(small_dataset, batch_size=3, num_workers=num_workers, tail=tail,
+                        shuffle=shuffle)
+    records = run_epoch(loader, 0)
+    plan = loader.streaming.plan(0, 1, num_workers)
+    check_exactly_once(records, 23, plan, tail)
+    if not shuffle:
+        owned = sorted(real_ids(records))
+        assert owned == list(range(23 - plan.num_dropped))  # P7: the dropped tail is the end
+
+
+@pytest.mark.parametrize(("num_workers", "tail", "batch_size"),
+                         [(0, "drop", 16), (1, "pad", 7), (2, "drop", 5), (3, "pad", 16)])
+def test_uneven_shards_every_sample_once_per_epoch(uneven_dataset: str, num_workers: int,
+                                                   tail: str, batch_size: int) -> None:
+    """§G2/§G3 over 7 shards of 400, 1, 0, 257, 13, 300 and 30 samples."""
+    loader = loader_for(uneven_dataset, batch_size=batch_size, num_workers=num_workers, tail=tail)
+    records = run_epoch(loader, 0, check_contents=num_workers < 2)
+    check_exactly_once(records, 1001, loader.streaming.plan(0, 1, num_workers), tail)
+
+
+@pytest.mark.parametrize("num_workers", [1, 3])
+def test_persistent_workers_follow_set_epoch(small_dataset: str, num_workers: int) -> None:
+    """§G4: the same worker processes serve several epochs and still yield each epoch's own
+    plan (``set_epoch`` reaches them through the control block); epochs differ (P6)."""
+    loader = loader_for(small_dataset, batch_size=2, num_workers=num_workers,
+                        persistent_workers=True)
+    orders = []
+    workers = None
+    for epoch in range(3):
+        records = run_epoch(loader, epoch)  # checks the order against plan(epoch)
+        check_exactly_once(records, 23, loader.streaming.plan(epoch, 1, num_workers), "pad")
+        orders.append([indices for indices, _ in records])
+        iterator = loader._iterator  # DataLoader keeps one iterator (its workers) when persistent
+        assert iterator is not None
+        workers = workers or list(iterator._workers)
+        assert list(iterator._workers) == workers, "persistent workers were restarted"
+    assert orders[0] != orders[1] != orders[2] != orders[0]
+
+
+def test_epoch_order_does_not_depend_on_worker_persistence(small_dataset: str) -> None:
+    """§G4/P5: epoch 2 of a persistent loader equals epoch 2 of a fresh one."""
+    persistent = loader_for(small_dataset, batch_size=2, num_workers=2, persistent_workers=True)
+    for epoch in range(3):
+        got = run_epoch(persistent, epoch)
+    fresh = loader_for(small_dataset, batch_size=2, num_workers=2)
+    assert run_epoch(fresh, 2) == got
+
+
+@pytest.mark.parametrize("num_workers", [2, 3])
+def test_out_of_order_delivery_still_exactly_once(uneven_dataset: str, num_workers: int) -> None:
+    """``in_order=False`` may interleave workers differently; each consumer's batches still
+    come in plan order and every sample exactly once (§G2)."""
+    loader = loader_for(uneven_dataset, batch_size=8, num_workers=num_workers, in_order=False,
+                        prefetch_factor=4)
+    for epoch in range(2):
+        records = run_epoch(loader, epoch, check_contents=False)
+        check_exactly_once(records, 1001, loader.streaming.plan(epoch, 1, num_workers), "pad")
+
+
+@pytest.mark.filterwarnings(PIN_WITHOUT_ACCELERATOR)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_pin_memory_on_cpu(small_dataset: str, num_workers: int) -> None:
+    """``pin_memory=True`` goes through DataLoader's pin path (``Ragged.pin_memory`` included)
+    and changes nothing about what is delivered (§G2); on a CPU-only host torch warns."""
+    loader = loader_for(small_dataset, batch_size=3, num_workers=num_workers, pin_memory=True)
+    records = run_epoch(loader, 0)
+    check_exactly_once(records, 23, loader.streaming.plan(0, 1, num_workers), "pad")
+
+
+def test_ragged_and_bytes_fields_arrive_as_ragged(uneven_dataset: str) -> None:
+    """Variable-length arrays and bytes cross the worker boundary as ``Ragged`` (one flat tensor
+    plus offsets, §P1); ``to_padded`` gives a dense view with a mask."""
+    loader = loader_for(uneven_dataset, batch_size=5, num_workers=2, shuffle=False)
+    batch = next(iter(loader))  # ids 0..4: token lengths 0, 1, 2, 3, 4
+    tokens, blob = batch["tokens"], batch["blob"]
+    assert isinstance(tokens, sk.Ragged) and isinstance(blob, sk.Ragged)
+    assert tokens.lengths.tolist() == [0, 1, 2, 3, 4]
+    assert tokens.values.tolist() == [1, 2, 3, 3, 4, 5, 4, 5, 6, 7]
+    assert [blob[i] for i in range(5)] == [b"", b"\x01", b"\x02\x02", b"\x03\x03\x03", b""]
+    padded, mask = tokens.to_padded(pad_value=-1)
+    assert padded.shape == (5, 4) and mask.sum() == 10
+    assert padded[2].tolist() == [2, 3, -1, -1]
+    assert batch["pair"].dtype == torch.float32 and batch["pair"].shape == (5, 2)
+    assert batch["text"] == [f"sample-{i}" for i in range(5)]
