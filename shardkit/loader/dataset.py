@@ -143,6 +143,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg]
         return self._cache
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        self.dataset = self.dataset.in_this_process()
         payload = self.control.read() or {}
         topology = self._topology(payload)
         epoch = payload.get("epoch", self._epoch)

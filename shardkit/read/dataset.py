@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import posixpath
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from shardkit.errors import NotFoundError
@@ -28,6 +29,14 @@ class Dataset:
 
     store: Store
     manifest: Manifest
+    pid: int = field(default_factory=os.getpid)
+
+    def in_this_process(self) -> Dataset:
+        """This dataset with a store usable here: after a fork (DataLoader workers) a fresh
+        store, since async clients (s3fs) are not fork-safe; the manifest is reused."""
+        if self.pid == os.getpid():
+            return self
+        return Dataset(open_store(self.store.url, self.store.storage_options, self.store.retry), self.manifest)
 
     @property
     def url(self) -> str:

@@ -63,7 +63,8 @@ class ShardOpener:
     ) -> None:
         self.dataset = dataset
         self.cache = cache if not dataset.store.is_local else None
-        self.keep_open = keep_open
+        # A cached shard stays leased (unevictable) while open: keep only the current one.
+        self.keep_open = 1 if self.cache is not None else keep_open
         self._open: OrderedDict[int, tuple[ShardReader, contextlib.ExitStack]] = OrderedDict()
         self._prefetcher: Prefetcher | None = None
         if self.cache is not None and upcoming:

@@ -1,0 +1,55 @@
+"""``shardkit plan PATH``: who reads what in an epoch, steps per rank, samples dropped or padded."""
+
+from __future__ import annotations
+
+import argparse
+
+from shardkit.cli.common import add_storage_options, print_json, storage_options
+from shardkit.plan import PlanParams, build_plan
+from shardkit.read import open_dataset
+
+_MAX_ROWS = 32
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="show an epoch's partition: steps per rank, per-consumer samples")
+    p.add_argument("path", help="dataset folder/URL or its manifest.json")
+    p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--workers", type=int, default=0, help="DataLoader workers per rank")
+    p.add_argument("--batch-size", type=int, required=True)
+    p.add_argument("--epoch", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tail", default="drop", choices=("drop", "pad"))
+    p.add_argument("--no-shuffle", action="store_true")
+    p.add_argument("--shuffle-window", type=int, default=8192)
+    p.add_argument("--json", action="store_true")
+    add_storage_options(p)
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    dataset = open_dataset(args.path, storage_options(args))
+    params = PlanParams(
+        seed=args.seed, epoch=args.epoch, world_size=args.world_size, num_workers=args.workers,
+        batch_size=args.batch_size, tail=args.tail, shuffle=not args.no_shuffle,
+        shuffle_window=args.shuffle_window,
+    )
+    summary = build_plan(dataset.manifest.shard_sizes, params).summary()
+    summary["fingerprint"] = dataset.manifest.fingerprint
+    if args.json:
+        print_json(summary)
+        return 0
+    n = summary["num_source_samples"]
+    print(f"dataset {dataset.url}: {n} samples in {summary['num_shards']} shards")
+    print(
+        f"epoch {args.epoch}: {args.world_size} ranks x {max(args.workers, 1)} consumers, batch {args.batch_size}, "
+        f"tail={args.tail} -> {summary['steps_per_rank']} steps per rank (every rank)"
+    )
+    print(f"dropped {summary['num_dropped']} samples, padded {summary['num_padded']} repeats")
+    print(f"{'consumer':>8} {'rank':>5} {'worker':>6} {'batches':>8} {'samples':>8} {'shards':>7}")
+    for row in summary["consumers"][:_MAX_ROWS]:
+        print(f"{row['consumer']:>8} {row['rank']:>5} {row['worker']:>6} {row['batches']:>8} "
+              f"{row['samples']:>8} {row['num_shards']:>7}")
+    if len(summary["consumers"]) > _MAX_ROWS:
+        print(f"… {len(summary['consumers']) - _MAX_ROWS} more consumers (--json for all)")
+    return 0
