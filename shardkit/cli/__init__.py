@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _optional_module(name: str):  # type: ignore[no-untyped-def]
+def _optional_module(name: str):
     import importlib
 
     try:

@@ -118,7 +118,8 @@ def describe_field(desc: dict[str, Any]) -> str:
     kind = desc["type"]
     text = "|".join(desc["types"]) if kind == "any" else kind
     if "dtype" in desc:
-        shape = "?" if desc["shape"] is None else "[" + ", ".join("*" if d is None else str(d) for d in desc["shape"]) + "]"
+        dims = desc["shape"]
+        shape = "?" if dims is None else "[" + ", ".join("*" if d is None else str(d) for d in dims) + "]"
         text += f" {desc['dtype'] or '|'.join(desc.get('dtypes', []))} {shape}"
     flags = [f for f in ("optional", "nullable") if desc.get(f)]
     return text + (f" ({', '.join(flags)})" if flags else "")

@@ -82,7 +82,7 @@ def _merge_array(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     if a is None or b is None or len(a) != len(b):
         shape = None
     else:
-        shape = [x if x == y else None for x, y in zip(a, b)]
+        shape = [x if x == y else None for x, y in zip(a, b, strict=True)]
     out: dict[str, Any] = {"type": old["type"], "dtype": dtype, "shape": shape}
     if dtype is None:
         out["dtypes"] = sorted(set(old.get("dtypes") or [old["dtype"]]) | set(new.get("dtypes") or [new["dtype"]]))
@@ -159,7 +159,9 @@ def _array_fits(got: dict[str, Any], desc: dict[str, Any]) -> bool:
     shape = desc["shape"]
     if shape is None:
         return True
-    return len(shape) == len(got["shape"]) and all(s is None or s == g for s, g in zip(shape, got["shape"]))
+    if len(shape) != len(got["shape"]):
+        return False
+    return all(s is None or s == g for s, g in zip(shape, got["shape"], strict=True))
 
 
 def validate_schema(schema: Any, where: str) -> dict[str, dict[str, Any]]:

@@ -37,7 +37,8 @@ def build_shard(name: str, blocks: list[SealedBlock]) -> tuple[bytes, ShardInfo]
     table = np.zeros(len(blocks), dtype=BLOCK_DTYPE)
     offset = HEADER_SIZE
     for i, block in enumerate(blocks):
-        table[i] = (offset, len(block.stored), block.raw_size, block.num_samples, block.codec, b"", xxh64_int(block.stored))
+        stored = block.stored
+        table[i] = (offset, len(stored), block.raw_size, block.num_samples, block.codec, b"", xxh64_int(stored))
         offset += len(block.stored)
     offsets = np.concatenate([b.sample_offsets for b in blocks]) if blocks else np.zeros(0, "<u4")
     index = encode_index(table, offsets)

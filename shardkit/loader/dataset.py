@@ -45,7 +45,7 @@ class StreamOptions:
     world_size: int | None = None
 
 
-class StreamingDataset(IterableDataset):  # type: ignore[type-arg]
+class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     """Batches of ``batch_size`` samples from a shardkit dataset, exactly once per epoch.
 
     ``transform`` maps one sample dict (in the worker, before collation); ``collate_fn`` maps a

@@ -39,7 +39,7 @@ def _passthrough(batch: Any) -> Any:
     return batch
 
 
-class ShardLoader(DataLoader):  # type: ignore[type-arg]
+class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
     def __init__(
         self,
         dataset: StreamingDataset,

@@ -37,13 +37,13 @@ def _batch_rows(batch: Any) -> list[dict[str, Any]]:
     import pyarrow as pa
 
     columns: dict[str, list[Any]] = {}
-    for name, column in zip(batch.schema.names, batch.columns):
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
         if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
             columns[name] = _list_column(column)
         else:
             columns[name] = column.to_pylist()
     names = list(columns)
-    return [dict(zip(names, values)) for values in zip(*columns.values())]
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns.values(), strict=True)]
 
 
 def _list_column(column: Any) -> list[Any]:
