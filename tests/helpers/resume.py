@@ -94,13 +94,16 @@ class SegmentResult:
 
 # ---- running one rank of one segment (also the body of a spawned gloo rank) ------------------
 
-def make_loader(data: DataSpec, shape: Shape) -> sk.ShardLoader:
-    dataset = sk.StreamingDataset(
-        data.path, batch_size=shape.batch_size, shuffle=data.shuffle, seed=data.seed,
+def make_dataset(data: DataSpec, batch_size: int) -> sk.StreamingDataset:
+    return sk.StreamingDataset(
+        data.path, batch_size=batch_size, shuffle=data.shuffle, seed=data.seed,
         tail=data.tail, shuffle_window=data.shuffle_window, with_index=True,
     )
+
+
+def make_loader(data: DataSpec, shape: Shape) -> sk.ShardLoader:
     return sk.ShardLoader(
-        dataset, num_workers=shape.num_workers, pin_memory=shape.pin_memory,
+        make_dataset(data, shape.batch_size), num_workers=shape.num_workers, pin_memory=shape.pin_memory,
         prefetch_factor=shape.prefetch_factor, persistent_workers=shape.persistent_workers,
         in_order=shape.in_order,
     )
@@ -209,6 +212,9 @@ def _rank_main(rank: int, world: int, workdir: str, data: DataSpec, segment: Seg
                num_epochs: int, resume: dict[str, Any] | None) -> None:
     import torch.distributed as dist
 
+    # A forkserver child inherits "forkserver" as its start method; a rank started by torchrun
+    # has the platform default (fork), and its DataLoader workers should too.
+    multiprocessing.set_start_method("fork", force=True)
     try:
         dist.init_process_group("gloo", init_method=f"file://{workdir}/store", rank=rank,
                                 world_size=world, timeout=datetime.timedelta(seconds=HANG_S))
@@ -226,13 +232,18 @@ def _rank_main(rank: int, world: int, workdir: str, data: DataSpec, segment: Seg
 # ---- running a chain ----------------------------------------------------------------------
 
 def run_chain(data: DataSpec, segments: list[Segment], num_epochs: int, workdir: str,
-              first_state: dict[str, Any] | None = None) -> list[SegmentResult]:
-    """Run ``segments`` one after another, each resuming from the previous one's state."""
+              first_state: dict[str, Any] | None = None,
+              processes: bool = False) -> list[SegmentResult]:
+    """Run ``segments`` one after another, each resuming from the previous one's state.
+
+    A one-rank segment runs in this process unless ``processes`` (then it is a gloo group of
+    one, like a one-GPU ``torchrun``).
+    """
     results: list[SegmentResult] = []
     state = first_state
     for number, segment in enumerate(segments):
         resume = None if state is None else json.loads(json.dumps(state))  # R1: plain JSON
-        if segment.shape.world_size == 1:
+        if segment.shape.world_size == 1 and not processes:
             records, new_state = run_rank(data, segment, num_epochs, resume)
             ranks = [records]
         else:
@@ -246,7 +257,7 @@ def run_chain(data: DataSpec, segments: list[Segment], num_epochs: int, workdir:
 # ---- checking ----------------------------------------------------------------------------
 
 def plan_of(data: DataSpec, shape: Shape, epoch: int, resume: dict[str, Any] | None) -> Plan:
-    dataset = make_loader(data, shape).streaming
+    dataset = make_dataset(data, shape.batch_size)
     state = resume["plan"] if resume is not None and int(resume["epoch"]) == epoch else None
     return dataset.plan(epoch, shape.world_size, shape.num_workers, state)
 
