@@ -37,29 +37,60 @@ _CONTAINERS = (dict, list, tuple)
 _PLAIN = frozenset({type(None), bool, int, float, str, bytes})
 
 
+_HEADS: dict[tuple[str, int], tuple[bytes, struct.Struct]] = {}
+
+
+def _array_head(dtype: np.dtype, ndim: int) -> tuple[bytes, struct.Struct]:
+    """The constant part of an array header and the packer of its shape (memoized)."""
+    key = (dtype.str, ndim)
+    found = _HEADS.get(key)
+    if found is None:
+        if ndim > 255:
+            raise TypeError(f"arrays have at most 255 dimensions, got {ndim}")
+        if dtype.kind not in _ARRAY_KINDS:
+            raise TypeError(f"numpy dtype {dtype} is not supported (numeric or bool only)")
+        name = dtype.str.encode("ascii")
+        found = _HEADS[key] = (_U8.pack(len(name)) + name + _U8.pack(ndim), struct.Struct(f"<{ndim}Q"))
+    return found
+
+
 def _encode_array(array: np.ndarray) -> bytes:
-    if array.ndim > 255:
-        raise TypeError(f"arrays have at most 255 dimensions, got {array.ndim}")
-    if array.dtype.kind not in _ARRAY_KINDS:
-        raise TypeError(f"numpy dtype {array.dtype} is not supported (numeric or bool only)")
-    dtype = array.dtype.str.encode("ascii")
-    head = _U8.pack(len(dtype)) + dtype + _U8.pack(array.ndim)
-    head += struct.pack(f"<{array.ndim}Q", *array.shape)
-    return head + np.ascontiguousarray(array).tobytes()
+    prefix, shape = _array_head(array.dtype, array.ndim)
+    data = array.data if array.flags.c_contiguous else np.ascontiguousarray(array).data
+    return b"".join((prefix, shape.pack(*array.shape), data))
 
 
-def _decode_array(payload: bytes) -> np.ndarray:
+# Parsed array headers by their leading bytes (dtype length, dtype name, ndim): the hot path
+# decodes millions of arrays with a handful of distinct headers.
+_PARSED: dict[bytes, tuple[np.dtype, int, struct.Struct, int]] = {}
+
+
+def _parse_head(payload: bytes) -> tuple[np.dtype, int, struct.Struct, int]:
     try:
         dtype_len = payload[0]
+        key = payload[: 2 + dtype_len]
+        found = _PARSED.get(key)
+        if found is not None:
+            return found
         dtype = np.dtype(payload[1 : 1 + dtype_len].decode("ascii"))
         ndim = payload[1 + dtype_len]
-        start = 2 + dtype_len
-        shape = struct.unpack_from(f"<{ndim}Q", payload, start)
-    except (IndexError, TypeError, ValueError, struct.error) as exc:
+    except (IndexError, TypeError, ValueError, UnicodeDecodeError) as exc:
         raise FormatError(f"malformed array extension header: {exc}") from None
     if dtype.kind not in _ARRAY_KINDS:
         raise FormatError(f"array extension with unsupported dtype {dtype}")
-    start += 8 * ndim
+    found = (dtype, ndim, struct.Struct(f"<{ndim}Q"), 2 + dtype_len)
+    if len(_PARSED) < 1024:
+        _PARSED[key] = found
+    return found
+
+
+def _decode_array(payload: bytes) -> np.ndarray:
+    dtype, ndim, shape_struct, start = _parse_head(payload)
+    try:
+        shape = shape_struct.unpack_from(payload, start)
+    except struct.error as exc:
+        raise FormatError(f"malformed array extension header: {exc}") from None
+    start += shape_struct.size
     count = 1
     for dim in shape:
         count *= dim
@@ -68,7 +99,8 @@ def _decode_array(payload: bytes) -> np.ndarray:
             f"array extension: shape {shape} of {dtype} needs {count * dtype.itemsize} bytes, "
             f"payload has {len(payload) - start}"
         )
-    return np.frombuffer(payload, dtype=dtype, count=count, offset=start).reshape(shape)
+    array = np.frombuffer(payload, dtype=dtype, count=count, offset=start)
+    return array if ndim == 1 else array.reshape(shape)
 
 
 def _default(value: Any) -> Any:
@@ -204,4 +236,15 @@ def iter_samples(block: bytes, expected: int) -> Iterator[dict[str, Any]]:
 
 
 def decode_block_samples(block: bytes, expected: int) -> list[dict[str, Any]]:
-    return list(iter_samples(block, expected))
+    """All ``expected`` samples of a decompressed block (the hot path: one C-level loop)."""
+    unpacker = msgpack.Unpacker(
+        ext_hook=_ext_hook, raw=False, strict_map_key=True, max_buffer_size=max(len(block), 1)
+    )
+    unpacker.feed(block)
+    samples = list(unpacker)
+    if len(samples) != expected:
+        raise FormatError(f"block holds {len(samples)} samples, index says {expected}")
+    if not all(type(sample) is dict for sample in samples):
+        bad = next(i for i, sample in enumerate(samples) if type(sample) is not dict)
+        raise FormatError(f"sample {bad} of block: expected a map, got {type(samples[bad]).__name__}")
+    return samples

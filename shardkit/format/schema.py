@@ -14,6 +14,7 @@ Field descriptions (JSON)::
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -95,16 +96,23 @@ class SchemaBuilder:
     def __init__(self) -> None:
         self.fields: dict[str, dict[str, Any]] = {}
         self._num_samples = 0
+        # Per field, a cheap test that a value is already covered by its description, so the
+        # common case (same type, dtype and fixed dims as before) skips describe/merge.
+        self._covered: dict[str, Callable[[Any], bool]] = {}
 
     def observe(self, sample: dict[str, Any]) -> None:
-        fields = self.fields
+        fields, covered = self.fields, self._covered
         for key, value in sample.items():
+            check = covered.get(key)
+            if check is not None and check(value):
+                continue
             desc = describe(value)
             old = fields.get(key)
             if old is None:
                 fields[key] = {**desc, "optional": True} if self._num_samples else desc
-            elif old != desc:
+            else:
                 fields[key] = merge(old, desc)
+            covered[key] = _covered_by(fields[key])
         if len(sample) != len(fields):
             for key, desc in fields.items():
                 if key not in sample and not desc.get("optional"):
@@ -128,6 +136,32 @@ class SchemaBuilder:
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return {key: dict(sorted(self.fields[key].items())) for key in sorted(self.fields)}
+
+
+_PY_TYPES = {"none": type(None), "bool": bool, "int": int, "float": float, "str": str, "bytes": bytes,
+             "list": list, "dict": dict}
+
+
+def _covered_by(desc: dict[str, Any]) -> Callable[[Any], bool]:
+    """A fast predicate implying ``merge(desc, describe(value)) == desc`` (never a false yes)."""
+    types = _types(desc)
+    allowed = {_PY_TYPES[t] for t in types if t in _PY_TYPES}
+    if desc.get("nullable"):
+        allowed.add(type(None))
+    if desc["type"] != "ndarray" or desc.get("dtype") is None or desc.get("shape") is None:
+        simple = frozenset(allowed) if len(allowed) == len(types) + bool(desc.get("nullable")) else frozenset()
+        return lambda value: type(value) in simple
+    dtype, shape = np.dtype(desc["dtype"]), desc["shape"]
+    fixed = tuple((i, d) for i, d in enumerate(shape) if d is not None)
+    ndim, nullable = len(shape), bool(desc.get("nullable"))
+
+    def check(value: Any) -> bool:
+        if type(value) is not np.ndarray:
+            return nullable and value is None
+        vshape = value.shape
+        return value.dtype == dtype and len(vshape) == ndim and all(vshape[i] == d for i, d in fixed)
+
+    return check
 
 
 def check_sample(sample: dict[str, Any], schema: dict[str, dict[str, Any]]) -> str | None:

@@ -10,6 +10,7 @@ it actually received (§G5); ``ShardLoader`` strips it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -21,6 +22,7 @@ from torch.utils.data import IterableDataset
 from shardkit.errors import PlanError
 from shardkit.loader.collate import collate_samples
 from shardkit.loader.control import Control
+from shardkit.loader.packed import pack_batch
 from shardkit.loader.stats import WorkerStats
 from shardkit.loader.topology import Topology, rank_and_world, worker_slot
 from shardkit.plan import Plan, PlanParams, build_plan
@@ -156,22 +158,26 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
 
     def _batches(self, plan: Plan, consumer: int, start: int, epoch: int) -> Iterator[dict[str, Any]]:
         batch_size = self.params.batch_size
-        stats = WorkerStats.for_consumer(consumer)
-        position = start
+        in_worker = worker_slot()[1] > 0
+        cache = self._shard_cache()
+        stats = WorkerStats(consumer, epoch, position=start, cache=cache.stats if cache else None)
         pending: list[dict[str, Any]] = []
         indices: list[np.ndarray] = []
         padded: list[np.ndarray] = []
-        for window in iter_consumer(self.dataset, plan, consumer, start, self._shard_cache()):
+        for window in iter_consumer(self.dataset, plan, consumer, start, cache, stats.read):
             samples = window.samples if self.transform is None else [self.transform(s) for s in window.samples]
             pending.extend(samples)
             indices.append(window.indices)
             padded.append(window.padded)
             while len(pending) >= batch_size:
+                started = time.perf_counter()
                 all_indices, all_padded = np.concatenate(indices), np.concatenate(padded)
                 batch = self._collate(pending[:batch_size], all_indices[:batch_size], all_padded[:batch_size])
-                position += batch_size
-                batch[META_KEY] = torch.tensor([consumer, position, epoch], dtype=torch.int64)
-                stats.batch_done(batch_size)
+                stats.batch_done(batch_size, time.perf_counter() - started)
+                if isinstance(batch, dict):
+                    batch[META_KEY] = stats.meta()
+                    if in_worker:  # one shared buffer per batch instead of one per tensor
+                        batch = pack_batch(batch)
                 yield batch
                 pending = pending[batch_size:]
                 indices, padded = [all_indices[batch_size:]], [all_padded[batch_size:]]

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 
 from shardkit.errors import StateError
 from shardkit.loader.dataset import META_KEY, StreamingDataset
+from shardkit.loader.packed import PackedBatch
 from shardkit.loader.stats import LoaderStats
 from shardkit.loader.topology import Topology, rank_and_world
 from shardkit.plan import plan_to_state, validate_state
@@ -50,6 +51,7 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         multiprocessing_context: Any = None,
         in_order: bool = True,
         timeout: float = 0,
+        log_every: int | None = None,
     ) -> None:
         if not isinstance(dataset, StreamingDataset):
             raise TypeError(f"ShardLoader needs a StreamingDataset, got {type(dataset).__name__}")
@@ -66,6 +68,7 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
             timeout=timeout,
         )
         self.streaming = dataset
+        self.log_every = log_every  # steps between periodic INFO stats lines (None: off)
         self._resume: dict[str, Any] | None = None  # plan state to apply at the next iteration
         self._offsets: dict[int, int] = {}
         self._iter_resume: dict[str, Any] | None = None
@@ -114,12 +117,16 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
                 batch = next(batches)
             except StopIteration:
                 return
-            meta = batch.pop(META_KEY) if isinstance(batch, dict) else None
-            if meta is not None:
-                consumer, position = int(meta[0]), int(meta[1])
-                self._offsets[consumer] = position  # received by the training loop (§G5)
+            if isinstance(batch, PackedBatch):
+                batch = batch.unpack()
+            meta = batch.pop(META_KEY, None) if isinstance(batch, dict) else None
+            values = meta.numpy() if meta is not None else None
+            if values is not None:
+                self._offsets[int(values[0])] = int(values[1])  # received by the training loop (§G5)
             self._steps += 1
-            self._stats.step(time.perf_counter() - asked, self.streaming.params.batch_size)
+            self._stats.step(time.perf_counter() - asked, self.streaming.params.batch_size, values)
+            if self.log_every and self._steps % self.log_every == 0:
+                log.info("shardkit loader: %s", _stats_line(self._stats.summary()))
             yield batch
 
     def stats(self) -> dict[str, Any]:
@@ -150,6 +157,15 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         self.streaming.set_epoch(int(state["epoch"]))
         self._resume = state["plan"]
         self._offsets, self._steps, self._iter_topology = {}, 0, None
+
+
+def _stats_line(stats: dict[str, Any]) -> str:
+    return (
+        f"{stats['steps']} steps, {stats['samples_per_s']:.0f} samples/s, "
+        f"{stats['decoded_bytes_per_s'] / 1e6:.1f} MB/s decoded, wait p50 {stats['wait_p50_s'] * 1e3:.2f} ms "
+        f"p99 {stats['wait_p99_s'] * 1e3:.2f} ms, cache hits {stats['cache']['cache_hits']:.0f} "
+        f"misses {stats['cache']['cache_misses']:.0f}"
+    )
 
 
 def check_loader_state(state: Any, fingerprint: str) -> None:

@@ -1,9 +1,11 @@
-"""Loader statistics (§G10): how long the training loop waits for each batch, and throughput.
+"""Loader statistics (§G10): where the time goes and whether data keeps up.
 
-``LoaderStats`` lives in the training process and is updated by ``ShardLoader`` per batch:
-wait time (from asking for the next batch to receiving it), samples, bytes. ``WorkerStats`` is
-the per-consumer counter inside a worker (batches and samples produced).
-Cheap by design: two ``perf_counter`` calls and a list append per step.
+Workers: ``WorkerStats`` counts, per consumer, the time spent opening shards (cache downloads,
+index reads), reading blocks, decoding them and collating, plus cache counters; every batch
+carries a snapshot (``meta()``, a small float64 tensor) to the training process.
+Training process: ``LoaderStats`` records each step's wait for the next batch, keeps the latest
+snapshot per consumer, and warns once when the loop stalls for several steps in a row, naming
+the likely stage. Cheap by design: a few ``perf_counter`` calls per batch.
 """
 
 from __future__ import annotations
@@ -14,47 +16,79 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
+
+from shardkit.read import ReadStats
+from shardkit.storage import CacheStats
 
 log = logging.getLogger(__name__)
+
+# Layout of the per-batch snapshot tensor (float64).
+META_FIELDS = (
+    "consumer", "position", "epoch", "done_time", "fetch_s", "io_s", "decode_s", "collate_s",
+    "raw_bytes", "cache_hits", "cache_misses", "download_bytes", "download_s",
+)
+_COUNTERS = META_FIELDS[4:]
 
 
 @dataclass
 class WorkerStats:
     consumer: int
+    epoch: int
+    position: int = 0
+    cache: CacheStats | None = None
+    read: ReadStats = field(default_factory=ReadStats)
+    collate_seconds: float = 0.0
     batches: int = 0
-    samples: int = 0
 
-    @classmethod
-    def for_consumer(cls, consumer: int) -> WorkerStats:
-        return cls(consumer)
-
-    def batch_done(self, num_samples: int) -> None:
+    def batch_done(self, num_samples: int, collate_seconds: float) -> None:
         self.batches += 1
-        self.samples += num_samples
+        self.position += num_samples
+        self.collate_seconds += collate_seconds
+
+    def meta(self) -> torch.Tensor:
+        cache = self.cache
+        return torch.tensor(
+            [
+                self.consumer, self.position, self.epoch, time.monotonic(),
+                self.read.fetch_seconds, self.read.io_seconds, self.read.decode_seconds, self.collate_seconds,
+                self.read.raw_bytes,
+                cache.hits if cache else 0, cache.misses if cache else 0,
+                cache.download_bytes if cache else 0, cache.download_seconds if cache else 0.0,
+            ],
+            dtype=torch.float64,
+        )
 
 
 @dataclass
 class LoaderStats:
-    """Wait times per step and totals for the current iteration; ``summary()`` is JSON-able."""
+    """Per-step waits and per-consumer snapshots of the current iteration; ``summary()`` is JSON-able."""
 
     stall_threshold: float = 0.5  # seconds a step may wait before it counts as a stall
     stall_steps: int = 5  # consecutive stalls before one warning
     waits: list[float] = field(default_factory=list)
+    transfers: list[float] = field(default_factory=list)
     samples: int = 0
     started: float = field(default_factory=time.perf_counter)
+    consumers: dict[int, np.ndarray] = field(default_factory=dict)
     _stalls_in_row: int = 0
     _warned: bool = False
 
     def reset(self) -> None:
         self.waits.clear()
+        self.transfers.clear()
+        self.consumers.clear()
         self.samples = 0
         self.started = time.perf_counter()
         self._stalls_in_row = 0
         self._warned = False
 
-    def step(self, wait: float, num_samples: int) -> None:
+    def step(self, wait: float, num_samples: int, meta: np.ndarray | None) -> None:
         self.waits.append(wait)
         self.samples += num_samples
+        if meta is not None:
+            self.consumers[int(meta[0])] = meta
+            self.transfers.append(max(0.0, time.monotonic() - float(meta[3])))
         if wait < self.stall_threshold:
             self._stalls_in_row = 0
             return
@@ -62,21 +96,48 @@ class LoaderStats:
         if self._stalls_in_row >= self.stall_steps and not self._warned:
             self._warned = True
             log.warning(
-                "training waited for data on %d steps in a row (last %.3f s, threshold %.3f s): the loader "
-                "is the bottleneck; see loader.stats() and `shardkit bench`",
-                self._stalls_in_row, wait, self.stall_threshold,
+                "data stall: the training loop waited >= %.3f s for data on %d steps in a row (last %.3f s); "
+                "likely stage: %s. See loader.stats() or run `shardkit bench`.",
+                self.stall_threshold, self._stalls_in_row, wait, self.likely_stage(),
             )
+
+    def stages(self) -> dict[str, float]:
+        """Seconds per stage summed over consumers (worker-side), plus transfer to this process."""
+        totals = dict.fromkeys(_COUNTERS, 0.0)
+        for meta in self.consumers.values():
+            for i, name in enumerate(_COUNTERS, start=4):
+                totals[name] += float(meta[i])
+        return totals
+
+    def likely_stage(self) -> str:
+        totals = self.stages()
+        times = {
+            "storage (shard downloads / cache waits)": totals["fetch_s"],
+            "block reads": totals["io_s"],
+            "decode (decompress + unpack)": totals["decode_s"],
+            "collate": totals["collate_s"],
+            "transfer to the training process": float(np.sum(self.transfers)) if self.transfers else 0.0,
+        }
+        return max(times, key=lambda k: times[k])
 
     def summary(self) -> dict[str, Any]:
         waits = np.asarray(self.waits) if self.waits else np.zeros(1)
         elapsed = max(time.perf_counter() - self.started, 1e-9)
+        totals = self.stages()
+        transfers = np.asarray(self.transfers) if self.transfers else np.zeros(1)
         return {
             "steps": len(self.waits),
             "samples": self.samples,
             "samples_per_s": self.samples / elapsed,
+            "decoded_bytes_per_s": totals["raw_bytes"] / elapsed,
             "wait_p50_s": float(np.percentile(waits, 50)),
             "wait_p99_s": float(np.percentile(waits, 99)),
             "wait_max_s": float(waits.max()),
             "wait_total_s": float(waits.sum()),
+            "transfer_p50_s": float(np.percentile(transfers, 50)),
             "elapsed_s": elapsed,
+            "stages_s": {k: totals[k] for k in ("fetch_s", "io_s", "decode_s", "collate_s")},
+            "cache": {k: totals[k] for k in ("cache_hits", "cache_misses", "download_bytes", "download_s")},
+            "consumers": len(self.consumers),
+            "likely_bottleneck": self.likely_stage() if self.waits else None,
         }

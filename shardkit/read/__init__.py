@@ -3,9 +3,11 @@
 from shardkit.read.dataset import Dataset, open_dataset
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.sources import ByteSource, LocalFileSource, StoreSource, open_source
+from shardkit.read.stats import ReadStats
 
 __all__ = [
     "ByteSource",
+    "ReadStats",
     "Dataset",
     "LocalFileSource",
     "ShardReader",

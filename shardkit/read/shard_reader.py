@@ -10,6 +10,7 @@ context is per reader).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,17 +26,25 @@ from shardkit.format.shard_layout import (
     decode_index,
 )
 from shardkit.read.sources import ByteSource
+from shardkit.read.stats import ReadStats
 
 _DEFAULT_SUFFIX = 64 << 10
 
 
 class ShardReader:
-    def __init__(self, source: ByteSource, info: ShardInfo | None = None, shard_label: str | None = None) -> None:
+    def __init__(
+        self,
+        source: ByteSource,
+        info: ShardInfo | None = None,
+        shard_label: str | None = None,
+        stats: ReadStats | None = None,
+    ) -> None:
         self.source = source
         self.info = info
         self.label = shard_label or (info.name if info else source.where)
         self.where = f"shard {self.label} ({source.where})"
         self._decompressor = BlockDecompressor()
+        self.stats = stats if stats is not None else ReadStats()
         self.index = self._read_index()
 
     # ---- structure --------------------------------------------------------------------------
@@ -114,14 +123,23 @@ class ShardReader:
 
     def block_samples(self, block_index: int) -> list[dict[str, Any]]:
         """Every sample of one block, in order."""
-        raw = self.read_raw_block(block_index)
+        started = time.perf_counter()
+        stored = self.read_stored_block(block_index)
+        read = time.perf_counter()
+        raw = self.decode_stored_block(block_index, stored)
         expected = int(self.index.blocks[block_index]["num_samples"])
         try:
-            return decode_block_samples(raw, expected)
+            samples = decode_block_samples(raw, expected)
         except (FormatError, ValueError) as exc:
             raise CorruptShardError(
                 f"{self.where}: {self._block_label(block_index)} does not decode: {exc}"
             ) from None
+        stats = self.stats
+        stats.io_seconds += read - started
+        stats.decode_seconds += time.perf_counter() - read
+        stats.raw_bytes += len(raw)
+        stats.blocks += 1
+        return samples
 
     # ---- samples ----------------------------------------------------------------------------
     def __getitem__(self, sample_index: int) -> dict[str, Any]:

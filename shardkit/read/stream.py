@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from shardkit.plan import Plan, Window
 from shardkit.read.dataset import Dataset
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.sources import LocalFileSource, StoreSource
+from shardkit.read.stats import ReadStats
 from shardkit.storage import CacheItem, Prefetcher, ShardCache
 
 log = logging.getLogger(__name__)
@@ -60,8 +62,10 @@ class ShardOpener:
         upcoming: list[int] | None = None,
         keep_open: int = 2,
         prefetch_ahead: int = 2,
+        stats: ReadStats | None = None,
     ) -> None:
         self.dataset = dataset
+        self.stats = stats if stats is not None else ReadStats()
         self.cache = cache if not dataset.store.is_local else None
         # A cached shard stays leased (unevictable) while open: keep only the current one.
         self.keep_open = 1 if self.cache is not None else keep_open
@@ -78,11 +82,14 @@ class ShardOpener:
             return entry[0]
         info = self.dataset.manifest.shards[shard_index]
         stack = contextlib.ExitStack()
+        started = time.perf_counter()
         try:
-            reader = ShardReader(self._source(shard_index, info, stack), info)
-        except BaseException:
+            reader = ShardReader(self._source(shard_index, info, stack), info, stats=self.stats)
+        except BaseException as exc:
             stack.close()
+            exc.add_note(f"while opening shard {info.name} (index {shard_index}) of {self.dataset.url}")
             raise
+        self.stats.fetch_seconds += time.perf_counter() - started
         stack.callback(reader.close)
         self._open[shard_index] = (reader, stack)
         while len(self._open) > self.keep_open:
@@ -132,11 +139,16 @@ def read_window(opener: ShardOpener, window: Window, offsets: np.ndarray) -> Win
 
 
 def iter_consumer(
-    dataset: Dataset, plan: Plan, consumer: int, start: int, cache: ShardCache | None = None
+    dataset: Dataset,
+    plan: Plan,
+    consumer: int,
+    start: int,
+    cache: ShardCache | None = None,
+    stats: ReadStats | None = None,
 ) -> Iterator[WindowSamples]:
     """Consumer ``consumer``'s samples from position ``start`` to the end of its sequence."""
     upcoming = list(plan.shards_of(consumer, start)) if cache is not None else None
-    opener = ShardOpener(dataset, cache, upcoming)
+    opener = ShardOpener(dataset, cache, upcoming, stats=stats)
     offsets = plan.shard_offsets
     try:
         for window in plan.consumer_windows(consumer, start):
