@@ -40,6 +40,14 @@ from shardkit.plan import Plan
 
 Batch = tuple[tuple[int, ...], tuple[bool, ...]]  # (global indices, pad flags) of one batch
 
+# Warnings torch gives about the host, not about shardkit (pyproject turns warnings into errors).
+TOO_MANY_WORKERS = (  # 3 workers on a 2-core machine
+    "ignore:This DataLoader will create \\d+ worker processes in total:UserWarning"
+)
+PIN_WITHOUT_ACCELERATOR = (
+    "ignore:'pin_memory' argument is set as true but no accelerator is found:UserWarning"
+)
+
 
 @dataclass(frozen=True)
 class DataSpec:

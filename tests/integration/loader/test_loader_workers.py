@@ -16,15 +16,16 @@ import torch
 
 import shardkit as sk
 from tests.helpers.datasets import check_delivered_sample
-from tests.helpers.resume import assign_to_consumers, pad_ids, real_ids, to_record
+from tests.helpers.resume import (
+    PIN_WITHOUT_ACCELERATOR,
+    TOO_MANY_WORKERS,
+    assign_to_consumers,
+    pad_ids,
+    real_ids,
+    to_record,
+)
 
-pytestmark = pytest.mark.filterwarnings(
-    # 3 workers on a 2-core machine: torch's advice, not an error of the loader.
-    "ignore:This DataLoader will create \\d+ worker processes in total:UserWarning"
-)
-PIN_WITHOUT_ACCELERATOR = (
-    "ignore:'pin_memory' argument is set as true but no accelerator is found:UserWarning"
-)
+pytestmark = pytest.mark.filterwarnings(TOO_MANY_WORKERS)
 
 
 def loader_for(path: str, *, batch_size: int, num_workers: int, tail: str = "pad",
