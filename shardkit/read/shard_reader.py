@@ -154,8 +154,8 @@ class ShardReader:
         except (FormatError, ValueError) as exc:
             raise CorruptShardError(f"{self.where}: sample {sample_index} does not decode: {exc}") from None
 
-    def samples(self, start: int = 0, stop: int | None = None) -> Iterator[dict[str, Any]]:
-        """Samples ``[start, stop)`` in order, decoding only the blocks that hold them."""
+    def sample_chunks(self, start: int = 0, stop: int | None = None) -> Iterator[list[dict[str, Any]]]:
+        """Samples ``[start, stop)`` in order as one list per block, decoding only those blocks."""
         start = max(start, 0)
         stop = self.num_samples if stop is None else min(stop, self.num_samples)
         if start >= stop:
@@ -165,7 +165,12 @@ class ShardReader:
             block = self.block_samples(block_index)
             lo = max(start - int(first[block_index]), 0)
             hi = min(stop - int(first[block_index]), len(block))
-            yield from block[lo:hi]
+            yield block if lo == 0 and hi == len(block) else block[lo:hi]
+
+    def samples(self, start: int = 0, stop: int | None = None) -> Iterator[dict[str, Any]]:
+        """Samples ``[start, stop)`` in order, decoding only the blocks that hold them."""
+        for chunk in self.sample_chunks(start, stop):
+            yield from chunk
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return self.samples()

@@ -130,12 +130,41 @@ class WindowSamples:
     padded: np.ndarray
 
 
-def read_window(opener: ShardOpener, window: Window, offsets: np.ndarray) -> WindowSamples:
+def read_window(opener: ShardOpener, window: Window, offsets: np.ndarray) -> Iterator[WindowSamples]:
+    """The samples of one plan window in output order, in pieces.
+
+    A shuffled window is decoded whole before its first sample can go out (its first output may
+    sit anywhere in it: the memory/latency price of the shuffle window). A window whose order is
+    a plain run (no shuffle, or a seek into a run) streams block by block instead, so the first
+    batch costs a few range requests, not a window.
+    """
+    order, indices, padded = window.order, window.global_indices(offsets), window.padded_mask()
+    if len(order) and int(order[-1]) - int(order[0]) == len(order) - 1 and _is_run(order):
+        yield from _read_run(opener, window, int(order[0]), indices, padded)
+        return
     decoded: list[dict[str, Any]] = []
     for span in window.spans:
-        decoded.extend(opener.reader(span.shard_index).samples(span.start, span.end))
-    samples = [decoded[i] for i in window.order.tolist()]
-    return WindowSamples(samples, window.global_indices(offsets), window.padded_mask())
+        for chunk in opener.reader(span.shard_index).sample_chunks(span.start, span.end):
+            decoded.extend(chunk)
+    yield WindowSamples([decoded[i] for i in order.tolist()], indices, padded)
+
+
+def _is_run(order: np.ndarray) -> bool:
+    return bool(np.all(np.diff(order) == 1))
+
+
+def _read_run(
+    opener: ShardOpener, window: Window, skip: int, indices: np.ndarray, padded: np.ndarray
+) -> Iterator[WindowSamples]:
+    wanted_end, position, emitted = skip + len(indices), 0, 0
+    for span in window.spans:
+        lo, hi = max(skip - position, 0), min(span.num_samples, wanted_end - position)
+        position += span.num_samples
+        if lo >= hi:
+            continue
+        for chunk in opener.reader(span.shard_index).sample_chunks(span.start + lo, span.start + hi):
+            yield WindowSamples(chunk, indices[emitted : emitted + len(chunk)], padded[emitted : emitted + len(chunk)])
+            emitted += len(chunk)
 
 
 def iter_consumer(
@@ -152,6 +181,6 @@ def iter_consumer(
     offsets = plan.shard_offsets
     try:
         for window in plan.consumer_windows(consumer, start):
-            yield read_window(opener, window, offsets)
+            yield from read_window(opener, window, offsets)
     finally:
         opener.close()
