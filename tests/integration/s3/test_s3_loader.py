@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 from typing import Any
 
 import numpy as np
