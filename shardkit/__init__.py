@@ -19,6 +19,7 @@ _LAZY = {
     "StreamingDataset": "shardkit.loader",
     "ShardLoader": "shardkit.loader",
     "Ragged": "shardkit.loader",
+    "DevicePrefetcher": "shardkit.loader",
 }
 
 __all__ = sorted(["__version__", *_LAZY])

@@ -134,20 +134,28 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         return self._stats.summary()
 
     # ---- Stateful -----------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """The global consumed offsets; collective across ranks when distributed (§G5)."""
+    def consumed_snapshot(self) -> tuple[dict[int, int], int]:
+        """This rank's consumed offsets and step count right now (cheap, local; see ``state_dict``)."""
+        return dict(self._offsets), self._steps
+
+    def state_dict(self, snapshot: tuple[dict[int, int], int] | None = None) -> dict[str, Any]:
+        """The global consumed offsets; collective across ranks when distributed (§G5).
+
+        ``snapshot`` (from ``consumed_snapshot``) states an earlier boundary, e.g. the one before a
+        batch a device prefetcher has staged but the training loop has not received yet."""
+        consumed, steps = snapshot if snapshot is not None else (self._offsets, self._steps)
         topology = self._iter_topology or self._topology()
         plan = self.streaming.plan(self.streaming.epoch, topology.world_size, self.num_workers,
                                    self._iter_resume if self._iter_topology else self._resume)
         offsets = list(plan.start_offsets)
-        for consumer, position in self._offsets.items():
+        for consumer, position in consumed.items():
             offsets[consumer] = position
         offsets = _gather_offsets(offsets, topology, max(self.num_workers, 1))
         return {
             "version": LOADER_STATE_VERSION,
             "kind": LOADER_STATE_KIND,
             "epoch": self.streaming.epoch,
-            "steps": self._steps,
+            "steps": steps,
             "plan": plan_to_state(plan, offsets, self.streaming.fingerprint),
         }
 
