@@ -150,11 +150,24 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         topology = self._topology(payload)
         epoch = payload.get("epoch", self._epoch)
         plan = self.plan(epoch, topology.world_size, topology.num_workers, payload.get("resume"))
-        consumer = topology.consumer
+        consumer = self._consumer(plan, topology)
         if consumer >= plan.num_consumers:
             raise PlanError(f"consumer {consumer} is outside the plan's {plan.num_consumers} consumers")
         start = plan.start_offsets[consumer]
         return self._batches(plan, consumer, start, epoch)
+
+    def _consumer(self, plan: Plan, topology: Topology) -> int:
+        """The global consumer this worker serves.
+
+        DataLoader collects batches from workers round-robin, starting at worker 0 on every new
+        iteration. After a same-topology resume in the middle of a round, worker ``w`` serves
+        consumer ``(w + shift) % W`` (shift = batches this rank already consumed, mod W), so the
+        resumed rank yields the uninterrupted run's remaining batches in the same order (R2).
+        """
+        width = max(topology.num_workers, 1)
+        first = topology.rank * width
+        consumed = sum(plan.start_offsets[first : first + width]) // self.params.batch_size
+        return first + (topology.worker + consumed) % width
 
     def _batches(self, plan: Plan, consumer: int, start: int, epoch: int) -> Iterator[dict[str, Any]]:
         batch_size = self.params.batch_size
