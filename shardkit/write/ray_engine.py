@@ -3,9 +3,10 @@
 Sources become Ray datasets with a partitioning fixed by the input alone (never by the cluster
 size), so the same input gives the same task indices, shard names, bytes and fingerprint:
 
-- ``parquet``: ``ray.data.read_parquet`` (one read task per file);
 - ``files``: the local engine's items (paths only), ``ITEMS_PER_TASK`` per ``from_items`` block;
-- ``jsonl`` and ``wds``: one row per file, expanded in the task by the local readers.
+- ``jsonl``, ``parquet`` and ``wds``: one row per file, expanded in the task by the local
+  readers (``read_parquet`` merged small files into one task, losing parallelism, and cannot
+  name a row's position in its file).
 
 Ray is imported lazily; without it, ``RayNotInstalledError`` says how to install it.
 """
@@ -75,9 +76,7 @@ def pack_with_ray(
     return summary
 
 
-def write_dataset(
-    ds: Any, out: str, options: PackOptions, rows: Any = None, progress: bool = True
-) -> RayPackSummary:
+def write_dataset(ds: Any, out: str, options: PackOptions, rows: Any = None, progress: bool = True) -> RayPackSummary:
     """Write the Ray dataset ``ds`` of dict rows as a shardkit dataset at ``out``."""
     require_ray()
     from shardkit.write.ray_sink import ShardkitDatasink, prepare_output
@@ -122,9 +121,7 @@ def _sink_options(options: PackOptions) -> Any:
         block_size=max(1, parse_size(options.block_size)),
         compress=CompressOptions(compression=options.compression, level=options.level),
     )
-    return SinkOptions(
-        parts, dict(options.metadata), dict(options.storage_options), options.skip_bad
-    )
+    return SinkOptions(parts, dict(options.metadata), dict(options.storage_options), options.skip_bad)
 
 
 def _source_dataset(src: str, options: PackOptions) -> tuple[Any, Any, dict[str, Any]]:
@@ -140,16 +137,11 @@ def _source_dataset(src: str, options: PackOptions) -> tuple[Any, Any, dict[str,
         blocks = math.ceil(len(rows) / ITEMS_PER_TASK)
         extra = {"classes": classes} if classes else {}
         return ray.data.from_items(rows, override_num_blocks=blocks), ItemRows(), extra
-    if fmt in ("jsonl", "wds"):
-        files = [
-            os.path.abspath(f) for f in sources._inputs(src, ".jsonl" if fmt == "jsonl" else ".tar")
-        ]
+    if fmt in ("jsonl", "wds", "parquet"):
+        suffix = {"jsonl": ".jsonl", "wds": ".tar", "parquet": ".parquet"}[fmt]
+        files = [os.path.abspath(f) for f in sources._inputs(src, suffix)]
         per_file = ray.data.from_items([{"file": f} for f in files], override_num_blocks=len(files))
         return per_file, FileRows(fmt), {}
-    if fmt == "parquet":
-        files = [os.path.abspath(f) for f in sources._inputs(src, ".parquet")]
-        ds = ray.data.read_parquet(files, include_paths=True, override_num_blocks=len(files))
-        return ds, DatasetRows(path_column="path"), {}
     raise SourceError(f"unknown format {fmt!r}; choose one of {sources.FORMATS}")
 
 
@@ -161,14 +153,8 @@ def _shardkit_cause(exc: BaseException) -> BaseException | None:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, (ShardkitError, FileExistsError)) and not isinstance(
-            current, RayTaskError
-        ):
+        if isinstance(current, (ShardkitError, FileExistsError)) and not isinstance(current, RayTaskError):
             return current
         cause = getattr(current, "cause", None)
-        current = (
-            cause
-            if isinstance(cause, BaseException)
-            else (current.__cause__ or current.__context__)
-        )
+        current = cause if isinstance(cause, BaseException) else (current.__cause__ or current.__context__)
     return None

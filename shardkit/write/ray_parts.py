@@ -79,9 +79,7 @@ class PartWriter:
     def _seal_block(self) -> None:
         if not self._pending:
             return
-        lengths = np.fromiter(
-            (len(p) for p in self._pending), dtype=np.int64, count=len(self._pending)
-        )
+        lengths = np.fromiter((len(p) for p in self._pending), dtype=np.int64, count=len(self._pending))
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         if offsets[-1] >= 1 << 32:
@@ -95,9 +93,7 @@ class PartWriter:
     def _close_shard(self) -> None:
         if not self._blocks:
             return
-        name = PART_FORMAT.format(
-            task_index=self.result.task_index, part_index=len(self.result.shards)
-        )
+        name = PART_FORMAT.format(task_index=self.result.task_index, part_index=len(self.result.shards))
         data, info = build_shard(name, self._blocks)
         self.store.write_atomic(name, data)
         self.result.shards.append(info.to_dict())

@@ -10,7 +10,7 @@ into a sample dict; ``origin`` names the record in errors and in ``metadata["ski
   ``to_pylist()`` (str, int, float, bool, bytes, None, nested lists/dicts).
 - ``ItemRows``: the local engine's file-group items, carried as JSON strings and decoded by the
   very same ``sources.to_sample``.
-- ``FileRows``: one row per JSONL file or WebDataset tar, expanded in the task by the local
+- ``FileRows``: one row per JSONL, Parquet or WebDataset tar file, expanded in the task by the local
   engine's own readers, so samples and origins equal the local engine's exactly.
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 
 from shardkit.errors import SourceError
 from shardkit.write import sources
-from shardkit.write.parquet_source import _list_column
+from shardkit.write.parquet_source import _list_column, iter_parquet
 
 KEY_COLUMNS = ("__key__", "id", "key")
 
@@ -62,17 +62,20 @@ class ItemRows:
 
 
 class FileRows:
-    """Column ``file``: one JSONL file or tar per row, read by the local engine's reader."""
+    """Column ``file``: one JSONL, tar or Parquet file per row, read by the local reader."""
 
     def __init__(self, fmt: str) -> None:
-        if fmt not in ("jsonl", "wds"):
-            raise ValueError(f"FileRows reads jsonl or wds, not {fmt!r}")
+        if fmt not in ("jsonl", "wds", "parquet"):
+            raise ValueError(f"FileRows reads jsonl, wds or parquet, not {fmt!r}")
         self.fmt = fmt
 
     def items(self, table: Any, task_index: int, first_row: int) -> Iterator[tuple[str, Any]]:
-        read: Callable[[str], Iterator[sources.Item]] = (
-            sources.iter_jsonl if self.fmt == "jsonl" else sources.iter_wds
-        )
+        readers: dict[str, Callable[[str], Iterator[sources.Item]]] = {
+            "jsonl": sources.iter_jsonl,
+            "wds": sources.iter_wds,
+            "parquet": iter_parquet,
+        }
+        read = readers[self.fmt]
         for path in table.column("file").to_pylist():
             for item in read(path):
                 yield item.origin, item
@@ -92,9 +95,7 @@ def encode_item(item: sources.Item) -> str:
 
 def decode_item(text: str) -> sources.Item:
     body = json.loads(text)
-    return sources.Item(
-        origin=body["origin"], key=body["key"], paths=body["paths"], label=body["label"]
-    )
+    return sources.Item(origin=body["origin"], key=body["key"], paths=body["paths"], label=body["label"])
 
 
 def arrow_rows(table: Any) -> list[dict[str, Any]]:
@@ -104,10 +105,7 @@ def arrow_rows(table: Any) -> list[dict[str, Any]]:
     columns: dict[str, list[Any]] = {}
     for name in table.column_names:
         column = table.column(name).combine_chunks()
-        if (
-            isinstance(column.type, pa.ExtensionType)
-            and "tensor" in type(column.type).__name__.lower()
-        ):
+        if isinstance(column.type, pa.ExtensionType) and "tensor" in type(column.type).__name__.lower():
             columns[name] = _tensor_column(column)
         elif pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
             columns[name] = _list_column(column)

@@ -48,9 +48,7 @@ class SinkOptions:
 class ShardkitDatasink(Datasink[PartResult]):
     """Write tasks produce parts; the driver publishes one manifest. Use once per job."""
 
-    def __init__(
-        self, out: str, rows: RowSource, options: SinkOptions, old_names: list[str]
-    ) -> None:
+    def __init__(self, out: str, rows: RowSource, options: SinkOptions, old_names: list[str]) -> None:
         self.out = out
         self.rows = rows
         self.options = options
@@ -87,9 +85,7 @@ class ShardkitDatasink(Datasink[PartResult]):
     def on_write_complete(self, write_result: Any) -> None:
         # Ray >= 2.39 passes a WriteResult; older versions the list of task returns.
         returns = getattr(write_result, "write_returns", write_result)
-        results = sorted(
-            (r for r in returns if isinstance(r, PartResult)), key=lambda r: r.task_index
-        )
+        results = sorted((r for r in returns if isinstance(r, PartResult)), key=lambda r: r.task_index)
         store = open_store(self.out, self.options.storage_options)
         self.manifest = publish_manifest(store, results, self.options.metadata)
         self.skipped = [s for r in results for s in r.skipped]
@@ -114,9 +110,7 @@ def prepare_output(store: Store, overwrite: bool) -> list[str]:
         return []
     where = store.url_of(MANIFEST_NAME)
     if not overwrite:
-        raise FileExistsError(
-            f"{where} exists; pass overwrite=True (CLI: --overwrite) to replace it"
-        )
+        raise FileExistsError(f"{where} exists; pass overwrite=True (CLI: --overwrite) to replace it")
     try:
         old = [s.name for s in decode_manifest(store.read(MANIFEST_NAME), where).shards]
     except ManifestError:
@@ -128,9 +122,7 @@ def prepare_output(store: Store, overwrite: bool) -> list[str]:
 def publish_manifest(store: Store, results: list[PartResult], metadata: dict[str, Any]) -> Manifest:
     """One manifest from the task results, in task order; written last, atomically."""
     indexes = [r.task_index for r in results]
-    if len(set(indexes)) != len(
-        indexes
-    ):  # one result per task: Ray reports successful attempts only
+    if len(set(indexes)) != len(indexes):  # one result per task: Ray reports successful attempts only
         raise ManifestError(f"{store.url}: two write results for one task index: {indexes}")
     schema = SchemaBuilder()
     for result in results:
@@ -156,7 +148,5 @@ def delete_orphans(store: Store, keep: set[str], old_names: list[str]) -> list[s
     for name in orphans:
         store.delete(name)
     if orphans:
-        log.info(
-            "%s: deleted %d file(s) not in the manifest: %s", store.url, len(orphans), orphans[:5]
-        )
+        log.info("%s: deleted %d file(s) not in the manifest: %s", store.url, len(orphans), orphans[:5])
     return orphans

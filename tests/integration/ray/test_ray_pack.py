@@ -164,6 +164,8 @@ def test_ray_equals_local(ray_cluster: Any, tmp_path: Path, fmt: str, make: Any,
     local_manifest = open_dataset(str(tmp_path / "local")).manifest
     assert ray_manifest.schema == local_manifest.schema
     assert ray_manifest.metadata == local_manifest.metadata
+    if fmt != "files":  # one task per input file
+        assert summary.num_tasks == 2
 
 
 # ---- shardkit.ray.write ---------------------------------------------------------------------
