@@ -32,6 +32,16 @@ class SealedBlock:
         return len(self.sample_offsets) - 1
 
 
+def join_samples(encoded: list[bytes]) -> tuple[bytes, np.ndarray]:
+    """A block's raw bytes (the encoded samples back to back) and their u32 offsets (n + 1)."""
+    lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] >= 1 << 32:
+        raise ValueError(f"block of {offsets[-1]} bytes exceeds 4 GiB; lower block_size")
+    return b"".join(encoded), offsets.astype("<u4")
+
+
 def build_shard(name: str, blocks: list[SealedBlock]) -> tuple[bytes, ShardInfo]:
     """The bytes of a shard holding ``blocks`` in order, and its manifest entry."""
     table = np.zeros(len(blocks), dtype=BLOCK_DTYPE)

@@ -15,10 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from shardkit.format import BlockCompressor, CompressOptions, SchemaBuilder, ShardInfo
-from shardkit.format.shard_builder import SealedBlock, build_shard
+from shardkit.format.shard_builder import SealedBlock, build_shard, join_samples
 from shardkit.storage import Store
 
 PART_FORMAT = "shards/part-{task_index:05d}-{part_index:04d}.sks"
@@ -79,14 +77,9 @@ class PartWriter:
     def _seal_block(self) -> None:
         if not self._pending:
             return
-        lengths = np.fromiter((len(p) for p in self._pending), dtype=np.int64, count=len(self._pending))
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        if offsets[-1] >= 1 << 32:
-            raise ValueError(f"block of {offsets[-1]} bytes exceeds 4 GiB; lower block_size")
-        raw = b"".join(self._pending)
+        raw, offsets = join_samples(self._pending)
         codec, stored = self._compressor.compress(raw)
-        self._blocks.append(SealedBlock(codec, stored, len(raw), offsets.astype("<u4")))
+        self._blocks.append(SealedBlock(codec, stored, len(raw), offsets))
         self._shard_raw += len(raw)
         self._pending, self._pending_bytes = [], 0
 

@@ -32,7 +32,7 @@ from shardkit.format import (
     ShardInfo,
     decode_manifest,
 )
-from shardkit.format.shard_builder import SealedBlock, build_shard
+from shardkit.format.shard_builder import SealedBlock, build_shard, join_samples
 from shardkit.storage import Store, open_store
 from shardkit.units import parse_size
 
@@ -182,13 +182,8 @@ class ShardWriter:
     def _seal_block(self) -> None:
         if not self._pending:
             return
-        lengths = np.fromiter((len(p) for p in self._pending), dtype=np.int64, count=len(self._pending))
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        if offsets[-1] >= 1 << 32:
-            raise ValueError(f"block of {offsets[-1]} bytes exceeds 4 GiB; lower block_size")
-        raw = b"".join(self._pending)
-        self._shard_blocks.append(self._pool.submit(self._compress, raw, offsets.astype("<u4")))
+        raw, offsets = join_samples(self._pending)
+        self._shard_blocks.append(self._pool.submit(self._compress, raw, offsets))
         self._shard_raw += len(raw)
         self._pending, self._pending_bytes = [], 0
 
