@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if args.engine == "ray":
         from shardkit.write.ray_engine import pack_with_ray
 
-        summary = pack_with_ray(args.src, args.out, options, address=args.address)
+        summary = pack_with_ray(args.src, args.out, options, address=args.address, progress=not args.no_progress)
     else:
         progress = Progress("pack", enabled=not args.no_progress)
         try:
