@@ -284,3 +284,18 @@ def test_write_to_s3(ray_cluster: Any, s3_bucket: tuple[str, dict[str, Any]]) ->
     ids = [s["id"] for s in open_dataset(url, storage_options).samples()]
     assert sorted(ids) == list(range(150))
     assert_verified(url, storage_options)
+
+
+def test_ray_packed_dataset_streams_exactly_once(ray_cluster: Any, tmp_path: Path) -> None:
+    """G2 on a Ray-packed dataset: ShardLoader with 2 workers, both tails, every id once."""
+    import shardkit as sk
+    import shardkit.ray
+
+    out = str(tmp_path / "ds")
+    shardkit.ray.write(ray_cluster.data.from_items(token_rows(301), override_num_blocks=4), out,
+                       shard_size="2KiB", block_size="512B")
+    for tail in ("drop", "pad"):
+        loader = sk.ShardLoader(sk.StreamingDataset(out, batch_size=8, tail=tail), num_workers=2)
+        ids = [i for b in loader for i, p in zip(b["id"].tolist(),
+               b["_padded"].tolist() if tail == "pad" else [False] * 8, strict=True) if not p]
+        assert len(ids) == len(set(ids)) and (len(ids) == 301 if tail == "pad" else 301 - len(ids) < 8)
