@@ -38,10 +38,11 @@ pytestmark = pytest.mark.filterwarnings(TOO_MANY_WORKERS)
 # ---- many kill points and shapes, one training process -----------------------------------------
 
 @st.composite
-def chains(draw: st.DrawFn, /, small: str, uneven: str) -> tuple[DataSpec, list[Segment], int]:
-    """A dataset, 1-2 epochs and 2-3 segments: W 0-3 (W 0↔1 keeps the partition, others are
-    elastic), batch sizes, persistent workers, delivery order, kill points anywhere in the job
-    (0 = right after a resume, the end of an epoch, past the end)."""
+def chains(draw: st.DrawFn, /, small: str, uneven: str,
+           max_world: int = 1) -> tuple[DataSpec, list[Segment], int]:
+    """A dataset, 1-2 epochs and 2-3 segments: world sizes up to ``max_world``, W 0-3 (W 0↔1
+    keeps the partition, others are elastic), batch sizes, persistent workers, delivery order,
+    kill points anywhere in the job (0 = right after a resume, an epoch's end, past the end)."""
     use_small = draw(st.booleans())
     data = DataSpec(
         small if use_small else uneven, 23 if use_small else 1001,
@@ -55,7 +56,8 @@ def chains(draw: st.DrawFn, /, small: str, uneven: str) -> tuple[DataSpec, list[
     num_segments = draw(st.integers(2, 3))
     for number in range(num_segments):
         workers = draw(st.integers(0, 3))
-        shape = Shape(num_workers=workers, batch_size=draw(batch_sizes),
+        shape = Shape(world_size=draw(st.integers(1, max_world)), num_workers=workers,
+                      batch_size=draw(batch_sizes),
                       persistent_workers=workers > 0 and draw(st.booleans()),
                       in_order=draw(st.booleans()))
         stop = None
@@ -74,6 +76,21 @@ def test_resume_equivalence_at_random_kill_points(small_dataset: str, uneven_dat
     """§G6/R2-R5: chained kills and resumes at random points, W and batch size changing."""
     spec, segments, num_epochs = data.draw(chains(small_dataset, uneven_dataset))
     results = run_chain(spec, segments, num_epochs, "/nonexistent")  # one rank: no workdir
+    check_chain(spec, results, num_epochs)
+
+
+@pytest.mark.slow
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_resume_equivalence_on_gloo_ranks_at_random_kill_points(
+    small_dataset: str, uneven_dataset: str, tmp_path_factory: pytest.TempPathFactory,
+    data: st.DataObject,
+) -> None:
+    """§G6/R2-R5 with real gloo ranks: world size 1-4 changing between kills (elastic)."""
+    spec, segments, num_epochs = data.draw(chains(small_dataset, uneven_dataset, max_world=4))
+    workdir = str(tmp_path_factory.mktemp("chain"))
+    results = run_chain(spec, segments, num_epochs, workdir, processes=True)
     check_chain(spec, results, num_epochs)
 
 
