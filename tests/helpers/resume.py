@@ -391,3 +391,27 @@ def real_ids(batches: Iterable[Batch]) -> list[int]:
 def pad_ids(batches: Iterable[Batch]) -> list[int]:
     """The pad repeats of ``batches`` (flagged ``_padded``), in order."""
     return [i for indices, flags in batches for i, p in zip(indices, flags, strict=True) if p]
+
+
+def rank_sequence(results: list[SegmentResult], rank: int, epoch: int) -> list[Batch]:
+    """Rank ``rank``'s batches of ``epoch`` over all segments of a chain, in received order."""
+    return [batch for result in results for record in result.ranks[rank]
+            if record.epoch == epoch for batch in record.batches]
+
+
+def check_same_order(data: DataSpec, segments: list[Segment], num_epochs: int,
+                     results: list[SegmentResult], workdir: str) -> None:
+    """L4: on same-topology resumes with ``in_order=True``, every rank's batches over the chain
+    equal the uninterrupted run's, in the same order (not only the same per consumer)."""
+    shape = segments[0].shape
+    assert all(s.shape == shape for s in segments) and shape.in_order
+    whole = run_chain(data, [Segment(shape)], num_epochs, f"{workdir}/uninterrupted",
+                      processes=shape.world_size > 1)
+    for rank in range(shape.world_size):
+        for epoch in range(num_epochs):
+            got, want = rank_sequence(results, rank, epoch), rank_sequence(whole, rank, epoch)
+            assert len(got) == len(want), f"rank {rank} epoch {epoch}: {len(got)} vs {len(want)}"
+            differ = [i for i, (g, w) in enumerate(zip(got, want, strict=True)) if g != w]
+            assert not differ, (f"rank {rank} epoch {epoch}: the resumed order differs from the "
+                                f"uninterrupted run's at steps {differ[:10]}")
+

@@ -5,7 +5,9 @@ batches on resume).
 Two workers with ``prefetch_factor=4`` keep up to 8 batches in flight, so after ``k`` steps the
 workers have produced well past ``k``. The saved offsets must still be exactly ``k`` batches'
 worth per consumer (R9), the resumed run must yield exactly the uninterrupted run's remaining
-multiset (§G6, R3), and each consumer must continue where it stopped, in plan order (R2).
+multiset (§G6, R3), and each consumer must continue where it stopped, in plan order (R2);
+with ``in_order=True`` the resumed batches come in the uninterrupted run's exact order (L4).
+Loader-state invariants L1-L6 are in specs/resume-state.md §Loader state.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from tests.helpers.resume import (
     Segment,
     Shape,
     check_chain,
+    check_same_order,
     run_chain,
 )
 
@@ -38,6 +41,9 @@ def test_state_is_what_the_loop_received(uneven_dataset: str, tmp_path: object, 
     results = run_chain(data, [Segment(shape, stop_after=kill_after), Segment(shape)], 1,
                         str(tmp_path))
     check_chain(data, results, 1)  # offsets == start + received per consumer, exact rest
+    if in_order:  # L4: and the very same global order as the uninterrupted run
+        check_same_order(data, [Segment(shape, kill_after), Segment(shape)], 1, results,
+                         str(tmp_path))
     saved = results[0].state["plan"]["offsets"]
     assert sum(saved) == kill_after * 8  # not a sample more than the loop took
     assert results[0].state["steps"] == kill_after

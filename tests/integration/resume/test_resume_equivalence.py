@@ -4,7 +4,8 @@ from ``state_dict()`` on the same or another topology, prove what the loop recei
 Every case runs through ``tests/helpers/resume.py`` (``run_chain`` + ``check_chain``), which
 asserts per epoch: no sample twice and, with ``tail="pad"``, none missing (§G2, R3); with
 ``drop`` exactly the last plan's reported tail missing (P3, R4); offsets == received (§G5, R9);
-each consumer continues in plan order (R2, R4); equal steps per rank == ``len(loader)`` (§G3).
+each consumer continues in plan order (R2, R4); equal steps per rank == ``len(loader)`` (§G3);
+same-topology resumes keep the exact batch order (L4); refusals (R8, R9, L5).
 Elastic cases use real gloo ranks (one process per rank, W worker processes each).
 """
 
@@ -27,6 +28,7 @@ from tests.helpers.resume import (
     Segment,
     Shape,
     check_chain,
+    check_same_order,
     make_loader,
     plan_of,
     run_chain,
@@ -92,6 +94,23 @@ def test_resume_equivalence_on_gloo_ranks_at_random_kill_points(
     workdir = str(tmp_path_factory.mktemp("chain"))
     results = run_chain(spec, segments, num_epochs, workdir, processes=True)
     check_chain(spec, results, num_epochs)
+
+
+@pytest.mark.parametrize(("world", "workers", "kills"),
+                         [(1, 3, [1, 5]), (1, 2, [3]), pytest.param(2, 2, [1, 4], marks=pytest.mark.slow),
+                          pytest.param(3, 3, [2], marks=pytest.mark.slow)])
+def test_same_topology_resume_keeps_the_exact_order(uneven_dataset: str, tmp_path: object,
+                                                    world: int, workers: int,
+                                                    kills: list[int]) -> None:
+    """L4/R2: killed after a number of batches that is not a multiple of W (so the resumed
+    DataLoader's round-robin starts at another worker) and resumed on the same topology, each
+    rank yields exactly the uninterrupted run's remaining batches in the same order."""
+    data = DataSpec(uneven_dataset, 1001, tail="pad", seed=9, shuffle_window=16)
+    shape = Shape(world, workers, 8, persistent_workers=True)
+    segments = [*(Segment(shape, k) for k in kills), Segment(shape)]
+    results = run_chain(data, segments, 2, str(tmp_path), processes=world > 1)
+    check_chain(data, results, 2)
+    check_same_order(data, segments, 2, results, str(tmp_path))
 
 
 def test_state_right_after_a_resume_is_the_state_resumed_from(small_dataset: str) -> None:
