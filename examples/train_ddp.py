@@ -99,6 +99,19 @@ def load_checkpoint(ckpt_dir: str, model: torch.nn.Module, opt: torch.optim.Opti
     return meta
 
 
+def next_run_number(audit_dir: str | None, rank: int) -> int:
+    """1 + the highest run recorded in the audit folder (rank 0 decides, all ranks agree).
+
+    Counted from the folder, not the checkpoint: a restart killed before writing its own
+    checkpoint must not share a number with the restart that follows it."""
+    number = torch.zeros(1, dtype=torch.int64)
+    if rank == 0 and audit_dir and os.path.isdir(audit_dir):
+        runs = [int(name[3:6]) for name in os.listdir(audit_dir) if name.startswith("run") and name.endswith(".json")]
+        number[0] = max(runs) + 1 if runs else 0
+    dist.broadcast(number, src=0)
+    return int(number[0])
+
+
 def main() -> None:
     args = parse_args()
     dist.init_process_group("gloo")
@@ -117,7 +130,8 @@ def main() -> None:
         if loaded is not None:
             meta = loaded
             loader.load_state_dict(meta["loader"])
-    run = meta["run"] + (1 if args.resume else 0)
+    run = next_run_number(args.audit_dir, rank)
+    meta["run"] = run
     audit = None
     if args.audit_dir:
         os.makedirs(args.audit_dir, exist_ok=True)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from shardkit.loader.arena import alloc, alloc_like
 from shardkit.loader.ragged import Ragged, torch_dtype
 
 _NUMBERS = {bool: torch.bool, int: torch.int64, float: torch.float64}
@@ -32,7 +33,7 @@ def collate_field(values: list[Any]) -> Any:
     if kind is np.ndarray:
         return _arrays(values)
     if kind in _NUMBERS:
-        return torch.tensor(values, dtype=_NUMBERS[kind])
+        return alloc_like(values, _NUMBERS[kind])
     if kind is bytes:
         return Ragged.from_bytes(values)
     if isinstance(first, np.generic):
@@ -46,7 +47,7 @@ def _arrays(arrays: list[np.ndarray]) -> Any:
     first = arrays[0]
     dtype, shape = first.dtype, first.shape
     if all(a.shape == shape and a.dtype == dtype for a in arrays):
-        out = torch.empty((len(arrays), *shape), dtype=torch_dtype(dtype))
+        out = alloc((len(arrays), *shape), torch_dtype(dtype))
         np.stack(arrays, out=out.numpy())
         return out
     if first.ndim >= 1 and all(a.ndim == first.ndim and a.shape[1:] == shape[1:] and a.dtype == dtype for a in arrays):

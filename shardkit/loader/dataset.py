@@ -9,6 +9,7 @@ it actually received (§G5); ``ShardLoader`` strips it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -22,8 +23,9 @@ from torch.utils.data import IterableDataset
 from shardkit.errors import PlanError
 from shardkit.loader.collate import collate_samples
 from shardkit.loader.control import Control
+from shardkit.loader.arena import Arena, alloc_like
 from shardkit.loader.packed import pack_batch
-from shardkit.loader.stats import WorkerStats
+from shardkit.loader.stats import META_FIELDS, WorkerStats
 from shardkit.loader.topology import Topology, rank_and_world, worker_slot
 from shardkit.plan import Plan, PlanParams, build_plan
 from shardkit.read import Dataset, open_dataset
@@ -172,6 +174,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     def _batches(self, plan: Plan, consumer: int, start: int, epoch: int) -> Iterator[dict[str, Any]]:
         batch_size = self.params.batch_size
         in_worker = worker_slot()[1] > 0
+        capacity = 64 << 10
         cache = self._shard_cache()
         stats = WorkerStats(consumer, epoch, position=start, cache=cache.stats if cache else None)
         pending: list[dict[str, Any]] = []
@@ -185,12 +188,18 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
             while len(pending) >= batch_size:
                 started = time.perf_counter()
                 all_indices, all_padded = np.concatenate(indices), np.concatenate(padded)
-                batch = self._collate(pending[:batch_size], all_indices[:batch_size], all_padded[:batch_size])
+                # In a worker, collate straight into the buffer that crosses to the trainer.
+                with Arena(capacity) if in_worker else contextlib.nullcontext() as arena:
+                    batch = self._collate(pending[:batch_size], all_indices[:batch_size], all_padded[:batch_size])
+                    if isinstance(batch, dict):
+                        batch[META_KEY] = alloc_like([0.0] * len(META_FIELDS), torch.float64)
+                if arena is not None:
+                    capacity = max(capacity, arena.wanted + arena.wanted // 8)
                 stats.batch_done(batch_size, time.perf_counter() - started)
                 if isinstance(batch, dict):
-                    batch[META_KEY] = stats.meta()
-                    if in_worker:  # one shared buffer per batch instead of one per tensor
-                        batch = pack_batch(batch)
+                    batch[META_KEY].copy_(stats.meta())
+                    if arena is not None:
+                        batch = pack_batch(batch, arena)
                 yield batch
                 pending = pending[batch_size:]
                 indices, padded = [all_indices[batch_size:]], [all_padded[batch_size:]]

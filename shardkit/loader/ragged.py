@@ -14,6 +14,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from shardkit.loader.arena import alloc
+
+
+def _offsets_tensor(offsets: np.ndarray) -> torch.Tensor:
+    out = alloc((len(offsets),), torch.int64)
+    out.numpy()[:] = offsets
+    return out
+
 
 def torch_dtype(dtype: np.dtype) -> torch.dtype:
     """The torch dtype for a numpy dtype (native byte order)."""
@@ -34,20 +42,21 @@ class Ragged:
         offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         first = arrays[0]
-        values = torch.empty((int(offsets[-1]), *first.shape[1:]), dtype=torch_dtype(first.dtype))
+        values = alloc((int(offsets[-1]), *first.shape[1:]), torch_dtype(first.dtype))
         if len(values):
             np.concatenate(arrays, out=values.numpy())
-        return cls(values, torch.from_numpy(offsets))
+        return cls(values, _offsets_tensor(offsets))
 
     @classmethod
     def from_bytes(cls, items: Sequence[bytes]) -> Ragged:
         lengths = np.fromiter((len(b) for b in items), dtype=np.int64, count=len(items))
         offsets = np.zeros(len(items) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        values = torch.empty(int(offsets[-1]), dtype=torch.uint8)
-        if len(values):
-            values.numpy()[:] = np.frombuffer(b"".join(items), dtype=np.uint8)
-        return cls(values, torch.from_numpy(offsets), kind="bytes")
+        values = alloc((int(offsets[-1]),), torch.uint8)
+        out = values.numpy()
+        for item, start in zip(items, offsets[:-1].tolist(), strict=False):
+            out[start : start + len(item)] = np.frombuffer(item, dtype=np.uint8)
+        return cls(values, _offsets_tensor(offsets), kind="bytes")
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
