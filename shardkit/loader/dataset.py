@@ -21,9 +21,9 @@ import torch
 from torch.utils.data import IterableDataset
 
 from shardkit.errors import PlanError
+from shardkit.loader.arena import Arena, alloc_like
 from shardkit.loader.collate import collate_samples
 from shardkit.loader.control import Control
-from shardkit.loader.arena import Arena, alloc_like
 from shardkit.loader.packed import pack_batch
 from shardkit.loader.stats import META_FIELDS, WorkerStats
 from shardkit.loader.topology import Topology, rank_and_world, worker_slot

@@ -21,7 +21,6 @@ from shardkit.loader.arena import INLINE_BYTES, Arena, aligned
 from shardkit.loader.ragged import Ragged
 
 
-
 @dataclass
 class PackedBatch:
     buffer: torch.Tensor | bytearray  # uint8: one shared storage, or inline bytes
@@ -31,7 +30,9 @@ class PackedBatch:
 
     def _tensor(self) -> torch.Tensor:
         if isinstance(self.buffer, bytearray):
-            return torch.frombuffer(self.buffer, dtype=torch.uint8) if self.buffer else torch.empty(0, dtype=torch.uint8)
+            if not self.buffer:
+                return torch.empty(0, dtype=torch.uint8)
+            return torch.frombuffer(self.buffer, dtype=torch.uint8)
         return self.buffer
 
     def pin_memory(self, device: Any = None) -> PackedBatch:  # DataLoader's pin thread
@@ -81,7 +82,10 @@ def pack_batch(batch: dict[str, Any], arena: Arena | None = None) -> PackedBatch
     if arena is not None:
         offsets = [arena.offset_of(tensor) for _, tensor in leaves]
         if all(offset is not None for offset in offsets):
-            layout = [(path, _dtype_name(t), tuple(t.shape), int(o)) for (path, t), o in zip(leaves, offsets, strict=True)]
+            layout = [
+                (path, _dtype_name(t), tuple(t.shape), int(o or 0))
+                for (path, t), o in zip(leaves, offsets, strict=True)
+            ]
             return PackedBatch(arena.storage, layout, ragged, extras)
     layout, total = [], 0
     for path, tensor in leaves:
