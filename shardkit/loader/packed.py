@@ -42,8 +42,8 @@ class PackedBatch:
         buffer = self._tensor()
         views: dict[str, torch.Tensor] = {}
         for path, dtype_name, shape, offset in self.tensors:
-            dtype = getattr(torch, dtype_name)
-            nbytes = _numel(shape) * torch.empty(0, dtype=dtype).element_size()
+            dtype, itemsize = _dtype_of(dtype_name)
+            nbytes = _numel(shape) * itemsize
             views[path] = buffer[offset : offset + nbytes].view(dtype).view(shape)
         batch: dict[str, Any] = dict(self.extras)
         for path, view in views.items():
@@ -52,6 +52,19 @@ class PackedBatch:
         for key, kind in self.ragged.items():
             batch[key] = Ragged(views[f"{key}/values"], views[f"{key}/offsets"], kind)
         return batch
+
+
+_DTYPES: dict[str, tuple[torch.dtype, int]] = {}
+
+
+def _dtype_of(name: str) -> tuple[torch.dtype, int]:
+    found = _DTYPES.get(name)
+    if found is None:
+        dtype = getattr(torch, name)
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"not a torch dtype: {name!r}")
+        found = _DTYPES[name] = (dtype, torch.empty(0, dtype=dtype).element_size())
+    return found
 
 
 def _dtype_name(tensor: torch.Tensor) -> str:
