@@ -169,7 +169,9 @@ def plot(rows: dict[tuple[Any, ...], dict[str, Any]], path: Path) -> bool:
         mine = {(k[2], k[3]): v for k, v in rows.items() if k[0] == kind and k[1] == "local"}
         configs = sorted({c for c, _ in mine}, key=lambda c: (c.startswith("raw-"), c))
         for offset, workers in ((-0.2, 0), (0.2, 2)):
-            xs, ys, errs = [], [], [[], []]
+            xs: list[float] = []
+            ys: list[float] = []
+            errs: list[list[float]] = [[], []]
             for i, config in enumerate(configs):
                 key = (config, max(workers, 1) if config.startswith("raw-") else workers)
                 if key in mine:
