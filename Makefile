@@ -24,9 +24,9 @@ lint: $(BIN)/shardkit
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-bench: $(BIN)/shardkit
-	$(BIN)/pip install --quiet -r benchmarks/requirements.txt
-	$(BIN)/python -m benchmarks.run_all
+# Peers (mosaicml-streaming, litdata, webdataset) live in their own .venv-bench, never in .venv.
+bench:
+	tools/bench_env.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info
