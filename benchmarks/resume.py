@@ -9,7 +9,6 @@ Prints JSON lines; each figure is the median of 3 runs in this process (no other
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 import shardkit as sk
+from benchmarks.jsonl import save_rows
 from shardkit.plan import PlanParams, build_plan, plan_to_state
 
 BATCH = 64
@@ -90,12 +90,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    rows = scale_rows() + resume_rows(args.samples, args.workers)
-    for row in rows:
-        print(json.dumps(row))
-    if args.out:
-        with open(args.out, "w") as fh:
-            fh.writelines(json.dumps(row) + "\n" for row in rows)
+    save_rows(scale_rows() + resume_rows(args.samples, args.workers), args.out)
     return 0
 
 

@@ -10,7 +10,6 @@ are not S3's network numbers. Peers over S3 are not measured here yet.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -23,6 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import shardkit as sk  # noqa: E402
+from benchmarks.jsonl import save_rows  # noqa: E402
 from tests.helpers.fault_proxy import FaultProxy  # noqa: E402
 from tests.helpers.s3 import create_bucket, start_moto_server, storage_options  # noqa: E402
 
@@ -67,11 +67,8 @@ def main() -> int:
             row.update(event="s3_read", scenario=scenario, workers=args.workers, gets=len(gets),
                        get_mb=(sum(r.bytes_sent for r in proxy.records("GET")) - bytes_before) / 1e6)
             rows.append(row)
-            print(json.dumps(row), flush=True)
         proxy.stop()
-    if args.out:
-        with open(args.out, "w") as fh:
-            fh.writelines(json.dumps(row) + "\n" for row in rows)
+    save_rows(rows, args.out)
     return 0
 
 
