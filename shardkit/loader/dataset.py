@@ -156,7 +156,9 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         if consumer >= plan.num_consumers:
             raise PlanError(f"consumer {consumer} is outside the plan's {plan.num_consumers} consumers")
         start = plan.start_offsets[consumer]
-        return self._batches(plan, consumer, start, epoch)
+        # Pack batches for the trip to the trainer only where ShardLoader will unpack them.
+        pack = worker_slot()[1] > 0 and "generation" in payload
+        return self._batches(plan, consumer, start, epoch, pack)
 
     def _consumer(self, plan: Plan, topology: Topology) -> int:
         """The global consumer this worker serves.
@@ -171,9 +173,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         consumed = sum(plan.start_offsets[first : first + width]) // self.params.batch_size
         return first + (topology.worker + consumed) % width
 
-    def _batches(self, plan: Plan, consumer: int, start: int, epoch: int) -> Iterator[dict[str, Any]]:
+    def _batches(self, plan: Plan, consumer: int, start: int, epoch: int, pack: bool) -> Iterator[Any]:
         batch_size = self.params.batch_size
-        in_worker = worker_slot()[1] > 0
         capacity = 64 << 10
         cache = self._shard_cache()
         stats = WorkerStats(consumer, epoch, position=start, cache=cache.stats if cache else None)
@@ -189,7 +190,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
                 started = time.perf_counter()
                 all_indices, all_padded = np.concatenate(indices), np.concatenate(padded)
                 # In a worker, collate straight into the buffer that crosses to the trainer.
-                with Arena(capacity) if in_worker else contextlib.nullcontext() as arena:
+                with Arena(capacity) if pack else contextlib.nullcontext() as arena:
                     batch = self._collate(pending[:batch_size], all_indices[:batch_size], all_padded[:batch_size])
                     if isinstance(batch, dict):
                         batch[META_KEY] = alloc_like([0.0] * len(META_FIELDS), torch.float64)
