@@ -148,12 +148,15 @@ class SampleEncoder:
         # instead of silently losing their type.
         self._packer = msgpack.Packer(default=_default, use_bin_type=True, autoreset=True, strict_types=True)
 
-    def encode(self, sample: Any, sample_index: int | None = None) -> bytes:
-        """msgpack bytes of one sample; ``EncodeError`` names the field path and sample index."""
+    def encode(self, sample: Any, sample_index: int | None = None, check_keys: bool = True) -> bytes:
+        """msgpack bytes of one sample; ``EncodeError`` names the field path and sample index.
+
+        ``check_keys=False`` skips the walk for non-str map keys, for sources whose keys are
+        str by construction (JSON objects, Parquet columns and struct fields)."""
         where = "sample" if sample_index is None else f"sample {sample_index}"
         if not isinstance(sample, dict):
             raise EncodeError(f"{where}: a sample must be a dict, got {type(sample).__name__}")
-        bad_key = _find_bad_key(sample, "$")
+        bad_key = _find_bad_key(sample, "$") if check_keys else None
         if bad_key:
             raise EncodeError(f"{where}: cannot encode field {bad_key}")
         try:

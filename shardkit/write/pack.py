@@ -22,6 +22,8 @@ from shardkit.write.parquet_source import iter_parquet
 from shardkit.write.writer import ShardWriter
 
 CHUNK_ITEMS = 256
+# Sources whose map keys are str by construction (no need to walk samples for other keys).
+_STR_KEYED = frozenset({"jsonl", "parquet"})
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ def encode_chunk(args: tuple[str, bool, list[sources.Item]]) -> _Chunk:
     for item in items:
         try:
             sample = convert(item)
-            data = encoder.encode(sample)
+            data = encoder.encode(sample, check_keys=fmt not in _STR_KEYED)
         except (SourceError, EncodeError) as exc:
             if not skip_bad:
                 raise SourceError(f"{item.origin}: {exc}") if isinstance(exc, EncodeError) else exc from None
