@@ -18,6 +18,7 @@ import pytest
 from shardkit.cli import main
 from shardkit.read import open_dataset
 from shardkit.read.verify import verify_dataset
+from tests.helpers.files import read_tree
 from tests.helpers.samples import assert_value_equal
 
 SHARDKIT = [os.path.join(os.path.dirname(sys.executable), "shardkit")]
@@ -241,13 +242,6 @@ def test_head_renders_arrays_and_bytes(tmp_path, capsys):
     )
 
 
-def _tree(folder) -> dict[str, bytes]:
-    out = {}
-    for root, _, names in os.walk(folder):
-        for name in names:
-            with open(os.path.join(root, name), "rb") as fh:
-                out[os.path.relpath(os.path.join(root, name), folder)] = fh.read()
-    return out
 
 
 @pytest.mark.slow
@@ -274,7 +268,7 @@ def test_pack_workers_2_is_byte_identical_to_workers_1(tmp_path):
             capture_output=True,
             timeout=120,
         )
-    one, two = _tree(tmp_path / "out1"), _tree(tmp_path / "out2")
+    one, two = read_tree(tmp_path / "out1"), read_tree(tmp_path / "out2")
     assert len(one) > 3 and one == two
 
 

@@ -9,6 +9,7 @@ import pytest
 
 import shardkit as sk
 from shardkit.read import open_dataset
+from tests.helpers.files import read_tree
 
 
 def _samples():
@@ -31,20 +32,13 @@ def _write(folder: str, **kw) -> None:
             w.write(sample)
 
 
-def _files(folder: str) -> dict[str, bytes]:
-    out = {}
-    for root, _, names in os.walk(folder):
-        for name in names:
-            with open(os.path.join(root, name), "rb") as fh:
-                out[os.path.relpath(os.path.join(root, name), folder)] = fh.read()
-    return out
 
 
 @pytest.mark.parametrize("compression", ["auto", "zstd", "none"])
 def test_same_samples_same_bytes(tmp_path, compression):
     _write(str(tmp_path / "a"), compression=compression)
     _write(str(tmp_path / "b"), compression=compression)
-    a, b = _files(tmp_path / "a"), _files(tmp_path / "b")
+    a, b = read_tree(tmp_path / "a"), read_tree(tmp_path / "b")
     assert len(a) > 3 and a == b
     fa, fb = (open_dataset(str(tmp_path / x)).manifest.fingerprint for x in "ab")
     assert fa == fb and fa.startswith("xxh3-128:")
@@ -94,5 +88,5 @@ def test_overwrite_removes_stale_shards(tmp_path):
         sk.ShardWriter(folder)
     with sk.ShardWriter(folder, overwrite=True) as w:
         w.write({"x": 1})
-    assert sorted(_files(folder)) == ["manifest.json", "shards/shard-000000.sks"]
+    assert sorted(read_tree(folder)) == ["manifest.json", "shards/shard-000000.sks"]
     assert list(open_dataset(folder).samples()) == [{"x": 1}]
