@@ -54,7 +54,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
 
     ``transform`` maps one sample dict (in the worker, before collation); ``collate_fn`` maps a
     list of samples to a batch (default: ``collate_samples``). Both must be picklable for
-    spawn-started workers.
+    spawn-started workers. Rank and world size are read at ``__iter__``; a custom launcher can
+    pin them with ``ds.options = dataclasses.replace(ds.options, rank=r, world_size=n)``.
     """
 
     def __init__(

@@ -39,10 +39,8 @@ class WorkerStats:
     cache: CacheStats | None = None
     read: ReadStats = field(default_factory=ReadStats)
     collate_seconds: float = 0.0
-    batches: int = 0
 
     def batch_done(self, num_samples: int, collate_seconds: float) -> None:
-        self.batches += 1
         self.position += num_samples
         self.collate_seconds += collate_seconds
 

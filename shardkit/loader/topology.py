@@ -20,10 +20,6 @@ class Topology:
     worker: int
     num_workers: int  # 0 when the training process reads itself
 
-    @property
-    def consumer(self) -> int:
-        return self.rank * max(self.num_workers, 1) + self.worker
-
 
 def rank_and_world(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
     if rank is not None and world_size is not None:
