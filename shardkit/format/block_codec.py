@@ -63,7 +63,7 @@ class BlockDecompressor:
     def __init__(self) -> None:
         self._zstd = zstandard.ZstdDecompressor()
 
-    def decompress(self, codec: int, stored: bytes, raw_size: int) -> bytes:
+    def decompress(self, codec: int, stored: bytes | memoryview, raw_size: int) -> bytes | memoryview:
         """The raw block; never produces more than ``raw_size`` bytes (no decompression bombs)."""
         if codec == CODEC_RAW:
             if len(stored) != raw_size:

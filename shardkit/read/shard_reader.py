@@ -58,10 +58,10 @@ class ShardReader:
         start = max(HEADER_SIZE, size - max(want, FOOTER_SIZE))
         if size < HEADER_SIZE + FOOTER_SIZE:
             raise CorruptShardError(f"{self.where}: {size} bytes, too short for a shard (truncated?)")
-        tail = self.source.read_range(start, size)
+        tail = bytes(self.source.read_range(start, size))
         index_offset, index_length, checksum = decode_footer(tail, size, self.where)
         if index_offset < start:  # index longer than guessed: one more request
-            tail = self.source.read_range(index_offset, size)
+            tail = bytes(self.source.read_range(index_offset, size))
             start = index_offset
         index_bytes = tail[index_offset - start : index_offset - start + index_length]
         index = decode_index(index_bytes, checksum, index_offset, self.where)
@@ -81,7 +81,7 @@ class ShardReader:
             )
 
     def check_header(self) -> None:
-        check_header(self.source.read_range(0, HEADER_SIZE), self.where)
+        check_header(bytes(self.source.read_range(0, HEADER_SIZE)), self.where)
 
     @property
     def num_samples(self) -> int:
@@ -95,7 +95,7 @@ class ShardReader:
         return self.index.num_samples
 
     # ---- blocks -----------------------------------------------------------------------------
-    def read_stored_block(self, block_index: int) -> bytes:
+    def read_stored_block(self, block_index: int) -> bytes | memoryview:
         """The stored bytes of one block, checksum-verified (I5)."""
         block = self.index.blocks[block_index]
         start = int(block["offset"])
@@ -111,14 +111,14 @@ class ShardReader:
         offset = int(self.index.blocks[block_index]["offset"])
         return f"block {block_index} (samples {first}..{last}) at offset {offset}"
 
-    def decode_stored_block(self, block_index: int, stored: bytes) -> bytes:
+    def decode_stored_block(self, block_index: int, stored: bytes | memoryview) -> bytes | memoryview:
         block = self.index.blocks[block_index]
         try:
             return self._decompressor.decompress(int(block["codec"]), stored, int(block["raw_size"]))
         except FormatError as exc:
             raise type(exc)(f"{self.where}: {self._block_label(block_index)}: {exc}") from None
 
-    def read_raw_block(self, block_index: int) -> bytes:
+    def read_raw_block(self, block_index: int) -> bytes | memoryview:
         return self.decode_stored_block(block_index, self.read_stored_block(block_index))
 
     def block_samples(self, block_index: int) -> list[dict[str, Any]]:
@@ -129,7 +129,7 @@ class ShardReader:
         raw = self.decode_stored_block(block_index, stored)
         expected = int(self.index.blocks[block_index]["num_samples"])
         try:
-            samples = decode_block_samples(raw, expected)
+            samples = decode_block_samples(raw, expected, self.index.offsets_of(block_index))
         except (FormatError, ValueError) as exc:
             raise CorruptShardError(
                 f"{self.where}: {self._block_label(block_index)} does not decode: {exc}"
