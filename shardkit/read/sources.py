@@ -1,4 +1,4 @@
-"""Where a shard's bytes come from: a local file (``os.pread``) or a store (range requests)."""
+"""Where a shard's bytes come from: a local file (memory-mapped views) or a store (range requests)."""
 
 from __future__ import annotations
 
