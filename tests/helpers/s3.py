@@ -83,3 +83,13 @@ def create_bucket(endpoint_url: str) -> str:
     fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
     fs.mkdir(name)
     return name
+
+
+def memory_store(prefix: str, names: list[str], size: int) -> Any:
+    """A fresh ``memory://`` store holding ``names[i]`` = ``bytes([i]) * size`` (storage unit tests)."""
+    from shardkit.storage import open_store
+
+    store = open_store(f"memory://{prefix}-{uuid.uuid4().hex}")
+    for index, name in enumerate(names):
+        store.write_atomic(name, bytes([index]) * size)
+    return store

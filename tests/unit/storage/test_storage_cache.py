@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import stat
 import threading
-import uuid
 
 import pytest
 
 from shardkit.errors import CacheError, CorruptShardError, NotFoundError
 from shardkit.storage import CacheOptions, ShardCache, Store, clear_cache, list_cache, open_store
 from shardkit.storage.layout import entry_name
+from tests.helpers.s3 import memory_store
 
 SIZE = 50_000
 FAST = CacheOptions(space_timeout=0.5, lock_timeout=10, poll_interval=0.02, chunk_bytes=16_384)
@@ -19,10 +19,7 @@ FAST = CacheOptions(space_timeout=0.5, lock_timeout=10, poll_interval=0.02, chun
 
 @pytest.fixture
 def remote() -> Store:
-    store = open_store(f"memory://cache-test-{uuid.uuid4().hex}")
-    for index in range(6):
-        store.write_atomic(f"shards/{index}.shard", bytes([index]) * SIZE)
-    return store
+    return memory_store("cache-test", [f"shards/{i}.shard" for i in range(6)], SIZE)
 
 
 def payload(index: int) -> bytes:

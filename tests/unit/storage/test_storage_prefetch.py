@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import uuid
 
 import pytest
 
 from shardkit.errors import NotFoundError
-from shardkit.storage import CacheItem, CacheOptions, ShardCache, Store, open_store, prefetch_ranges
+from shardkit.storage import CacheItem, CacheOptions, ShardCache, Store, prefetch_ranges
+from tests.helpers.s3 import memory_store
 
 SIZE = 20_000
 FAST = CacheOptions(space_timeout=0.5, lock_timeout=10, poll_interval=0.02)
@@ -16,10 +16,7 @@ FAST = CacheOptions(space_timeout=0.5, lock_timeout=10, poll_interval=0.02)
 
 @pytest.fixture
 def remote() -> Store:
-    store = open_store(f"memory://prefetch-test-{uuid.uuid4().hex}")
-    for index in range(6):
-        store.write_atomic(f"s/{index}", bytes([index]) * SIZE)
-    return store
+    return memory_store("prefetch-test", [f"s/{i}" for i in range(6)], SIZE)
 
 
 def read_file(path: str) -> bytes:
