@@ -2,10 +2,10 @@
 to the training process (``packed.py``) instead of into tensors that are copied there later.
 
 ``with Arena(capacity) as arena:`` makes ``alloc`` hand out 64-byte-aligned views of one
-buffer (a ``bytearray`` below ``INLINE_BYTES``, one shared-memory segment above); when the
-buffer is full, ``alloc`` falls back to ``torch.empty`` and the packer copies those tensors.
-Outside an arena, ``alloc`` is ``torch.empty``. One arena per thread; never reused after the
-batch leaves (its memory belongs to that batch).
+buffer: a slot of the loader's shared ring when one is free (``ring.py``, reused batch after
+batch), else a fresh ``bytearray`` below ``INLINE_BYTES`` or one fresh shared-memory segment
+above. When the buffer is full, ``alloc`` falls back to ``torch.empty`` and the packer copies
+those tensors. Outside an arena, ``alloc`` is ``torch.empty``. One arena per thread.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import threading
 from typing import Any
 
 import torch
+
+from shardkit.loader.ring import Ring, SlotRef
 
 ALIGN = 64
 INLINE_BYTES = 1 << 20
@@ -25,10 +27,15 @@ def aligned(n: int) -> int:
 
 
 class Arena:
-    def __init__(self, capacity: int) -> None:
-        self.capacity = aligned(max(capacity, ALIGN))
+    def __init__(self, capacity: int, slot: tuple[Ring, int, int] | None = None) -> None:
+        """``slot`` = (ring, worker, slot index) acquired by ``batch_arena``."""
+        self.slot = slot
+        self.capacity = aligned(max(capacity, ALIGN)) if slot is None else slot[0].slot_bytes
         self.storage: torch.Tensor | bytearray
-        if self.capacity < INLINE_BYTES:
+        if slot is not None:
+            self.buffer = slot[0].buffer(slot[1], slot[2])
+            self.storage = self.buffer
+        elif self.capacity < INLINE_BYTES:
             self.storage = bytearray(self.capacity)
             self.buffer = torch.frombuffer(self.storage, dtype=torch.uint8)
         else:
@@ -52,10 +59,26 @@ class Arena:
 
     def offset_of(self, tensor: torch.Tensor) -> int | None:
         """Where ``tensor`` starts in this arena, or None if it lives elsewhere."""
+        if tensor.numel() == 0:
+            return 0  # nothing to locate (torch may report any pointer for an empty view)
         ptr = tensor.data_ptr()
         if not tensor.is_contiguous() or not self._base <= ptr < self._base + self.capacity:
             return None
         return ptr - self._base
+
+    def sealed(self) -> torch.Tensor | bytearray | SlotRef:
+        """What carries the batch to the trainer: the slot's name, or the buffer itself."""
+        if self.slot is None:
+            return self.storage
+        ring, worker, index = self.slot
+        return SlotRef(ring.key, worker, index, self.used)
+
+    def discard(self, reusable: bool) -> None:
+        """The batch left in another buffer: give the ring slot back if nothing can still point
+        into it (``reusable``, or nothing allocated); else keep it BUSY for the ring's lifetime."""
+        if self.slot is not None and (reusable or self.used == 0):
+            self.slot[0].give_back(self.slot[1], self.slot[2])
+        self.slot = None
 
     def __enter__(self) -> Arena:
         _local.arena = self
@@ -63,6 +86,12 @@ class Arena:
 
     def __exit__(self, *exc: object) -> None:
         _local.arena = None
+
+
+def batch_arena(capacity: int, ring: Ring | None, worker: int) -> Arena:
+    """An arena over a free slot of ``ring`` if there is one, else over a fresh buffer."""
+    slot = ring.acquire(worker) if ring is not None else None
+    return Arena(capacity) if slot is None or ring is None else Arena(0, (ring, worker, slot))
 
 
 def alloc(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:

@@ -21,10 +21,11 @@ import torch
 from torch.utils.data import IterableDataset
 
 from shardkit.errors import PlanError
-from shardkit.loader.arena import Arena, alloc_like
+from shardkit.loader.arena import alloc, alloc_like, batch_arena
 from shardkit.loader.collate import collate_samples
 from shardkit.loader.control import Control
 from shardkit.loader.packed import pack_batch
+from shardkit.loader.ring import Ring, find
 from shardkit.loader.stats import META_FIELDS, WorkerStats
 from shardkit.loader.topology import Topology, rank_and_world, worker_slot
 from shardkit.plan import Plan, PlanParams, build_plan
@@ -102,10 +103,12 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
             raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
         self._epoch = epoch
 
-    def publish(self, topology: Topology, resume: dict[str, Any] | None, generation: int) -> None:
+    def publish(self, topology: Topology, resume: dict[str, Any] | None, generation: int,
+                ring: Ring | None = None) -> None:
         """Write what the next iteration's workers need into the control block."""
         self.control.write({"epoch": self._epoch, "rank": topology.rank, "world_size": topology.world_size,
-                            "resume": resume, "generation": generation})
+                            "resume": resume, "generation": generation,
+                            "ring": list(ring.key) if ring is not None else None})
 
     def plan(self, epoch: int, world_size: int, num_workers: int, resume: dict[str, Any] | None = None) -> Plan:
         """The (cached) plan of ``epoch`` for a topology; ``resume`` = a plan state (§G6)."""
@@ -158,8 +161,9 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
             raise PlanError(f"consumer {consumer} is outside the plan's {plan.num_consumers} consumers")
         start = plan.start_offsets[consumer]
         # Pack batches for the trip to the trainer only where ShardLoader will unpack them.
-        pack = worker_slot()[1] > 0 and "generation" in payload
-        return self._batches(plan, consumer, start, epoch, pack)
+        pack = topology.num_workers > 0 and "generation" in payload
+        ring = find(payload.get("ring")) if pack else None  # inherited from a forking trainer
+        return self._batches(plan, consumer, start, epoch, pack, ring, topology.worker)
 
     def _consumer(self, plan: Plan, topology: Topology) -> int:
         """The global consumer this worker serves.
@@ -174,7 +178,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         consumed = sum(plan.start_offsets[first : first + width]) // self.params.batch_size
         return first + (topology.worker + consumed) % width
 
-    def _batches(self, plan: Plan, consumer: int, start: int, epoch: int, pack: bool) -> Iterator[Any]:
+    def _batches(self, plan: Plan, consumer: int, start: int, epoch: int, pack: bool,
+                 ring: Ring | None = None, worker: int = 0) -> Iterator[Any]:
         batch_size = self.params.batch_size
         capacity = 64 << 10
         cache = self._shard_cache()
@@ -191,7 +196,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
                 started = time.perf_counter()
                 all_indices, all_padded = np.concatenate(indices), np.concatenate(padded)
                 # In a worker, collate straight into the buffer that crosses to the trainer.
-                with Arena(capacity) if pack else contextlib.nullcontext() as arena:
+                with batch_arena(capacity, ring, worker) if pack else contextlib.nullcontext() as arena:
                     batch = self._collate(pending[:batch_size], all_indices[:batch_size], all_padded[:batch_size])
                     if isinstance(batch, dict):
                         batch[META_KEY] = alloc_like([0.0] * len(META_FIELDS), torch.float64)
@@ -202,6 +207,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
                     batch[META_KEY].copy_(stats.meta())
                     if arena is not None:
                         batch = pack_batch(batch, arena)
+                elif arena is not None:
+                    arena.discard(reusable=False)
                 yield batch
                 pending = pending[batch_size:]
                 indices, padded = [all_indices[batch_size:]], [all_padded[batch_size:]]
@@ -212,9 +219,11 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         batch = self.collate_fn(samples)
         if isinstance(batch, dict):
             if self.params.tail == "pad":
-                batch["_padded"] = torch.from_numpy(padded.copy())
+                batch["_padded"] = alloc((len(padded),), torch.bool)
+                batch["_padded"].numpy()[:] = padded
             if self.options.with_index:
-                batch["_index"] = torch.from_numpy(indices.copy())
+                batch["_index"] = alloc((len(indices),), torch.int64)
+                batch["_index"].numpy()[:] = indices
         return batch
 
     # ---- pickling for spawn-started workers -----------------------------------------------

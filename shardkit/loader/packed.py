@@ -15,36 +15,47 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from shardkit.loader.arena import INLINE_BYTES, Arena, aligned
 from shardkit.loader.ragged import Ragged
+from shardkit.loader.ring import SlotRef, resolve
 
 
 @dataclass
 class PackedBatch:
-    buffer: torch.Tensor | bytearray  # uint8: one shared storage, or inline bytes
+    buffer: torch.Tensor | bytearray | SlotRef | np.ndarray  # uint8: shared storage, inline bytes, a ring slot
+    # (its name in the pipe; the resolved array after ``_root``)
     tensors: list[tuple[str, str, tuple[int, ...], int]]  # (path, dtype name, shape, offset)
     ragged: dict[str, str]  # field → kind, for fields rebuilt as Ragged(values, offsets)
     extras: dict[str, Any]  # non-tensor fields
 
-    def _tensor(self) -> torch.Tensor:
+    def _root(self) -> torch.Tensor | np.ndarray:
+        """The whole buffer: a tensor (shared or pinned storage) or a uint8 numpy array."""
+        if isinstance(self.buffer, SlotRef):  # resolve once: the slot is freed when this dies
+            self.buffer = resolve(self.buffer)
         if isinstance(self.buffer, bytearray):
-            if not self.buffer:
-                return torch.empty(0, dtype=torch.uint8)
-            return torch.frombuffer(self.buffer, dtype=torch.uint8)
+            return np.frombuffer(self.buffer, dtype=np.uint8) if self.buffer else np.empty(0, dtype=np.uint8)
+        assert not isinstance(self.buffer, SlotRef)
         return self.buffer
 
     def pin_memory(self, device: Any = None) -> PackedBatch:  # DataLoader's pin thread
-        return PackedBatch(self._tensor().pin_memory(), self.tensors, self.ragged, self.extras)
+        root = self._root()
+        tensor = torch.from_numpy(root) if isinstance(root, np.ndarray) else root
+        return PackedBatch(tensor.pin_memory(), self.tensors, self.ragged, self.extras)
 
     def unpack(self) -> dict[str, Any]:
-        buffer = self._tensor()
+        root = self._root()
         views: dict[str, torch.Tensor] = {}
         for path, dtype_name, shape, offset in self.tensors:
-            dtype, itemsize = _dtype_of(dtype_name)
+            dtype, itemsize, np_dtype = _dtype_of(dtype_name)
             nbytes = _numel(shape) * itemsize
-            views[path] = buffer[offset : offset + nbytes].view(dtype).view(shape)
+            if isinstance(root, np.ndarray) and np_dtype is not None:  # numpy views: a few times cheaper
+                views[path] = torch.from_numpy(root[offset : offset + nbytes].view(np_dtype).reshape(shape))
+            else:
+                buffer = root if isinstance(root, torch.Tensor) else torch.from_numpy(root)
+                views[path] = buffer[offset : offset + nbytes].view(dtype).view(shape)
         batch: dict[str, Any] = dict(self.extras)
         for path, view in views.items():
             if "/" not in path:
@@ -54,16 +65,31 @@ class PackedBatch:
         return batch
 
 
-_DTYPES: dict[str, tuple[torch.dtype, int]] = {}
+def _has_tensor(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_has_tensor(item) for item in value)
+    if isinstance(value, dict):
+        return any(_has_tensor(item) for item in value.values())
+    return False
 
 
-def _dtype_of(name: str) -> tuple[torch.dtype, int]:
+_DTYPES: dict[str, tuple[torch.dtype, int, np.dtype | None]] = {}
+
+
+def _dtype_of(name: str) -> tuple[torch.dtype, int, np.dtype | None]:
+    """torch dtype, item size and the numpy dtype (None where numpy has none, e.g. bfloat16)."""
     found = _DTYPES.get(name)
     if found is None:
         dtype = getattr(torch, name)
         if not isinstance(dtype, torch.dtype):
             raise TypeError(f"not a torch dtype: {name!r}")
-        found = _DTYPES[name] = (dtype, torch.empty(0, dtype=dtype).element_size())
+        try:
+            np_dtype: np.dtype | None = torch.empty(0, dtype=dtype).numpy().dtype
+        except TypeError:
+            np_dtype = None
+        found = _DTYPES[name] = (dtype, dtype.itemsize, np_dtype)
     return found
 
 
@@ -99,7 +125,8 @@ def pack_batch(batch: dict[str, Any], arena: Arena | None = None) -> PackedBatch
                 (path, _dtype_name(t), tuple(t.shape), int(o or 0))
                 for (path, t), o in zip(leaves, offsets, strict=True)
             ]
-            return PackedBatch(arena.storage, layout, ragged, extras)
+            return PackedBatch(arena.sealed(), layout, ragged, extras)
+        arena.discard(reusable=not any(_has_tensor(value) for value in extras.values()))
     layout, total = [], 0
     for path, tensor in leaves:
         layout.append((path, _dtype_name(tensor), tuple(tensor.shape), total))

@@ -15,6 +15,7 @@ every rank must call it at the same step; all get the same global state.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -26,6 +27,7 @@ from torch.utils.data import DataLoader
 from shardkit.errors import StateError
 from shardkit.loader.dataset import META_KEY, StreamingDataset
 from shardkit.loader.packed import PackedBatch
+from shardkit.loader.ring import Ring
 from shardkit.loader.stats import LoaderStats
 from shardkit.loader.topology import Topology, rank_and_world
 from shardkit.plan import plan_to_state, validate_state
@@ -33,6 +35,7 @@ from shardkit.plan import plan_to_state, validate_state
 log = logging.getLogger(__name__)
 LOADER_STATE_VERSION = 1
 LOADER_STATE_KIND = "shardkit.loader"
+RING_SPARE_SLOTS = 4  # per worker beyond prefetch_factor: one being filled, batches the loop holds
 
 
 def _passthrough(batch: Any) -> Any:
@@ -76,6 +79,7 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         self._steps = 0
         self._generation = 0
         self._stats = LoaderStats()
+        self._ring: Ring | None = None
 
     # ---- epochs -----------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -106,9 +110,31 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         self._offsets = dict(enumerate(plan.start_offsets))
         self._steps = 0
         self._generation += 1
-        self.streaming.publish(topology, resume, self._generation)
+        self.streaming.publish(topology, resume, self._generation, self._ring_for_workers())
         self._stats.reset()
         return self._track(super().__iter__())
+
+    def _ring_for_workers(self) -> Ring | None:
+        """Shared slots for this iteration's batches (``ring.py``), made before workers fork.
+
+        Persistent workers keep the ring they inherited; fresh workers get a fresh ring, so a
+        ring is only ever written by one set of workers. None (fresh buffers per batch) without
+        workers, with spawn/forkserver workers, or if the mapping cannot be made."""
+        if self.num_workers == 0:
+            return None
+        if self.persistent_workers and self._iterator is not None:
+            return self._ring
+        context = self.multiprocessing_context
+        method = context.get_start_method() if context is not None else multiprocessing.get_start_method()
+        if method != "fork":
+            self._ring = None
+            return None
+        try:
+            self._ring = Ring(self.num_workers, (self.prefetch_factor or 2) + RING_SPARE_SLOTS)
+        except (OSError, ValueError) as exc:
+            log.debug("no shared batch ring (%s); batches use fresh buffers", exc)
+            self._ring = None
+        return self._ring
 
     def _track(self, batches: Iterator[Any]) -> Iterator[Any]:
         while True:

@@ -9,6 +9,7 @@ P1-P4, P7, P9. Datasets: tests/helpers/datasets.py (23 samples in [5, 0, 7, 3, 8
 from __future__ import annotations
 
 import collections
+import gc
 from typing import Any
 
 import pytest
@@ -163,3 +164,27 @@ def test_ragged_and_bytes_fields_arrive_as_ragged(uneven_dataset: str) -> None:
     assert padded[2].tolist() == [2, 3, -1, -1]
     assert batch["pair"].dtype == torch.float32 and batch["pair"].shape == (5, 2)
     assert batch["text"] == [f"sample-{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("context", [None, "spawn"])
+def test_batches_the_loop_keeps_stay_intact(uneven_dataset: str, context: str | None) -> None:
+    """specs/resume-state.md L7–L9 end to end: a loop that keeps every batch of an epoch (far
+    more than the shared ring's slots) gets every one intact — later batches fall back to fresh
+    buffers instead of overwriting held ones — and the ring is free again once they are dropped.
+    Spawned workers cannot inherit the ring and use fresh buffers throughout."""
+    loader = loader_for(uneven_dataset, batch_size=8, num_workers=2, shuffle=False,
+                        multiprocessing_context=context)
+    batches = list(loader)
+    ring = loader._ring
+    if context == "spawn":
+        assert ring is None
+    else:
+        assert ring is not None and ring.busy() == 2 * ring.slots, "the held batches fill the ring"
+    for batch in batches:
+        for row in range(8):
+            check_delivered_sample(batch, row)
+    check_exactly_once([to_record(b) for b in batches], 1001, loader.streaming.plan(0, 1, 2), "pad")
+    del batches
+    gc.collect()
+    if ring is not None:
+        assert ring.busy() == 0
