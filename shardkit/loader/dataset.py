@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -187,7 +188,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         pending: list[dict[str, Any]] = []
         indices: list[np.ndarray] = []
         padded: list[np.ndarray] = []
-        for window in iter_consumer(self.dataset, plan, consumer, start, cache, stats.read):
+        read_ahead = _spare_core(plan.params.num_workers)
+        for window in iter_consumer(self.dataset, plan, consumer, start, cache, stats.read, read_ahead):
             samples = window.samples if self.transform is None else [self.transform(s) for s in window.samples]
             pending.extend(samples)
             indices.append(window.indices)
@@ -232,3 +234,14 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         state["_cache"] = None
         state["_plans"] = {}
         return state
+
+
+def _spare_core(num_workers: int) -> bool:
+    """Whether a reading process has a core to spare for a read-ahead thread: the consumers
+    (the workers, or the training process itself) and the training process need one each."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    busy = max(num_workers, 1) + (1 if num_workers > 0 else 0)
+    return cores > busy

@@ -42,9 +42,9 @@ class Dataset:
     def url(self) -> str:
         return self.store.url
 
-    def open_shard(self, shard_index: int) -> ShardReader:
+    def open_shard(self, shard_index: int, read_ahead: bool = False) -> ShardReader:
         info = self.manifest.shards[shard_index]
-        return ShardReader(open_source(self.store, info.name, info.num_bytes), info)
+        return ShardReader(open_source(self.store, info.name, info.num_bytes), info, read_ahead=read_ahead)
 
     def samples(self) -> Iterator[dict[str, Any]]:
         """Every sample in manifest order."""

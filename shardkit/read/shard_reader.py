@@ -10,8 +10,11 @@ context is per reader).
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from shardkit.errors import CorruptShardError, FormatError
@@ -38,7 +41,12 @@ class ShardReader:
         info: ShardInfo | None = None,
         shard_label: str | None = None,
         stats: ReadStats | None = None,
+        read_ahead: bool = False,
     ) -> None:
+        """``read_ahead``: while ``sample_chunks`` unpacks one block, a helper thread checks and
+        decompresses the next compressed block (xxhash and zstd release the GIL). Only for
+        thread-safe sources (local and cached files); worth it when the process has a spare core
+        (measured: +29% on int32 token blocks at W=0 on 2 cores; nothing on raw image blocks)."""
         self.source = source
         self.info = info
         self.label = shard_label or (info.name if info else source.where)
@@ -46,6 +54,8 @@ class ShardReader:
         self._decompressor = BlockDecompressor()
         self.stats = stats if stats is not None else ReadStats()
         self.index = self._read_index()
+        self.read_ahead = read_ahead and getattr(source, "thread_safe", False)
+        self._ahead_decompressor: BlockDecompressor | None = None
 
     # ---- structure --------------------------------------------------------------------------
     def _read_index(self) -> ShardIndex:
@@ -121,12 +131,15 @@ class ShardReader:
     def read_raw_block(self, block_index: int) -> bytes | memoryview:
         return self.decode_stored_block(block_index, self.read_stored_block(block_index))
 
-    def block_samples(self, block_index: int) -> list[dict[str, Any]]:
-        """Every sample of one block, in order."""
+    def block_samples(self, block_index: int, raw: bytes | memoryview | None = None) -> list[dict[str, Any]]:
+        """Every sample of one block, in order (``raw``: its decompressed bytes, if at hand)."""
         started = time.perf_counter()
-        stored = self.read_stored_block(block_index)
-        read = time.perf_counter()
-        raw = self.decode_stored_block(block_index, stored)
+        if raw is None:
+            stored = self.read_stored_block(block_index)
+            read = time.perf_counter()
+            self.stats.io_seconds += read - started
+            started = read
+            raw = self.decode_stored_block(block_index, stored)
         expected = int(self.index.blocks[block_index]["num_samples"])
         try:
             samples = decode_block_samples(raw, expected, self.index.offsets_of(block_index))
@@ -135,11 +148,21 @@ class ShardReader:
                 f"{self.where}: {self._block_label(block_index)} does not decode: {exc}"
             ) from None
         stats = self.stats
-        stats.io_seconds += read - started
-        stats.decode_seconds += time.perf_counter() - read
+        stats.decode_seconds += time.perf_counter() - started
         stats.raw_bytes += len(raw)
         stats.blocks += 1
         return samples
+
+    def _raw_block_ahead(self, block_index: int) -> bytes | memoryview:
+        """``read_raw_block`` for the read-ahead thread (its own zstd context)."""
+        if self._ahead_decompressor is None:
+            self._ahead_decompressor = BlockDecompressor()
+        stored = self.read_stored_block(block_index)
+        block = self.index.blocks[block_index]
+        try:
+            return self._ahead_decompressor.decompress(int(block["codec"]), stored, int(block["raw_size"]))
+        except FormatError as exc:
+            raise type(exc)(f"{self.where}: {self._block_label(block_index)}: {exc}") from None
 
     # ---- samples ----------------------------------------------------------------------------
     def __getitem__(self, sample_index: int) -> dict[str, Any]:
@@ -161,11 +184,26 @@ class ShardReader:
         if start >= stop:
             return
         first = self.index.first_sample
-        for block_index in range(self.index.block_of(start), self.index.block_of(stop - 1) + 1):
-            block = self.block_samples(block_index)
-            lo = max(start - int(first[block_index]), 0)
-            hi = min(stop - int(first[block_index]), len(block))
-            yield block if lo == 0 and hi == len(block) else block[lo:hi]
+        blocks = range(self.index.block_of(start), self.index.block_of(stop - 1) + 1)
+        ahead: Future[bytes | memoryview] | None = None
+        try:
+            for block_index in blocks:
+                raw = None
+                if ahead is not None:
+                    waited = time.perf_counter()
+                    raw = ahead.result()
+                    self.stats.io_seconds += time.perf_counter() - waited
+                    ahead = None
+                # Compressed blocks only: measured, checking a raw block ahead costs more than it saves.
+                if self.read_ahead and block_index + 1 < blocks.stop and self.index.blocks[block_index + 1]["codec"]:
+                    ahead = _read_ahead_pool().submit(self._raw_block_ahead, block_index + 1)
+                block = self.block_samples(block_index, raw)
+                lo = max(start - int(first[block_index]), 0)
+                hi = min(stop - int(first[block_index]), len(block))
+                yield block if lo == 0 and hi == len(block) else block[lo:hi]
+        finally:
+            if ahead is not None:  # the helper must be done with this reader before it closes
+                ahead.cancel() or ahead.exception()
 
     def samples(self, start: int = 0, stop: int | None = None) -> Iterator[dict[str, Any]]:
         """Samples ``[start, stop)`` in order, decoding only the blocks that hold them."""
@@ -183,3 +221,16 @@ class ShardReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+_pool_lock = threading.Lock()
+
+
+def _read_ahead_pool() -> ThreadPoolExecutor:
+    """One helper thread per process (made again after a fork: threads do not survive one)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="shardkit-read-ahead"))
+        return _pool[1]

@@ -27,6 +27,8 @@ class LocalFileSource:
 
     Thread-safe. Views stay valid after ``close`` (the mapping lives until the last one dies)."""
 
+    thread_safe = True
+
     def __init__(self, path: str) -> None:
         self.where = path
         self._fd = -1

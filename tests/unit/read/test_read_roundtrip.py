@@ -53,12 +53,15 @@ def test_any_samples_round_trip_with_dtype_and_shape(items, block, shard, compre
                     assert_value_equal(reader[i], iterated[i], f"{info.name}[{i}]")
                     assert_value_equal(reader[i], items[base + i], f"{info.name}[{i}]")
                 n = len(reader)
-                for start, stop in ((0, n), (1, n - 1), (n // 2, n), (n - 1, n + 5), (3, 2)):
-                    window = list(reader.samples(start, stop))
-                    want = iterated[max(start, 0) : max(min(stop, n), 0)]
-                    assert len(window) == len(want)
-                    for g, w in zip(window, want, strict=True):
-                        assert_value_equal(g, w)
+                with dataset.open_shard(shard_index, read_ahead=True) as ahead:
+                    assert ahead.read_ahead  # a local file: the read-ahead thread is used
+                    for start, stop in ((0, n), (1, n - 1), (n // 2, n), (n - 1, n + 5), (3, 2)):
+                        want = iterated[max(start, 0) : max(min(stop, n), 0)]
+                        for source in (reader, ahead):
+                            window = list(source.samples(start, stop))
+                            assert len(window) == len(want)
+                            for g, w in zip(window, want, strict=True):
+                                assert_value_equal(g, w)
             base += info.num_samples
 
 
