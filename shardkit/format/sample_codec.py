@@ -99,8 +99,7 @@ def _decode_array(payload: bytes) -> np.ndarray:
             f"array extension: shape {shape} of {dtype} needs {count * dtype.itemsize} bytes, "
             f"payload has {len(payload) - start}"
         )
-    array = np.frombuffer(payload, dtype=dtype, count=count, offset=start)
-    return array if ndim == 1 else array.reshape(shape)
+    return np.ndarray(shape, dtype, payload, start)  # a read-only view; cheaper than frombuffer
 
 
 def _default(value: Any) -> Any:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import numpy as np
 import torch
 
 from shardkit.loader.ring import Ring, SlotRef
@@ -44,18 +45,21 @@ class Arena:
         self.used = 0
         self.wanted = 0  # bytes every alloc asked for, for sizing the next arena
         self._base = self.buffer.data_ptr()
+        self._array = self.buffer.numpy()  # numpy views are several times cheaper than torch's
 
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         count = 1
         for dim in shape:
             count *= dim
-        nbytes = count * torch.empty(0, dtype=dtype).element_size()
+        nbytes = count * dtype.itemsize
         self.wanted += aligned(nbytes)
         if self.used + nbytes > self.capacity:
             return torch.empty(shape, dtype=dtype)
-        view = self.buffer[self.used : self.used + nbytes].view(dtype).view(shape)
-        self.used = aligned(self.used + nbytes)
-        return view
+        start, self.used = self.used, aligned(self.used + nbytes)
+        np_dtype = numpy_dtype(dtype)
+        if np_dtype is None:
+            return self.buffer[start : start + nbytes].view(dtype).view(shape)
+        return torch.from_numpy(self._array[start : start + nbytes].view(np_dtype).reshape(shape))
 
     def offset_of(self, tensor: torch.Tensor) -> int | None:
         """Where ``tensor`` starts in this arena, or None if it lives elsewhere."""
@@ -86,6 +90,22 @@ class Arena:
 
     def __exit__(self, *exc: object) -> None:
         _local.arena = None
+
+
+_NUMPY_DTYPES: dict[torch.dtype, np.dtype | None] = {}
+
+
+def numpy_dtype(dtype: torch.dtype) -> np.dtype | None:
+    """numpy's twin of a torch dtype, or None where numpy has none (bfloat16, float8 …)."""
+    try:
+        return _NUMPY_DTYPES[dtype]
+    except KeyError:
+        try:
+            found: np.dtype | None = torch.empty(0, dtype=dtype).numpy().dtype
+        except TypeError:
+            found = None
+        _NUMPY_DTYPES[dtype] = found
+        return found
 
 
 def batch_arena(capacity: int, ring: Ring | None, worker: int) -> Arena:

@@ -32,7 +32,7 @@ class BenchOptions:
 def _loader(path: str, options: BenchOptions) -> ShardLoader:
     dataset = StreamingDataset(path, batch_size=options.batch_size, shuffle=options.shuffle,
                                cache_dir=options.cache_dir, storage_options=options.storage_options)
-    return ShardLoader(dataset, num_workers=options.workers, prefetch_factor=4 if options.workers else None)
+    return ShardLoader(dataset, num_workers=options.workers)
 
 
 def _run(loader: ShardLoader, steps: int, step_time: float | None) -> dict[str, Any]:

@@ -23,9 +23,15 @@ def _offsets_tensor(offsets: np.ndarray) -> torch.Tensor:
     return out
 
 
+_TORCH_DTYPES: dict[np.dtype, torch.dtype] = {}
+
+
 def torch_dtype(dtype: np.dtype) -> torch.dtype:
     """The torch dtype for a numpy dtype (native byte order)."""
-    return torch.from_numpy(np.empty(0, dtype=dtype.newbyteorder("="))).dtype
+    found = _TORCH_DTYPES.get(dtype)
+    if found is None:
+        found = _TORCH_DTYPES[dtype] = torch.from_numpy(np.empty(0, dtype=dtype.newbyteorder("="))).dtype
+    return found
 
 
 @dataclass

@@ -64,6 +64,7 @@ class Ring:
         size = HEADER_BYTES + num_workers * slots * slot_bytes
         self._map = mmap.mmap(-1, size, flags=mmap.MAP_SHARED | _MAP_NORESERVE)
         self._flags = np.frombuffer(self._map, dtype=np.uint8, count=num_workers * slots)
+        self._buffers: dict[int, torch.Tensor] = {}  # slot index → its tensor, made once per process
         _rings[self.key] = self
 
     def _index(self, worker: int, slot: int) -> int:
@@ -89,8 +90,13 @@ class Ring:
 
     def buffer(self, worker: int, slot: int) -> torch.Tensor:
         """The whole slot as a uint8 tensor (the worker's arena)."""
-        return torch.frombuffer(self._map, dtype=torch.uint8, count=self.slot_bytes,
-                                offset=self._offset(worker, slot))
+        index = self._index(worker, slot)
+        found = self._buffers.get(index)
+        if found is None:
+            found = self._buffers[index] = torch.frombuffer(
+                self._map, dtype=torch.uint8, count=self.slot_bytes, offset=self._offset(worker, slot)
+            )
+        return found
 
     # ---- in the trainer -----------------------------------------------------------------------
     def receive(self, ref: SlotRef) -> np.ndarray:
