@@ -4,10 +4,14 @@ Torch sends every tensor of a batch through its own shared-memory segment: a new
 copy into it, and a file descriptor fetched over a socket from the worker (whose busy,
 GIL-holding decode loop delays the answer). A batch of a dozen small tensors pays that a dozen
 times. ``pack_batch`` lays every tensor of a collated batch (and the two tensors of each
-``Ragged``) into one 64-byte-aligned buffer: a plain ``bytearray`` that travels inline through
-the result pipe when the batch is small (below ``INLINE_BYTES``: one memcpy, no round trip), a
-single shared-memory segment otherwise. ``unpack`` rebuilds the dict as zero-copy views.
-Non-tensor values (lists of str …) travel as they are.
+``Ragged``) into one 64-byte-aligned buffer, in order of preference:
+
+* a slot of the loader's shared ring (``ring.py``): only the slot's name crosses the pipe;
+* a plain ``bytearray`` below ``INLINE_BYTES``, sent inline through the result pipe;
+* a single fresh shared-memory segment otherwise.
+
+``unpack`` rebuilds the dict as zero-copy views. Non-tensor values (lists of str …) travel as
+they are.
 """
 
 from __future__ import annotations
