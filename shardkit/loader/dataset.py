@@ -26,7 +26,7 @@ from shardkit.loader.arena import alloc, alloc_like, batch_arena
 from shardkit.loader.collate import collate_samples
 from shardkit.loader.control import Control
 from shardkit.loader.packed import pack_batch
-from shardkit.loader.ring import Ring, find
+from shardkit.loader.ring import Ring, SlotRef, find
 from shardkit.loader.stats import META_FIELDS, WorkerStats
 from shardkit.loader.topology import Topology, rank_and_world, worker_slot
 from shardkit.plan import Plan, PlanParams, build_plan
@@ -206,9 +206,11 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
                     capacity = max(capacity, arena.wanted + arena.wanted // 8)
                 stats.batch_done(batch_size, time.perf_counter() - started)
                 if isinstance(batch, dict):
-                    batch[META_KEY].copy_(stats.meta())
+                    stats.fill(batch[META_KEY].numpy())
                     if arena is not None:
                         batch = pack_batch(batch, arena)
+                        if ring is not None and not isinstance(batch.buffer, SlotRef):
+                            stats.fresh_buffers += 1  # reported with the next batch
                 elif arena is not None:
                     arena.discard(reusable=False)
                 yield batch

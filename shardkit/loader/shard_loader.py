@@ -148,7 +148,7 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
             if isinstance(batch, PackedBatch):
                 batch = batch.unpack()
             meta = batch.pop(META_KEY, None) if isinstance(batch, dict) else None
-            values = meta.numpy() if meta is not None else None
+            values = meta.numpy().copy() if meta is not None else None  # no view: it would pin the ring slot
             if values is not None:
                 self._offsets[int(values[0])] = int(values[1])  # received by the training loop (§G5)
             self._steps += 1

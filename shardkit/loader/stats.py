@@ -2,7 +2,8 @@
 
 Workers: ``WorkerStats`` counts, per consumer, the time spent opening shards (cache downloads,
 index reads), reading blocks, decoding them and collating, plus cache counters; every batch
-carries a snapshot (``meta()``, a small float64 tensor) to the training process.
+carries a snapshot (``fill()`` writes it into a small float64 tensor of the batch) to the
+training process.
 Training process: ``LoaderStats`` records each step's wait for the next batch, keeps the latest
 snapshot per consumer, and warns once when the loop stalls for several steps in a row, naming
 the likely stage. Cheap by design: a few ``perf_counter`` calls per batch.
@@ -16,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from shardkit.read import ReadStats
 from shardkit.storage import CacheStats
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 # Layout of the per-batch snapshot tensor (float64).
 META_FIELDS = (
     "consumer", "position", "epoch", "done_time", "fetch_s", "io_s", "decode_s", "collate_s",
-    "raw_bytes", "cache_hits", "cache_misses", "download_bytes", "download_s",
+    "raw_bytes", "cache_hits", "cache_misses", "download_bytes", "download_s", "fresh_buffers",
 )
 _COUNTERS = META_FIELDS[4:]
 
@@ -39,22 +39,22 @@ class WorkerStats:
     cache: CacheStats | None = None
     read: ReadStats = field(default_factory=ReadStats)
     collate_seconds: float = 0.0
+    fresh_buffers: int = 0  # batches that could not use a slot of the shared ring (ring.py, L9)
 
     def batch_done(self, num_samples: int, collate_seconds: float) -> None:
         self.position += num_samples
         self.collate_seconds += collate_seconds
 
-    def meta(self) -> torch.Tensor:
+    def fill(self, out: np.ndarray) -> None:
+        """Write the snapshot into ``out`` (float64, ``len(META_FIELDS)``), e.g. the batch's own slot."""
         cache = self.cache
-        return torch.tensor(
-            [
-                self.consumer, self.position, self.epoch, time.monotonic(),
-                self.read.fetch_seconds, self.read.io_seconds, self.read.decode_seconds, self.collate_seconds,
-                self.read.raw_bytes,
-                cache.hits if cache else 0, cache.misses if cache else 0,
-                cache.download_bytes if cache else 0, cache.download_seconds if cache else 0.0,
-            ],
-            dtype=torch.float64,
+        out[:] = (
+            self.consumer, self.position, self.epoch, time.monotonic(),
+            self.read.fetch_seconds, self.read.io_seconds, self.read.decode_seconds, self.collate_seconds,
+            self.read.raw_bytes,
+            cache.hits if cache else 0, cache.misses if cache else 0,
+            cache.download_bytes if cache else 0, cache.download_seconds if cache else 0.0,
+            self.fresh_buffers,
         )
 
 
@@ -136,6 +136,9 @@ class LoaderStats:
             "elapsed_s": elapsed,
             "stages_s": {k: totals[k] for k in ("fetch_s", "io_s", "decode_s", "collate_s")},
             "cache": {k: totals[k] for k in ("cache_hits", "cache_misses", "download_bytes", "download_s")},
+            # batches copied into a fresh buffer because every ring slot was still held by this
+            # process (batches kept alive by the loop), or the batch was bigger than a slot
+            "fresh_buffers": int(totals["fresh_buffers"]),
             "consumers": len(self.consumers),
             "likely_bottleneck": self.likely_stage() if self.waits else None,
         }
