@@ -202,3 +202,18 @@ def test_a_loop_that_drops_its_batches_uses_the_ring_for_every_batch(uneven_data
     assert count == stats["steps"] > 100
     assert stats["fresh_buffers"] == 0
     assert loader._ring is not None and loader._ring.busy() == 0
+
+
+def test_no_ring_when_the_mapping_cannot_be_made(uneven_dataset: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """L9 when the shared mapping itself fails (e.g. ``vm.overcommit_memory=2`` refusing the
+    virtual reservation): the loader carries on with fresh buffers and delivers every sample."""
+    import shardkit.loader.shard_loader as shard_loader
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(shard_loader, "Ring", refuse)
+    loader = loader_for(uneven_dataset, batch_size=8, num_workers=2, shuffle=False)
+    records = run_epoch(loader, 0)
+    assert loader._ring is None
+    check_exactly_once(records, 1001, loader.streaming.plan(0, 1, 2), "pad")
