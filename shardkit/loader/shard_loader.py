@@ -111,9 +111,10 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         self._offsets = dict(enumerate(plan.start_offsets))
         self._steps = 0
         self._generation += 1
-        self.streaming.publish(topology, resume, self._generation, self._ring_for_workers())
+        ring = self._ring_for_workers()
+        self.streaming.publish(topology, resume, self._generation, ring)
         self._stats.reset()
-        return self._track(super().__iter__())
+        return self._track(super().__iter__(), ring)
 
     def _ring_for_workers(self) -> Ring | None:
         """Shared slots for this iteration's batches (``ring.py``), made before workers fork.
@@ -137,7 +138,9 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
             self._ring = None
         return self._ring
 
-    def _track(self, batches: Iterator[Any]) -> Iterator[Any]:
+    def _track(self, batches: Iterator[Any], ring: Ring | None) -> Iterator[Any]:
+        """Yield ``batches`` unpacked, recording the consumed boundary. Holds ``ring`` for as long
+        as this iteration's workers may still name it (a later ``iter(loader)`` makes a new one)."""
         next_batch = _unprofiled_next(batches)
         while True:
             asked = time.perf_counter()

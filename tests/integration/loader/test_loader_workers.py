@@ -217,3 +217,19 @@ def test_no_ring_when_the_mapping_cannot_be_made(uneven_dataset: str, monkeypatc
     records = run_epoch(loader, 0)
     assert loader._ring is None
     check_exactly_once(records, 1001, loader.streaming.plan(0, 1, 2), "pad")
+
+
+def test_an_older_iterator_keeps_its_ring(uneven_dataset: str) -> None:
+    """Two live iterators of one loader (fresh workers each, L7): the second makes a new ring
+    the first one's workers never inherited. Workers read the control block when they start
+    reading, so the first iterator's workers see the newer ring's name, do not find it, and fall
+    back to fresh buffers (L9). Both iterators still deliver intact batches."""
+    loader = loader_for(uneven_dataset, batch_size=8, num_workers=2, shuffle=False)
+    first = iter(loader)  # not advanced yet: no batch of it exists in this process
+    second = iter(loader)
+    gc.collect()
+    rest = list(first)
+    assert len(rest) > 100
+    for batch in rest + [next(second)]:
+        for row in range(8):
+            check_delivered_sample(batch, row)
