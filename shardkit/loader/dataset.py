@@ -240,10 +240,15 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
 
 def _spare_core(num_workers: int) -> bool:
     """Whether a reading process has a core to spare for a read-ahead thread: the consumers
-    (the workers, or the training process itself) and the training process need one each."""
+    (the workers, or the training process itself) and the training process need one each, on
+    every rank of this node (``LOCAL_WORLD_SIZE``, set by torchrun)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    busy = max(num_workers, 1) + (1 if num_workers > 0 else 0)
+    try:
+        local_ranks = max(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), 1)
+    except ValueError:
+        local_ranks = 1
+    busy = local_ranks * (max(num_workers, 1) + (1 if num_workers > 0 else 0))
     return cores > busy

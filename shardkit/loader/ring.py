@@ -102,6 +102,10 @@ class Ring:
     def receive(self, ref: SlotRef) -> np.ndarray:
         """The slot's first ``nbytes`` (uint8); the slot is freed when the array and every view
         of it (numpy or torch) are garbage."""
+        inside = 0 <= ref.worker < self.num_workers and 0 <= ref.slot < self.slots
+        if not (inside and 0 <= ref.nbytes <= self.slot_bytes):
+            raise RuntimeError(f"batch names slot {ref.slot} of worker {ref.worker} ({ref.nbytes} bytes), "
+                               f"outside ring {self.key}: {self.num_workers} workers × {self.slots} slots")
         array = np.frombuffer(self._map, dtype=np.uint8, count=ref.nbytes, offset=self._offset(ref.worker, ref.slot))
         weakref.finalize(array, self._release, self._index(ref.worker, ref.slot))
         return array

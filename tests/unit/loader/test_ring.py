@@ -149,3 +149,11 @@ def test_held_batches_are_never_overwritten(slots: int, actions: list[tuple[bool
 def check_all(kept: list[tuple[dict, dict[str, list], bool]]) -> None:
     for held, held_expected, _ in kept:
         check(held, held_expected)
+
+
+@pytest.mark.parametrize(("worker", "slot", "nbytes"), [(1, 0, 8), (0, 2, 8), (0, 0, 1 << 13), (-1, 0, 8)])
+def test_a_slot_outside_the_ring_is_refused(worker: int, slot: int, nbytes: int) -> None:
+    ring = Ring(num_workers=1, slots=2, slot_bytes=1 << 12)
+    with pytest.raises(RuntimeError, match="outside ring"):
+        ring.receive(SlotRef(ring.key, worker, slot, nbytes))
+    assert ring.busy() == 0
