@@ -37,12 +37,12 @@ class PackedBatch:
 
     def _root(self) -> torch.Tensor | np.ndarray:
         """The whole buffer: a tensor (shared or pinned storage) or a uint8 numpy array."""
-        if isinstance(self.buffer, SlotRef):  # resolve once: the slot is freed when this dies
-            self.buffer = resolve(self.buffer)
-        if isinstance(self.buffer, bytearray):
-            return np.frombuffer(self.buffer, dtype=np.uint8) if self.buffer else np.empty(0, dtype=np.uint8)
-        assert not isinstance(self.buffer, SlotRef)
-        return self.buffer
+        buffer = self.buffer
+        if isinstance(buffer, SlotRef):  # resolve once: the slot is freed when this dies
+            buffer = self.buffer = resolve(buffer)
+        if isinstance(buffer, bytearray):
+            return np.frombuffer(buffer, dtype=np.uint8) if buffer else np.empty(0, dtype=np.uint8)
+        return buffer
 
     def pin_memory(self, device: Any = None) -> PackedBatch:  # DataLoader's pin thread
         root = self._root()
