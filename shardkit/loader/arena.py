@@ -110,8 +110,11 @@ def numpy_dtype(dtype: torch.dtype) -> np.dtype | None:
 
 def batch_arena(capacity: int, ring: Ring | None, worker: int) -> Arena:
     """An arena over a free slot of ``ring`` if there is one, else over a fresh buffer."""
-    slot = ring.acquire(worker) if ring is not None else None
-    return Arena(capacity) if slot is None or ring is None else Arena(0, (ring, worker, slot))
+    if ring is not None:
+        slot = ring.acquire(worker)
+        if slot is not None:
+            return Arena(0, (ring, worker, slot))
+    return Arena(capacity)
 
 
 def alloc(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:

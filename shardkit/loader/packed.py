@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardkit.loader.arena import INLINE_BYTES, Arena, aligned
+from shardkit.loader.arena import INLINE_BYTES, Arena, aligned, numpy_dtype
 from shardkit.loader.ragged import Ragged
 from shardkit.loader.ring import SlotRef, resolve
 
@@ -89,11 +89,7 @@ def _dtype_of(name: str) -> tuple[torch.dtype, int, np.dtype | None]:
         dtype = getattr(torch, name)
         if not isinstance(dtype, torch.dtype):
             raise TypeError(f"not a torch dtype: {name!r}")
-        try:
-            np_dtype: np.dtype | None = torch.empty(0, dtype=dtype).numpy().dtype
-        except TypeError:
-            np_dtype = None
-        found = _DTYPES[name] = (dtype, dtype.itemsize, np_dtype)
+        found = _DTYPES[name] = (dtype, dtype.itemsize, numpy_dtype(dtype))
     return found
 
 

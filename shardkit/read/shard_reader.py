@@ -121,10 +121,12 @@ class ShardReader:
         offset = int(self.index.blocks[block_index]["offset"])
         return f"block {block_index} (samples {first}..{last}) at offset {offset}"
 
-    def decode_stored_block(self, block_index: int, stored: bytes | memoryview) -> bytes | memoryview:
+    def decode_stored_block(self, block_index: int, stored: bytes | memoryview,
+                            decompressor: BlockDecompressor | None = None) -> bytes | memoryview:
+        """``decompressor``: another thread's own zstd context (default: this reader's)."""
         block = self.index.blocks[block_index]
         try:
-            return self._decompressor.decompress(int(block["codec"]), stored, int(block["raw_size"]))
+            return (decompressor or self._decompressor).decompress(int(block["codec"]), stored, int(block["raw_size"]))
         except FormatError as exc:
             raise type(exc)(f"{self.where}: {self._block_label(block_index)}: {exc}") from None
 
@@ -157,12 +159,7 @@ class ShardReader:
         """``read_raw_block`` for the read-ahead thread (its own zstd context)."""
         if self._ahead_decompressor is None:
             self._ahead_decompressor = BlockDecompressor()
-        stored = self.read_stored_block(block_index)
-        block = self.index.blocks[block_index]
-        try:
-            return self._ahead_decompressor.decompress(int(block["codec"]), stored, int(block["raw_size"]))
-        except FormatError as exc:
-            raise type(exc)(f"{self.where}: {self._block_label(block_index)}: {exc}") from None
+        return self.decode_stored_block(block_index, self.read_stored_block(block_index), self._ahead_decompressor)
 
     # ---- samples ----------------------------------------------------------------------------
     def __getitem__(self, sample_index: int) -> dict[str, Any]:
