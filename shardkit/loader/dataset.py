@@ -25,7 +25,7 @@ from shardkit.errors import PlanError
 from shardkit.loader.arena import alloc, alloc_like, batch_arena
 from shardkit.loader.collate import collate_samples
 from shardkit.loader.control import Control
-from shardkit.loader.packed import pack_batch
+from shardkit.loader.packed import in_groups, pack_batch
 from shardkit.loader.ring import Ring, SlotRef, find
 from shardkit.loader.stats import META_FIELDS, WorkerStats
 from shardkit.loader.topology import Topology, rank_and_world, worker_slot
@@ -105,10 +105,11 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         self._epoch = epoch
 
     def publish(self, topology: Topology, resume: dict[str, Any] | None, generation: int,
-                ring: Ring | None = None) -> None:
-        """Write what the next iteration's workers need into the control block."""
+                ring: Ring | None = None, group: int = 1) -> None:
+        """Write what the next iteration's workers need into the control block; ``group``:
+        batches a worker sends as one DataLoader item (L10)."""
         self.control.write({"epoch": self._epoch, "rank": topology.rank, "world_size": topology.world_size,
-                            "resume": resume, "generation": generation,
+                            "resume": resume, "generation": generation, "group": group,
                             "ring": list(ring.key) if ring is not None else None})
 
     def plan(self, epoch: int, world_size: int, num_workers: int, resume: dict[str, Any] | None = None) -> Plan:
@@ -151,32 +152,38 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
             self._cache = ShardCache(self.options.cache_dir, self.options.cache_limit)
         return self._cache
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[Any]:
         self.dataset = self.dataset.in_this_process()
         payload = self.control.read() or {}
         topology = self._topology(payload)
         epoch = payload.get("epoch", self._epoch)
         plan = self.plan(epoch, topology.world_size, topology.num_workers, payload.get("resume"))
-        consumer = self._consumer(plan, topology)
+        # Pack batches for the trip to the trainer only where ShardLoader will unpack them.
+        pack = topology.num_workers > 0 and "generation" in payload
+        group = max(int(payload.get("group", 1)), 1) if pack else 1
+        consumer = self._consumer(plan, topology, group)
         if consumer >= plan.num_consumers:
             raise PlanError(f"consumer {consumer} is outside the plan's {plan.num_consumers} consumers")
         start = plan.start_offsets[consumer]
-        # Pack batches for the trip to the trainer only where ShardLoader will unpack them.
-        pack = topology.num_workers > 0 and "generation" in payload
         ring = find(payload.get("ring")) if pack else None  # inherited from a forking trainer
-        return self._batches(plan, consumer, start, epoch, pack, ring, topology.worker)
+        batches = self._batches(plan, consumer, start, epoch, pack, ring, topology.worker)
+        return batches if group == 1 else in_groups(batches, group, start // self.params.batch_size)
 
-    def _consumer(self, plan: Plan, topology: Topology) -> int:
-        """The global consumer this worker serves.
+    def _consumer(self, plan: Plan, topology: Topology, group: int = 1) -> int:
+        """The global consumer this worker serves (L4, L10).
 
-        DataLoader collects batches from workers round-robin, starting at worker 0 on every new
-        iteration. After a same-topology resume in the middle of a round, worker ``w`` serves
-        consumer ``(w + shift) % W`` (shift = batches this rank already consumed, mod W), so the
-        resumed rank yields the uninterrupted run's remaining batches in the same order (R2).
+        DataLoader collects items from workers round-robin, starting at worker 0 on every new
+        iteration; an item is a group of ``group`` batches of one consumer, its boundaries on
+        multiples of ``group`` in the consumer's sequence. After a same-topology resume, worker
+        ``w`` serves consumer ``(w + shift) % W``, shift = whole groups this rank's consumers
+        had consumed, mod W: worker 0 gets the consumer whose group was cut by the checkpoint
+        (or, if none was, the one next in turn), so the resumed rank yields the uninterrupted
+        run's remaining batches in the same order (R2).
         """
         width = max(topology.num_workers, 1)
         first = topology.rank * width
-        consumed = sum(plan.start_offsets[first : first + width]) // self.params.batch_size
+        batch = self.params.batch_size
+        consumed = sum(offset // batch // group for offset in plan.start_offsets[first : first + width])
         return first + (topology.worker + consumed) % width
 
     def _batches(self, plan: Plan, consumer: int, start: int, epoch: int, pack: bool,

@@ -16,15 +16,17 @@ they are.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data._utils.pin_memory import pin_memory as pin_any
 
 from shardkit.loader.arena import INLINE_BYTES, Arena, aligned, numpy_dtype
 from shardkit.loader.ragged import Ragged
-from shardkit.loader.ring import SlotRef, resolve
+from shardkit.loader.ring import SlotRef, forget, resolve
 
 
 @dataclass
@@ -34,6 +36,19 @@ class PackedBatch:
     tensors: list[tuple[str, str, tuple[int, ...], int]]  # (path, dtype name, shape, offset)
     ragged: dict[str, str]  # field → kind, for fields rebuilt as Ragged(values, offsets)
     extras: dict[str, Any]  # non-tensor fields
+
+    def __setstate__(self, state: dict[str, Any]) -> None:  # unpickled: it crossed to the trainer
+        self.__dict__.update(state)
+        self._received = True
+
+    def __del__(self) -> None:
+        """A batch the training process received but never unpacked (a loop that stopped in
+        the middle of a group, items DataLoader drains when persistent workers start the next
+        epoch) gives its ring slot back instead of holding it for the ring's lifetime. The
+        worker's own copy of a sent batch never does: the trainer owns the slot by then."""
+        buffer = getattr(self, "buffer", None)
+        if isinstance(buffer, SlotRef) and getattr(self, "_received", False):
+            forget(buffer)
 
     def _root(self) -> torch.Tensor | np.ndarray:
         """The whole buffer: a tensor (shared or pinned storage) or a uint8 numpy array."""
@@ -67,6 +82,36 @@ class PackedBatch:
         for key, kind in self.ragged.items():
             batch[key] = Ragged(views[f"{key}/values"], views[f"{key}/offsets"], kind)
         return batch
+
+
+@dataclass
+class BatchGroup:
+    """Consecutive batches of one consumer that cross from a worker as one DataLoader item.
+
+    DataLoader's own cost per item (index queue, result queue, feeder thread, unpickling) is
+    paid once per group instead of once per batch; ``ShardLoader`` hands the batches to the
+    loop one by one, each with its own consumed boundary (L1, L10)."""
+
+    batches: list[Any]
+
+    def pin_memory(self, device: Any = None) -> BatchGroup:  # DataLoader's pin thread
+        return BatchGroup([pin_any(batch, device) for batch in self.batches])
+
+
+def in_groups(batches: Iterator[Any], size: int, first_index: int) -> Iterator[BatchGroup]:
+    """``batches`` (of one consumer, the first being its batch number ``first_index``) in groups
+    whose boundaries fall on multiples of ``size`` batches of the consumer's whole sequence, so
+    a resumed run's groups line up with the uninterrupted run's (L10): the first group of a
+    resumed consumer may be short, as may its last."""
+    group: list[Any] = []
+    want = size - first_index % size
+    for batch in batches:
+        group.append(batch)
+        if len(group) == want:
+            yield BatchGroup(group)
+            group, want = [], size
+    if group:
+        yield BatchGroup(group)
 
 
 def _has_tensor(value: Any) -> bool:

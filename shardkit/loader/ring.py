@@ -123,6 +123,13 @@ def find(key: tuple[int, int] | list[int] | None) -> Ring | None:
     return None if key is None else _rings.get((int(key[0]), int(key[1])))
 
 
+def forget(ref: SlotRef) -> None:
+    """Free a slot whose batch the training process drops without ever resolving it."""
+    ring = find(ref.ring)
+    if ring is not None and 0 <= ref.worker < ring.num_workers and 0 <= ref.slot < ring.slots:
+        ring._release(ring._index(ref.worker, ref.slot))
+
+
 def resolve(ref: SlotRef) -> np.ndarray:
     ring = find(ref.ring)
     if ring is None:

@@ -81,12 +81,16 @@ class LoaderStats:
         self._stalls_in_row = 0
         self._warned = False
 
-    def step(self, wait: float, num_samples: int, meta: np.ndarray | None) -> None:
+    def step(self, wait: float, num_samples: int, meta: np.ndarray | None, in_group: bool = False) -> None:
+        """``in_group``: the batch arrived with the previous one (a group, L10); its wait says
+        nothing about stalls, so it neither counts as one nor breaks a run of them."""
         self.waits.append(wait)
         self.samples += num_samples
         if meta is not None:
             self.consumers[int(meta[0])] = meta
             self.transfers.append(max(0.0, time.monotonic() - float(meta[3])))
+        if in_group:
+            return
         if wait < self.stall_threshold:
             self._stalls_in_row = 0
             return

@@ -72,6 +72,7 @@ class Shape:
     prefetch_factor: int | None = None
     pin_memory: bool = False
     in_order: bool = True
+    batches_per_transfer: int = 4  # ShardLoader's default (L10)
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def make_loader(data: DataSpec, shape: Shape) -> sk.ShardLoader:
     return sk.ShardLoader(
         make_dataset(data, shape.batch_size), num_workers=shape.num_workers, pin_memory=shape.pin_memory,
         prefetch_factor=shape.prefetch_factor, persistent_workers=shape.persistent_workers,
-        in_order=shape.in_order,
+        in_order=shape.in_order, batches_per_transfer=shape.batches_per_transfer,
     )
 
 

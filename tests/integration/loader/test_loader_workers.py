@@ -204,6 +204,27 @@ def test_a_loop_that_drops_its_batches_uses_the_ring_for_every_batch(uneven_data
     assert loader._ring is not None and loader._ring.busy() == 0
 
 
+def test_a_loop_that_stops_mid_group_leaves_no_slot_behind(uneven_dataset: str) -> None:
+    """L8/L10 with persistent workers (one ring for life): epochs the loop leaves after 5 steps,
+    in the middle of a group of 4, with more groups in flight — the batches it never took give
+    their slots back, so a later full epoch still needs no fresh buffer and ends with the ring
+    free."""
+    loader = loader_for(uneven_dataset, batch_size=8, num_workers=2, shuffle=False,
+                        persistent_workers=True)
+    assert loader.batches_per_transfer == 4
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        taken = [batch["id"].tolist() for _, batch in zip(range(5), loader, strict=False)]
+        assert len(taken) == 5
+        gc.collect()
+    loader.set_epoch(3)
+    count = sum(1 for _ in loader)
+    gc.collect()
+    assert count == loader.stats()["steps"] > 100
+    assert loader.stats()["fresh_buffers"] == 0
+    assert loader._ring is not None and loader._ring.busy() == 0
+
+
 def test_no_ring_when_the_mapping_cannot_be_made(uneven_dataset: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """L9 when the shared mapping itself fails (e.g. ``vm.overcommit_memory=2`` refusing the
     virtual reservation): the loader carries on with fresh buffers and delivers every sample."""

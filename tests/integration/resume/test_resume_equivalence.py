@@ -61,7 +61,8 @@ def chains(draw: st.DrawFn, /, small: str, uneven: str,
         shape = Shape(world_size=draw(st.integers(1, max_world)), num_workers=workers,
                       batch_size=draw(batch_sizes),
                       persistent_workers=workers > 0 and draw(st.booleans()),
-                      in_order=draw(st.booleans()))
+                      in_order=draw(st.booleans()),
+                      batches_per_transfer=draw(st.sampled_from([1, 2, 4])))
         stop = None
         if number + 1 < num_segments:
             steps = plan_of(data, shape, 0, None).steps_per_rank * num_epochs
@@ -94,6 +95,34 @@ def test_resume_equivalence_on_gloo_ranks_at_random_kill_points(
     workdir = str(tmp_path_factory.mktemp("chain"))
     results = run_chain(spec, segments, num_epochs, workdir, processes=True)
     check_chain(spec, results, num_epochs)
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_same_topology_order_holds_for_any_group_size_and_kill_point(
+    small_dataset: str, uneven_dataset: str, tmp_path_factory: pytest.TempPathFactory,
+    data: st.DataObject,
+) -> None:
+    """L4/L10/R2: W 1-3 workers sending groups of 1-5 batches, killed 1-2 times anywhere (in the
+    middle of a group included) and resumed on the same topology: the rank yields exactly the
+    uninterrupted run's batches, in the same order."""
+    use_small = data.draw(st.booleans())
+    spec = DataSpec(small_dataset if use_small else uneven_dataset, 23 if use_small else 1001,
+                    tail=data.draw(st.sampled_from(["drop", "pad"])), seed=data.draw(st.integers(0, 3)),
+                    shuffle_window=data.draw(st.sampled_from([1, 5, 64])))
+    workers = data.draw(st.integers(1, 3))
+    shape = Shape(num_workers=workers, batch_size=data.draw(st.integers(1, 3) if use_small else st.integers(8, 24)),
+                  persistent_workers=data.draw(st.booleans()),
+                  batches_per_transfer=data.draw(st.integers(1, 5)))
+    steps = plan_of(spec, shape, 0, None).steps_per_rank
+    kills = sorted(data.draw(st.lists(st.integers(1, max(steps - 1, 1)), min_size=1, max_size=2, unique=True)))
+    lengths = [b - a for a, b in zip([0, *kills[:-1]], kills, strict=True)]  # steps of each killed segment
+    segments = [*(Segment(shape, steps) for steps in lengths), Segment(shape)]
+    workdir = str(tmp_path_factory.mktemp("order"))
+    results = run_chain(spec, segments, 1, workdir)
+    check_chain(spec, results, 1)
+    check_same_order(spec, segments, 1, results, workdir)
 
 
 @pytest.mark.parametrize(("world", "workers", "kills"),
