@@ -26,6 +26,7 @@ import msgpack
 import numpy as np
 
 from shardkit.errors import EncodeError, FormatError
+from shardkit.format.sample_views import unpack_with_views
 
 EXT_NDARRAY = 1
 EXT_TENSOR = 2
@@ -65,15 +66,15 @@ def _encode_array(array: np.ndarray) -> bytes:
 _PARSED: dict[bytes, tuple[np.dtype, int, struct.Struct, int]] = {}
 
 
-def _parse_head(payload: bytes) -> tuple[np.dtype, int, struct.Struct, int]:
+def _parse_head(payload: bytes | memoryview) -> tuple[np.dtype, int, struct.Struct, int]:
     try:
         dtype_len = payload[0]
-        key = payload[: 2 + dtype_len]
+        key = bytes(payload[: 2 + dtype_len])  # no copy for bytes; a view (sample_views.py) needs one
         found = _PARSED.get(key)
         if found is not None:
             return found
-        dtype = np.dtype(payload[1 : 1 + dtype_len].decode("ascii"))
-        ndim = payload[1 + dtype_len]
+        dtype = np.dtype(key[1 : 1 + dtype_len].decode("ascii"))
+        ndim = key[1 + dtype_len]
     except (IndexError, TypeError, ValueError, UnicodeDecodeError) as exc:
         raise FormatError(f"malformed array extension header: {exc}") from None
     if dtype.kind not in _ARRAY_KINDS:
@@ -84,7 +85,7 @@ def _parse_head(payload: bytes) -> tuple[np.dtype, int, struct.Struct, int]:
     return found
 
 
-def _decode_array(payload: bytes) -> np.ndarray:
+def _decode_array(payload: bytes | memoryview) -> np.ndarray:
     dtype, ndim, shape_struct, start = _parse_head(payload)
     try:
         shape = shape_struct.unpack_from(payload, start)
@@ -126,7 +127,7 @@ def _default(value: Any) -> Any:
     raise TypeError(f"unsupported type {type(value).__module__}.{type(value).__qualname__}")
 
 
-def _ext_hook(code: int, payload: bytes) -> Any:
+def _ext_hook(code: int, payload: bytes | memoryview) -> Any:
     if code == EXT_NDARRAY:
         return _decode_array(payload)
     if code == EXT_NPSCALAR:
@@ -243,18 +244,29 @@ _PER_SAMPLE_BYTES = 16 << 10
 
 
 def decode_block_samples(
-    block: bytes | memoryview, expected: int, offsets: Sequence[int] | np.ndarray | None = None
+    block: bytes | memoryview, expected: int, offsets: Sequence[int] | np.ndarray | None = None,
+    views: bool = False,
 ) -> list[dict[str, Any]]:
     """All ``expected`` samples of a decompressed block (the hot path: C-level loops).
 
     ``offsets`` (the index's ``expected + 1`` sample offsets) lets large samples be unpacked in
-    place from ``block``, which may be a view of a memory-mapped file."""
+    place from ``block``, which may be a view of a memory-mapped file. ``views``: large samples'
+    bin values come as ``memoryview`` slices of ``block`` and arrays as views of it, without
+    a copy (``sample_views.py``; for consumers that copy them out at once)."""
     if offsets is not None and expected and len(block) // expected >= _PER_SAMPLE_BYTES:
         offsets = [int(o) for o in offsets]
-        samples = [
-            msgpack.unpackb(block[offsets[i] : offsets[i + 1]], ext_hook=_ext_hook, raw=False, strict_map_key=True)
-            for i in range(expected)
-        ]
+        if views:
+            whole = memoryview(block)
+            samples = []
+            for i in range(expected):
+                piece = whole[offsets[i] : offsets[i + 1]]
+                sample = unpack_with_views(piece, _ext_hook)
+                samples.append(sample if sample is not None else decode_sample(piece))
+        else:
+            samples = [
+                msgpack.unpackb(block[offsets[i] : offsets[i + 1]], ext_hook=_ext_hook, raw=False, strict_map_key=True)
+                for i in range(expected)
+            ]
     else:
         unpacker = msgpack.Unpacker(
             ext_hook=_ext_hook, raw=False, strict_map_key=True, max_buffer_size=max(len(block), 1)

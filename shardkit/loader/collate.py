@@ -1,7 +1,7 @@
 """Default collation (runs in the worker): a list of sample dicts → one batch dict of tensors.
 
 Per field: equal-shape arrays/tensors → one stacked tensor; numbers/bools → a 1-D tensor;
-variable-length arrays (same trailing shape and dtype) and bytes → ``Ragged``; str → list[str];
+variable-length arrays (same trailing shape and dtype) and bytes (or memoryviews) → ``Ragged``; str → list[str];
 anything else → a list. Buffers are filled in place (``np.stack(..., out=)``), one copy.
 """
 
@@ -16,6 +16,7 @@ from shardkit.loader.arena import alloc, alloc_like
 from shardkit.loader.ragged import Ragged, torch_dtype
 
 _NUMBERS = {bool: torch.bool, int: torch.int64, float: torch.float64}
+_BYTES_LIKE = (bytes, memoryview)
 
 
 def collate_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -28,14 +29,14 @@ def collate_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
 def collate_field(values: list[Any]) -> Any:
     first = values[0]
     kind = type(first)
+    if kind in _BYTES_LIKE:  # memoryview: a bin value read as a view of its block (sample_views.py)
+        return Ragged.from_bytes(values) if all(type(v) in _BYTES_LIKE for v in values) else values
     if any(type(v) is not kind for v in values):
         return values
     if kind is np.ndarray:
         return _arrays(values)
     if kind in _NUMBERS:
         return alloc_like(values, _NUMBERS[kind])
-    if kind is bytes:
-        return Ragged.from_bytes(values)
     if isinstance(first, np.generic):
         return torch.from_numpy(np.array(values))
     if kind is torch.Tensor:

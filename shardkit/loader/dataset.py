@@ -196,7 +196,10 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         indices: list[np.ndarray] = []
         padded: list[np.ndarray] = []
         read_ahead = _spare_core(plan.params.num_workers)
-        for window in iter_consumer(self.dataset, plan, consumer, start, cache, stats.read, read_ahead):
+        # The default collation copies every value into the batch at once, so large samples may
+        # hand it views of the (verified) block instead of copies (format/sample_views.py).
+        views = self.transform is None and self.collate_fn is collate_samples
+        for window in iter_consumer(self.dataset, plan, consumer, start, cache, stats.read, read_ahead, views):
             samples = window.samples if self.transform is None else [self.transform(s) for s in window.samples]
             pending.extend(samples)
             indices.append(window.indices)

@@ -64,9 +64,10 @@ class ShardOpener:
         prefetch_ahead: int = 2,
         stats: ReadStats | None = None,
         read_ahead: bool = False,
+        views: bool = False,
     ) -> None:
         self.dataset = dataset
-        self.read_ahead = read_ahead
+        self.read_ahead, self.views = read_ahead, views
         self.stats = stats if stats is not None else ReadStats()
         self.cache = cache if not dataset.store.is_local else None
         # A cached shard stays leased (unevictable) while open: keep only the current one.
@@ -87,7 +88,7 @@ class ShardOpener:
         started = time.perf_counter()
         try:
             reader = ShardReader(self._source(shard_index, info, stack), info, stats=self.stats,
-                                 read_ahead=self.read_ahead)
+                                 read_ahead=self.read_ahead, views=self.views)
         except BaseException as exc:
             stack.close()
             exc.add_note(f"while opening shard {info.name} (index {shard_index}) of {self.dataset.url}")
@@ -178,11 +179,12 @@ def iter_consumer(
     cache: ShardCache | None = None,
     stats: ReadStats | None = None,
     read_ahead: bool = False,
+    views: bool = False,
 ) -> Iterator[WindowSamples]:
     """Consumer ``consumer``'s samples from position ``start`` to the end of its sequence
-    (``read_ahead``: see ``ShardReader``)."""
+    (``read_ahead``, ``views``: see ``ShardReader``)."""
     upcoming = list(plan.shards_of(consumer, start)) if cache is not None else None
-    opener = ShardOpener(dataset, cache, upcoming, stats=stats, read_ahead=read_ahead)
+    opener = ShardOpener(dataset, cache, upcoming, stats=stats, read_ahead=read_ahead, views=views)
     offsets = plan.shard_offsets
     try:
         for window in plan.consumer_windows(consumer, start):
