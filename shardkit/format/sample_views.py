@@ -22,6 +22,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 ExtHook = Callable[[int, memoryview], Any]
 
 _BIN_LENGTH = {0xC4: 1, 0xC5: 2, 0xC6: 4}
@@ -110,3 +112,17 @@ def _walk(buf: memoryview, ext_hook: ExtHook) -> dict[str, Any] | None:
             return None
         sample[key] = value
     return sample if pos == end else None
+
+
+def owned(value: Any) -> Any:
+    """``value`` as ``decode_sample`` gives it, for a value that leaves the collation as is: a
+    bin value viewed in its block becomes ``bytes``, and an array viewing the block becomes a
+    (read-only) copy, so that it neither escapes as a view nor keeps the whole block alive."""
+    kind = type(value)
+    if kind is memoryview:
+        return bytes(value)
+    if kind is np.ndarray and isinstance(value.base, memoryview):
+        copy = value.copy()
+        copy.flags.writeable = False  # read-only, as decoded arrays are
+        return copy
+    return value

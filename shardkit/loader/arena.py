@@ -88,8 +88,10 @@ class Arena:
         _local.arena = self
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         _local.arena = None
+        if exc_type is not None:  # collation failed: nothing of this batch goes anywhere
+            self.discard(reusable=True)
 
 
 _NUMPY_DTYPES: dict[torch.dtype, np.dtype | None] = {}

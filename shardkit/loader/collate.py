@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from shardkit.format.sample_views import owned
 from shardkit.loader.arena import alloc, alloc_like
 from shardkit.loader.ragged import Ragged, torch_dtype
 
@@ -30,9 +31,11 @@ def collate_field(values: list[Any]) -> Any:
     first = values[0]
     kind = type(first)
     if kind in _BYTES_LIKE:  # memoryview: a bin value read as a view of its block (sample_views.py)
-        return Ragged.from_bytes(values) if all(type(v) in _BYTES_LIKE for v in values) else values
+        if all(type(v) in _BYTES_LIKE for v in values):
+            return Ragged.from_bytes(values)
+        return [owned(v) for v in values]
     if any(type(v) is not kind for v in values):
-        return values
+        return [owned(v) for v in values]  # no view of a block leaves as a view
     if kind is np.ndarray:
         return _arrays(values)
     if kind in _NUMBERS:
@@ -53,7 +56,7 @@ def _arrays(arrays: list[np.ndarray]) -> Any:
         return out
     if first.ndim >= 1 and all(a.ndim == first.ndim and a.shape[1:] == shape[1:] and a.dtype == dtype for a in arrays):
         return Ragged.from_arrays(arrays)
-    return [torch.from_numpy(a.copy()) for a in arrays]
+    return [torch.from_numpy(a.astype(a.dtype.newbyteorder("="))) for a in arrays]  # a native-order copy each
 
 
 def _tensors(tensors: list[torch.Tensor]) -> Any:

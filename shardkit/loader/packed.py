@@ -16,6 +16,7 @@ they are.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -38,23 +39,23 @@ class PackedBatch:
     extras: dict[str, Any]  # non-tensor fields
 
     def __setstate__(self, state: dict[str, Any]) -> None:  # unpickled: it crossed to the trainer
+        """A batch the training process receives but never unpacks (a loop that stopped in the
+        middle of a group, items DataLoader drains when persistent workers start the next epoch)
+        gives its ring slot back when it is garbage, instead of holding it for the ring's
+        lifetime. Only received batches do: the worker's copy of a sent batch is not the owner."""
         self.__dict__.update(state)
-        self._received = True
-
-    def __del__(self) -> None:
-        """A batch the training process received but never unpacked (a loop that stopped in
-        the middle of a group, items DataLoader drains when persistent workers start the next
-        epoch) gives its ring slot back instead of holding it for the ring's lifetime. The
-        worker's own copy of a sent batch never does: the trainer owns the slot by then."""
-        buffer = getattr(self, "buffer", None)
-        if isinstance(buffer, SlotRef) and getattr(self, "_received", False):
-            forget(buffer)
+        if isinstance(self.buffer, SlotRef):
+            self._unopened = weakref.finalize(self, forget, self.buffer)
+            self._unopened.atexit = False
 
     def _root(self) -> torch.Tensor | np.ndarray:
         """The whole buffer: a tensor (shared or pinned storage) or a uint8 numpy array."""
         buffer = self.buffer
-        if isinstance(buffer, SlotRef):  # resolve once: the slot is freed when this dies
+        if isinstance(buffer, SlotRef):  # resolve once: the slot is freed when the array dies
             buffer = self.buffer = resolve(buffer)
+            unopened = self.__dict__.pop("_unopened", None)
+            if unopened is not None:
+                unopened.detach()  # one owner of the slot from here on: the array's finalizer
         if isinstance(buffer, bytearray):
             return np.frombuffer(buffer, dtype=np.uint8) if buffer else np.empty(0, dtype=np.uint8)
         return buffer
@@ -105,11 +106,16 @@ def in_groups(batches: Iterator[Any], size: int, first_index: int) -> Iterator[B
     resumed consumer may be short, as may its last."""
     group: list[Any] = []
     want = size - first_index % size
-    for batch in batches:
-        group.append(batch)
-        if len(group) == want:
+    try:
+        for batch in batches:
+            group.append(batch)
+            if len(group) == want:
+                yield BatchGroup(group)
+                group, want = [], size
+    except Exception:
+        if group:  # the batches made before the error still go out, and free their slots there
             yield BatchGroup(group)
-            group, want = [], size
+        raise
     if group:
         yield BatchGroup(group)
 

@@ -88,7 +88,8 @@ class LoaderStats:
         self.samples += num_samples
         if meta is not None:
             self.consumers[int(meta[0])] = meta
-            self.transfers.append(max(0.0, time.monotonic() - float(meta[3])))
+            if not in_group:  # a batch behind the first of its group also waited for the others
+                self.transfers.append(max(0.0, time.monotonic() - float(meta[3])))
         if in_group:
             return
         if wait < self.stall_threshold:

@@ -27,7 +27,8 @@ def large_dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
     with sk.ShardWriter(root, shard_size="1MiB", block_size="200KiB") as writer:
         for i in range(NUM_SAMPLES):
             writer.write({"id": i, "jpg": payload(i), "label": i % 10,
-                          "emb": np.full(3, i, dtype=np.float32)})
+                          "emb": np.full(3, i, dtype=np.float32),
+                          "mask": payload(i)[:100] if i % 3 else None})  # bytes or None: a list
     return root
 
 
@@ -35,7 +36,7 @@ def large_dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_large_payloads_arrive_exactly(large_dataset: str, num_workers: int, shuffle: bool) -> None:
     ds = sk.StreamingDataset(large_dataset, batch_size=8, shuffle=shuffle, seed=3, shuffle_window=20)
-    loader = sk.ShardLoader(ds, num_workers=num_workers)
+    loader = sk.ShardLoader(ds, num_workers=num_workers, timeout=120 if num_workers else 0)
     seen: dict[int, str] = {}
     for _ in range(2):  # a second pass reuses ring slots and the read-ahead thread
         seen.clear()
@@ -47,6 +48,9 @@ def test_large_payloads_arrive_exactly(large_dataset: str, num_workers: int, shu
                 seen[sample_id] = hashlib.sha256(jpg[row]).hexdigest()
                 assert batch["label"][row] == sample_id % 10
                 assert batch["emb"][row].tolist() == [sample_id] * 3
+                mask = batch["mask"][row]  # a mixed field stays a list, of bytes (never views)
+                assert mask == (payload(sample_id)[:100] if sample_id % 3 else None)
+                assert type(mask) in (bytes, type(None))
     assert seen == {i: hashlib.sha256(payload(i)).hexdigest() for i in range(NUM_SAMPLES)}
 
 
