@@ -118,7 +118,7 @@ def test_same_topology_order_holds_for_any_group_size_and_kill_point(
     steps = plan_of(spec, shape, 0, None).steps_per_rank
     kills = sorted(data.draw(st.lists(st.integers(1, max(steps - 1, 1)), min_size=1, max_size=2, unique=True)))
     lengths = [b - a for a, b in zip([0, *kills[:-1]], kills, strict=True)]  # steps of each killed segment
-    segments = [*(Segment(shape, steps) for steps in lengths), Segment(shape)]
+    segments = [*(Segment(shape, length) for length in lengths), Segment(shape)]
     workdir = str(tmp_path_factory.mktemp("order"))
     results = run_chain(spec, segments, 1, workdir)
     check_chain(spec, results, 1)
