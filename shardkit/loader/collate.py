@@ -1,8 +1,8 @@
 """Default collation (runs in the worker): a list of sample dicts → one batch dict of tensors.
 
 Per field: equal-shape arrays/tensors → one stacked tensor; numbers/bools → a 1-D tensor;
-variable-length arrays (same trailing shape and dtype) and bytes (or memoryviews) → ``Ragged``; str → list[str];
-anything else → a list. Buffers are filled in place (``np.stack(..., out=)``), one copy.
+variable-length arrays (same trailing shape and dtype) and bytes (or memoryviews) → ``Ragged``;
+str → list[str]; anything else → a list. Buffers are filled in place (``np.stack(..., out=)``), one copy.
 """
 
 from __future__ import annotations
@@ -30,10 +30,9 @@ def collate_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
 def collate_field(values: list[Any]) -> Any:
     first = values[0]
     kind = type(first)
-    if kind in _BYTES_LIKE:  # memoryview: a bin value read as a view of its block (sample_views.py)
-        if all(type(v) in _BYTES_LIKE for v in values):
-            return Ragged.from_bytes(values)
-        return [owned(v) for v in values]
+    # memoryview: a bin value read as a view of its block (sample_views.py)
+    if kind in _BYTES_LIKE and all(type(v) in _BYTES_LIKE for v in values):
+        return Ragged.from_bytes(values)
     if any(type(v) is not kind for v in values):
         return [owned(v) for v in values]  # no view of a block leaves as a view
     if kind is np.ndarray:

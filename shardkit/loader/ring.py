@@ -99,16 +99,24 @@ class Ring:
         return found
 
     # ---- in the trainer -----------------------------------------------------------------------
+    def _inside(self, ref: SlotRef) -> bool:
+        slot_ok = 0 <= ref.worker < self.num_workers and 0 <= ref.slot < self.slots
+        return slot_ok and 0 <= ref.nbytes <= self.slot_bytes
+
     def receive(self, ref: SlotRef) -> np.ndarray:
         """The slot's first ``nbytes`` (uint8); the slot is freed when the array and every view
         of it (numpy or torch) are garbage."""
-        inside = 0 <= ref.worker < self.num_workers and 0 <= ref.slot < self.slots
-        if not (inside and 0 <= ref.nbytes <= self.slot_bytes):
+        if not self._inside(ref):
             raise RuntimeError(f"batch names slot {ref.slot} of worker {ref.worker} ({ref.nbytes} bytes), "
                                f"outside ring {self.key}: {self.num_workers} workers × {self.slots} slots")
         array = np.frombuffer(self._map, dtype=np.uint8, count=ref.nbytes, offset=self._offset(ref.worker, ref.slot))
         weakref.finalize(array, self._release, self._index(ref.worker, ref.slot))
         return array
+
+    def drop(self, ref: SlotRef) -> None:
+        """Free the slot of a batch the training process lets go without ever receiving it."""
+        if self._inside(ref):
+            self._release(self._index(ref.worker, ref.slot))
 
     def _release(self, index: int) -> None:
         self._flags[index] = FREE
@@ -126,8 +134,8 @@ def find(key: tuple[int, int] | list[int] | None) -> Ring | None:
 def forget(ref: SlotRef) -> None:
     """Free a slot whose batch the training process drops without ever resolving it."""
     ring = find(ref.ring)
-    if ring is not None and 0 <= ref.worker < ring.num_workers and 0 <= ref.slot < ring.slots:
-        ring._release(ring._index(ref.worker, ref.slot))
+    if ring is not None:
+        ring.drop(ref)
 
 
 def resolve(ref: SlotRef) -> np.ndarray:

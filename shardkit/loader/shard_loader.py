@@ -71,8 +71,7 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         """
         if not isinstance(dataset, StreamingDataset):
             raise TypeError(f"ShardLoader needs a StreamingDataset, got {type(dataset).__name__}")
-        if isinstance(batches_per_transfer, bool) or not isinstance(batches_per_transfer, int) \
-                or batches_per_transfer < 1:
+        if type(batches_per_transfer) is not int or batches_per_transfer < 1:  # bool is not int here
             raise ValueError(f"batches_per_transfer must be an int >= 1, got {batches_per_transfer!r}")
         group = batches_per_transfer if num_workers > 0 else 1
         default_prefetch = max(2, -(-DEFAULT_PREFETCH // group))
