@@ -1,4 +1,4 @@
-"""The raw limit: read shard files, zstd-decompress each block, msgpack-unpack its samples.
+"""The raw limit: read shard files, zstd-decompress each block, decode its samples.
 
     python -m benchmarks.raw --kind tokens --procs 2 [--blocks shardkit|own] [--scale 0.05]
 
@@ -10,7 +10,12 @@ ceiling a reader of zstd + msgpack blocks can approach. Two block sources:
   zstd level 3 each, in ≤64 MiB files. Exists whether or not shardkit does.
 * ``shardkit``: the blocks of shardkit's own packed data set, located through its manifest
   and shard index; a block stored raw (incompressible payloads) is not decompressed, which
-  is what the format promises readers. Ext types (arrays) stay ``msgpack.ExtType``.
+  is what the format promises readers. Each block is decoded by shardkit's own block decoder
+  (``shardkit.format.decode_block``: msgpack for row blocks, columns for column blocks, arrays
+  as numpy views): what shardkit's reader does per block with no loader around it.
+
+PRODUCT.md §P1 defines the raw limit as zstd decompress + msgpack unpack: that is ``own``, the
+yardstick of the ≥ 50% target; ``shardkit`` shows what shardkit's own blocks cost to decode.
 
 With ``--procs 2`` the block list is cut into two contiguous halves, each read by a forked
 process; the clock starts when both are ready (a barrier) and stops when both are done.
@@ -50,6 +55,7 @@ class BlockRef:
     stored_size: int
     num_samples: int
     codec: int  # CODEC_RAW or CODEC_ZSTD
+    layout: int = 0  # shardkit blocks: 0 rows, 1 columns (specs/shard-format.md §3a)
 
 
 # ---- own blocks ------------------------------------------------------------------------------
@@ -95,10 +101,13 @@ def write_own_blocks(source: data.Source, out_dir: Path) -> list[BlockRef]:
     return refs
 
 
-def _unpack_all(raw: bytes) -> Iterator[Any]:
+def _unpack_all(raw: bytes | memoryview, ref: BlockRef | None = None) -> list[Any]:
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(len(raw), 1))
     unpacker.feed(raw)
-    yield from unpacker
+    return list(unpacker)
+
+
+Decode = Callable[[Any, BlockRef], list[Any]]  # a raw block → its samples
 
 
 # ---- the timed loop --------------------------------------------------------------------------
@@ -117,7 +126,7 @@ def _read_ranges(refs: list[BlockRef]) -> Iterator[tuple[memoryview, list[BlockR
         start = stop
 
 
-def raw_loop(refs: list[BlockRef], passes: int = 1) -> tuple[int, int]:
+def raw_loop(refs: list[BlockRef], passes: int = 1, decode: Decode = _unpack_all) -> tuple[int, int]:
     """(samples, decompressed bytes): the whole measured work, ``passes`` times over."""
     decompressor = zstandard.ZstdDecompressor()
     num_samples = num_bytes = 0
@@ -126,28 +135,25 @@ def raw_loop(refs: list[BlockRef], passes: int = 1) -> tuple[int, int]:
             stored = buffer[ref.offset - base : ref.offset - base + ref.stored_size]
             raw = decompressor.decompress(stored) if ref.codec == CODEC_ZSTD else stored
             num_bytes += len(raw)
-            unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(len(raw), 1))
-            unpacker.feed(raw)
-            for _ in unpacker:
-                num_samples += 1
+            num_samples += len(decode(raw, ref))
     return num_samples, num_bytes
 
 
-def _worker(refs: list[BlockRef], passes: int, barrier: Any, queue: Any) -> None:
+def _worker(refs: list[BlockRef], passes: int, decode: Decode, barrier: Any, queue: Any) -> None:
     barrier.wait()
-    queue.put(raw_loop(refs, passes))
+    queue.put(raw_loop(refs, passes, decode))
 
 
-def timed(refs: list[BlockRef], procs: int, passes: int = 1) -> tuple[float, int, int]:
+def timed(refs: list[BlockRef], procs: int, passes: int = 1, decode: Decode = _unpack_all) -> tuple[float, int, int]:
     if procs == 1:
         t0 = now()
-        num_samples, num_bytes = raw_loop(refs, passes)
+        num_samples, num_bytes = raw_loop(refs, passes, decode)
         return now() - t0, num_samples, num_bytes
     context = multiprocessing.get_context("fork")
     barrier, queue = context.Barrier(procs + 1), context.Queue()
     cuts = [len(refs) * i // procs for i in range(procs + 1)]
     workers = [
-        context.Process(target=_worker, args=(refs[cuts[i] : cuts[i + 1]], passes, barrier, queue))
+        context.Process(target=_worker, args=(refs[cuts[i] : cuts[i + 1]], passes, decode, barrier, queue))
         for i in range(procs)
     ]
     for worker in workers:
@@ -162,7 +168,7 @@ def timed(refs: list[BlockRef], procs: int, passes: int = 1) -> tuple[float, int
 
 
 # ---- verification (untimed) ------------------------------------------------------------------
-def verify(refs: list[BlockRef], kind: str, decode: Callable[[bytes, int], list[Any]]) -> Digest:
+def verify(refs: list[BlockRef], kind: str, decode: Decode) -> Digest:
     field = "tokens" if kind == "tokens" else "jpg"
     digest = Digest()
     decompressor = zstandard.ZstdDecompressor()
@@ -170,15 +176,14 @@ def verify(refs: list[BlockRef], kind: str, decode: Callable[[bytes, int], list[
         for ref in group:
             stored = buffer[ref.offset - base : ref.offset - base + ref.stored_size]
             raw = decompressor.decompress(stored) if ref.codec == CODEC_ZSTD else bytes(stored)
-            for sample in decode(raw, ref.num_samples):
+            for sample in decode(raw, ref):
                 digest.add(int(sample["id"]), sample[field])
     return digest
 
 
-def block_source(source: data.Source, blocks: str) -> tuple[list[BlockRef], Callable[..., Any]]:
+def block_source(source: data.Source, blocks: str) -> tuple[list[BlockRef], Decode]:
     if blocks == "own":
-        refs = write_own_blocks(source, source.packed_dir("raw-own"))
-        return refs, lambda raw, n: list(_unpack_all(raw))
+        return write_own_blocks(source, source.packed_dir("raw-own")), _unpack_all
     from benchmarks.peers.shardkit import shardkit_blocks
 
     refs, decode = shardkit_blocks(str(source.packed_dir("shardkit")))
@@ -197,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     source = data.load(args.kind, args.scale, args.root)
     refs, decode = block_source(source, args.blocks)
     passes = max(args.passes, 1)
-    elapsed, num_samples, num_bytes = timed(refs, args.procs, passes)
+    elapsed, num_samples, num_bytes = timed(refs, args.procs, passes, decode)
     digest = verify(refs, args.kind, decode)
     elapsed = max(elapsed, 1e-9)
     record = {

@@ -109,7 +109,8 @@ def read_rows(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, 
 
 def _read_table(kind: str, scenario: str, rows: dict[tuple[Any, ...], dict[str, Any]]) -> list[str]:
     mine = {k[2:]: v for k, v in rows.items() if k[0] == kind and k[1] == scenario}
-    raw_name = "raw-shardkit" if any(c == "raw-shardkit" for c, _ in mine) else "raw-own"
+    # PRODUCT.md §P1's raw limit is zstd + msgpack over row blocks: raw-own (benchmarks/raw.py).
+    raw_name = "raw-own" if any(c == "raw-own" for c, _ in mine) else "raw-shardkit"
     out = [
         f"| config | W | samples/s median [min–max] | MB/s | first batch s | peak RSS MiB "
         f"| vs fastest peer | vs {raw_name} |",
@@ -212,7 +213,7 @@ def _targets(records: list[Record], rows: dict[tuple[Any, ...], dict[str, Any]])
             ratio = value / max(peers)
             out.append(f"| {kind} W={workers}: shardkit ≥ {factor:g}× fastest peer "
                        f"| {ratio:.2f}× | {'yes' if ratio >= factor else '**no**'} |")
-        raw = median(kind, "raw-shardkit", 2) or median(kind, "raw-own", 2)
+        raw = median(kind, "raw-own", 2) or median(kind, "raw-shardkit", 2)
         if mine is not None and raw:
             out.append(f"| {kind} W=2: shardkit ≥ 50% of the 2-process raw loop "
                        f"| {mine / raw:.0%} | {'yes' if mine / raw >= 0.5 else '**no**'} |")

@@ -81,15 +81,15 @@ class ShardkitPeer(Peer):
 
 
 def shardkit_blocks(url: str) -> tuple[list[Any], Any]:
-    """The stored blocks of a packed shardkit data set, for the raw-limit loop.
+    """The stored blocks of a packed shardkit data set, for the raw-limit loop, and their decoder.
 
     Uses ``sk.open_dataset(url).open_shard(i).index.blocks`` (records with ``offset``,
-    ``stored_size``, ``num_samples``, ``codec``: 0 raw, 1 zstd) and, for the untimed digest
-    check only, ``shardkit.format.decode_block_samples(raw, num_samples)``.
+    ``stored_size``, ``num_samples``, ``codec``: 0 raw, 1 zstd, ``layout``: 0 rows, 1 columns)
+    and ``shardkit.format.decode_block(raw, num_samples, layout)``.
     """
     import shardkit as sk
     from benchmarks.raw import BlockRef
-    from shardkit.format import decode_block_samples
+    from shardkit.format import decode_block
 
     dataset = sk.open_dataset(url)
     refs: list[BlockRef] = []
@@ -99,7 +99,7 @@ def shardkit_blocks(url: str) -> tuple[list[Any], Any]:
         for block in reader.index.blocks:
             refs.append(
                 BlockRef(path, int(block["offset"]), int(block["stored_size"]),
-                         int(block["num_samples"]), int(block["codec"]))
+                         int(block["num_samples"]), int(block["codec"]), int(block["layout"]))
             )
         reader.close()
-    return refs, decode_block_samples
+    return refs, lambda raw, ref: decode_block(raw, ref.num_samples, ref.layout)

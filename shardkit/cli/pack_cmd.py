@@ -25,6 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--block-size", default="1MiB", help="uncompressed bytes per block (default 1MiB)")
     p.add_argument("--level", type=int, default=3, help="zstd level (default 3)")
     p.add_argument("--compression", default="auto", choices=("auto", "zstd", "none"))
+    p.add_argument("--layout", default="auto", choices=("auto", "rows"),
+                   help="auto: blocks of uniform small samples are stored as columns (default); rows: never")
     p.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="user metadata, repeatable")
     p.add_argument("--label-from-dir", action="store_true", help="raw/<class>/<file>: add an int 'label'")
     p.add_argument("--skip-bad", action="store_true", help="skip unreadable items and list them")
@@ -45,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
         block_size=args.block_size,
         level=args.level,
         compression=args.compression,
+        layout=args.layout,
         metadata=key_values(args.metadata, "--metadata"),
         overwrite=args.overwrite,
         skip_bad=args.skip_bad,

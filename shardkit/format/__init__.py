@@ -4,6 +4,7 @@ Depends on zstandard, msgpack, xxhash and numpy only; no I/O.
 """
 
 from shardkit.format.block_codec import BlockCompressor, BlockDecompressor, CompressOptions
+from shardkit.format.column_block import decode_block
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardInfo, check_shard_name, decode_manifest
 from shardkit.format.sample_codec import SampleEncoder, decode_block_samples, decode_sample
 from shardkit.format.schema import SchemaBuilder, check_sample
@@ -21,6 +22,7 @@ __all__ = [
     "ShardInfo",
     "check_sample",
     "check_shard_name",
+    "decode_block",
     "decode_block_samples",
     "decode_manifest",
     "decode_sample",

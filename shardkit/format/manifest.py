@@ -19,7 +19,7 @@ from shardkit.format.schema import validate_schema
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_NAME = "shardkit"
-FORMAT_VERSION = (1, 0)
+FORMAT_VERSION = (1, 1)
 # One optional folder level, then a file name; no dot-files, no "..", no control characters.
 _SAFE_NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}/)?[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 

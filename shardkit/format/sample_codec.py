@@ -85,7 +85,8 @@ def _parse_head(payload: bytes | memoryview) -> tuple[np.dtype, int, struct.Stru
     return found
 
 
-def _decode_array(payload: bytes | memoryview) -> np.ndarray:
+def parse_array(payload: bytes | memoryview) -> np.ndarray:
+    """The array of an extension payload: a read-only view of ``payload``."""
     dtype, ndim, shape_struct, start = _parse_head(payload)
     try:
         shape = shape_struct.unpack_from(payload, start)
@@ -129,13 +130,13 @@ def _default(value: Any) -> Any:
 
 def _ext_hook(code: int, payload: bytes | memoryview) -> Any:
     if code == EXT_NDARRAY:
-        return _decode_array(payload)
+        return parse_array(payload)
     if code == EXT_NPSCALAR:
-        return _decode_array(payload)[()]
+        return parse_array(payload)[()]
     if code == EXT_TENSOR:
         # torch is optional for the format; it is needed only when a tensor field is read.
         torch = importlib.import_module("torch")
-        array = _decode_array(payload)
+        array = parse_array(payload)
         return torch.from_numpy(array.copy() if not array.flags.writeable else array)
     raise FormatError(f"unknown msgpack extension type {code}")
 

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardkit.format.block_codec import BlockCompressor
 from shardkit.format.checksum import xxh64_int, xxh64_text
+from shardkit.format.column_block import LAYOUT_COLUMNS, LAYOUT_ROWS, rows_to_columns
 from shardkit.format.manifest import ShardInfo
 from shardkit.format.shard_layout import (
     BLOCK_DTYPE,
@@ -20,12 +22,14 @@ from shardkit.format.shard_layout import (
 
 @dataclass(frozen=True)
 class SealedBlock:
-    """One block ready for a shard: its codec, stored bytes and sample offsets in the raw block."""
+    """One block ready for a shard: its codec, stored bytes, sample offsets in the raw block
+    and layout (rows, or columns whose sample offsets are 0 … 0, raw_size: I6, I9)."""
 
     codec: int
     stored: bytes
     raw_size: int
     sample_offsets: np.ndarray  # uint32, num_samples + 1 entries, first 0, last raw_size
+    layout: int = LAYOUT_ROWS
 
     @property
     def num_samples(self) -> int:
@@ -42,13 +46,37 @@ def join_samples(encoded: list[bytes]) -> tuple[bytes, np.ndarray]:
     return b"".join(encoded), offsets.astype("<u4")
 
 
+LAYOUT_CHOICES = ("auto", "rows")
+
+
+def arrange_block(encoded: list[bytes], layout: str = "auto") -> tuple[bytes, np.ndarray, int]:
+    """A block's raw bytes, sample offsets and layout: columns when ``layout="auto"`` and the
+    samples make a column block no larger than their rows (column_block.py), else rows."""
+    raw, offsets = join_samples(encoded)
+    if layout == "auto":
+        columns = rows_to_columns(raw, len(encoded))
+        if columns is not None:
+            offsets = np.zeros(len(encoded) + 1, dtype="<u4")
+            offsets[-1] = len(columns)
+            return columns, offsets, LAYOUT_COLUMNS
+    elif layout != "rows":
+        raise ValueError(f"block layout must be one of {LAYOUT_CHOICES}, got {layout!r}")
+    return raw, offsets, LAYOUT_ROWS
+
+
+def seal_block(raw: bytes, offsets: np.ndarray, layout: int, compressor: BlockCompressor) -> SealedBlock:
+    codec, stored = compressor.compress(raw)
+    return SealedBlock(codec, stored, len(raw), offsets, layout)
+
+
 def build_shard(name: str, blocks: list[SealedBlock]) -> tuple[bytes, ShardInfo]:
     """The bytes of a shard holding ``blocks`` in order, and its manifest entry."""
     table = np.zeros(len(blocks), dtype=BLOCK_DTYPE)
     offset = HEADER_SIZE
     for i, block in enumerate(blocks):
         stored = block.stored
-        table[i] = (offset, len(stored), block.raw_size, block.num_samples, block.codec, b"", xxh64_int(stored))
+        table[i] = (offset, len(stored), block.raw_size, block.num_samples, block.codec, block.layout, b"",
+                    xxh64_int(stored))
         offset += len(block.stored)
     offsets = np.concatenate([b.sample_offsets for b in blocks]) if blocks else np.zeros(0, "<u4")
     index = encode_index(table, offsets)

@@ -25,7 +25,7 @@ from shardkit.format.checksum import xxh64_int
 
 MAGIC = b"SKSHARD\x00"
 FOOTER_MAGIC = b"SKFT"
-VERSION = (1, 0)
+VERSION = (1, 1)
 HEADER = struct.Struct("<8sHHI")
 FOOTER = struct.Struct("<QIIQHH4s")
 HEADER_SIZE = HEADER.size  # 16
@@ -37,11 +37,13 @@ BLOCK_DTYPE = np.dtype(
         ("raw_size", "<u4"),
         ("num_samples", "<u4"),
         ("codec", "u1"),
-        ("reserved", "V3"),
+        ("layout", "u1"),  # 0 rows, 1 columns (format 1.1; 0 in 1.0 files, whose byte was reserved)
+        ("reserved", "V2"),
         ("checksum", "<u8"),
     ]
 )
 MAX_INDEX_BYTES = 1 << 30
+MAX_LAYOUT = 1  # 0 = rows, 1 = columns (format/column_block.py)
 
 
 def encode_header() -> bytes:
@@ -143,6 +145,12 @@ def _check_index(
     if int(first[-1]) != num_samples or len(offsets) != num_samples + len(blocks):
         raise CorruptShardError(f"{where}: index counts disagree ({num_samples} samples)")
     _check_offsets(blocks, offsets, first, where)
+    unknown = np.flatnonzero(blocks["layout"] > MAX_LAYOUT)
+    if len(unknown):
+        raise UnsupportedVersionError(
+            f"{where}: block {int(unknown[0])} has layout {int(blocks['layout'][unknown[0]])}; this shardkit "
+            f"reads layouts 0..{MAX_LAYOUT} (format {VERSION[0]}.{VERSION[1]})"
+        )
     expected = HEADER_SIZE
     for i, block in enumerate(blocks):
         if int(block["offset"]) != expected:

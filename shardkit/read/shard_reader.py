@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from shardkit.errors import CorruptShardError, FormatError
-from shardkit.format import BlockDecompressor, ShardInfo, decode_block_samples, decode_sample
+from shardkit.format import BlockDecompressor, ShardInfo, decode_block, decode_sample
 from shardkit.format.checksum import xxh64_int
 from shardkit.format.shard_layout import (
     FOOTER_SIZE,
@@ -147,9 +147,10 @@ class ShardReader:
             self.stats.io_seconds += read - started
             started = read
             raw = self.decode_stored_block(block_index, stored)
-        expected = int(self.index.blocks[block_index]["num_samples"])
+        record = self.index.blocks[block_index]
         try:
-            samples = decode_block_samples(raw, expected, self.index.offsets_of(block_index), self.views)
+            samples = decode_block(raw, int(record["num_samples"]), int(record["layout"]),
+                                   self.index.offsets_of(block_index), self.views)
         except (FormatError, ValueError) as exc:
             raise CorruptShardError(
                 f"{self.where}: {self._block_label(block_index)} does not decode: {exc}"
@@ -171,9 +172,11 @@ class ShardReader:
         if not 0 <= sample_index < self.num_samples:
             raise IndexError(f"{self.where}: sample {sample_index} out of range [0, {self.num_samples})")
         block_index = self.index.block_of(sample_index)
+        local = sample_index - int(self.index.first_sample[block_index])
+        if self.index.blocks[block_index]["layout"]:  # columns: the whole block decodes at once
+            return self.block_samples(block_index)[local]
         raw = self.read_raw_block(block_index)
         offsets = self.index.offsets_of(block_index)
-        local = sample_index - int(self.index.first_sample[block_index])
         try:
             return decode_sample(raw[int(offsets[local]) : int(offsets[local + 1])])
         except (FormatError, ValueError) as exc:

@@ -34,6 +34,7 @@ class PackOptions:
     block_size: str | int = "1MiB"
     level: int = 3
     compression: str = "auto"
+    layout: str = "auto"
     metadata: dict[str, Any] = field(default_factory=dict)
     overwrite: bool = False
     skip_bad: bool = False
@@ -122,6 +123,7 @@ def pack(src: str, out: str, options: PackOptions, progress: Any = None) -> Pack
         block_size=options.block_size,
         level=options.level,
         compression=options.compression,
+        layout=options.layout,
         metadata={**options.metadata, **extra},
         storage_options=options.storage_options,
         overwrite=options.overwrite,

@@ -120,6 +120,7 @@ def _sink_options(options: PackOptions) -> Any:
         shard_size=max(1, parse_size(options.shard_size)),
         block_size=max(1, parse_size(options.block_size)),
         compress=CompressOptions(compression=options.compression, level=options.level),
+        layout=options.layout,
     )
     return SinkOptions(parts, dict(options.metadata), dict(options.storage_options), options.skip_bad)
 

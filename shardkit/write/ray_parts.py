@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardkit.format import BlockCompressor, CompressOptions, SchemaBuilder, ShardInfo
-from shardkit.format.shard_builder import SealedBlock, build_shard, join_samples
+from shardkit.format.shard_builder import SealedBlock, arrange_block, build_shard, seal_block
 from shardkit.storage import Store
 
 PART_FORMAT = "shards/part-{task_index:05d}-{part_index:04d}.sks"
@@ -29,6 +29,7 @@ class PartOptions:
     shard_size: int = 64 << 20
     block_size: int = 1 << 20
     compress: CompressOptions = CompressOptions()
+    layout: str = "auto"  # see WriterOptions.layout
 
 
 @dataclass
@@ -77,9 +78,8 @@ class PartWriter:
     def _seal_block(self) -> None:
         if not self._pending:
             return
-        raw, offsets = join_samples(self._pending)
-        codec, stored = self._compressor.compress(raw)
-        self._blocks.append(SealedBlock(codec, stored, len(raw), offsets))
+        raw, offsets, layout = arrange_block(self._pending, self.options.layout)
+        self._blocks.append(seal_block(raw, offsets, layout, self._compressor))
         self._shard_raw += len(raw)
         self._pending, self._pending_bytes = [], 0
 

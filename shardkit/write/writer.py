@@ -32,7 +32,7 @@ from shardkit.format import (
     ShardInfo,
     decode_manifest,
 )
-from shardkit.format.shard_builder import SealedBlock, build_shard, join_samples
+from shardkit.format.shard_builder import LAYOUT_CHOICES, SealedBlock, arrange_block, build_shard, seal_block
 from shardkit.storage import Store, open_store
 from shardkit.units import parse_size
 
@@ -47,6 +47,11 @@ class WriterOptions:
     name_format: str = "shards/shard-{index:06d}.sks"
     overwrite: bool = False
     threads: int = 2
+    layout: str = "auto"  # "auto": uniform small samples as column blocks; "rows": never
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUT_CHOICES:
+            raise ValueError(f"layout must be one of {LAYOUT_CHOICES}, got {self.layout!r}")
 
 
 class ShardWriter:
@@ -63,12 +68,14 @@ class ShardWriter:
         metadata: dict[str, Any] | None = None,
         storage_options: dict[str, Any] | None = None,
         overwrite: bool = False,
+        layout: str = "auto",
     ) -> None:
         self.options = WriterOptions(
             shard_size=max(1, parse_size(shard_size)),
             block_size=max(1, parse_size(block_size)),
             compress=CompressOptions(compression=compression, level=level),
             overwrite=overwrite,
+            layout=layout,
         )
         self.store: Store = open_store(out, storage_options)
         self.metadata = dict(metadata or {})
@@ -182,17 +189,17 @@ class ShardWriter:
     def _seal_block(self) -> None:
         if not self._pending:
             return
-        raw, offsets = join_samples(self._pending)
-        self._shard_blocks.append(self._pool.submit(self._compress, raw, offsets))
+        # Arranged here, not on the pool: the shard is closed on the raw size of what it holds (I10).
+        raw, offsets, layout = arrange_block(self._pending, self.options.layout)
+        self._shard_blocks.append(self._pool.submit(self._compress, raw, offsets, layout))
         self._shard_raw += len(raw)
         self._pending, self._pending_bytes = [], 0
 
-    def _compress(self, raw: bytes, offsets: np.ndarray) -> SealedBlock:
+    def _compress(self, raw: bytes, offsets: np.ndarray, layout: int) -> SealedBlock:
         compressor = getattr(self._local, "compressor", None)
         if compressor is None:
             compressor = self._local.compressor = BlockCompressor(self.options.compress)
-        codec, stored = compressor.compress(raw)
-        return SealedBlock(codec, stored, len(raw), offsets)
+        return seal_block(raw, offsets, layout, compressor)
 
     def _close_shard(self) -> None:
         if not self._shard_blocks:

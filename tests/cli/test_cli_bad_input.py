@@ -180,10 +180,10 @@ def test_future_shard_major_version(dataset, capsys):
 
     edit_shard(dataset, SHARD0, bump)
     refresh_manifest(dataset)
-    with pytest.raises(UnsupportedVersionError, match=rf"{SHARD0}.*format 2\.0"):
+    with pytest.raises(UnsupportedVersionError, match=rf"{SHARD0}.*format 2\.\d"):
         read_all(dataset)
     code, text = verify(dataset, capsys)
-    assert code == 1 and SHARD0 in text and "2.0" in text
+    assert code == 1 and SHARD0 in text and "format 2." in text
 
 
 def test_future_minor_version_is_read(dataset):
