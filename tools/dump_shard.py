@@ -55,6 +55,7 @@ def describe(data: bytes) -> str:
             f"block {i}  offset={int(b['offset'])} stored_size={int(b['stored_size'])} "
             f"raw_size={int(b['raw_size'])} num_samples={int(b['num_samples'])} "
             f"codec={int(b['codec'])} ({CODEC_NAMES.get(int(b['codec']), '?')}) "
+            f"layout={int(b['layout'])} ({'columns' if b['layout'] else 'rows'}) "
             f"xxh64={int(b['checksum']):016x} sample_offsets={offsets}"
         )
     lines.append(
