@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
@@ -36,13 +35,12 @@ import msgpack
 import numpy as np
 
 from shardkit.errors import FormatError
+from shardkit.format.columns import HEAD, OFFSETS, parse_columns, to_samples
 from shardkit.format.sample_codec import EXT_NDARRAY, decode_block_samples, parse_array
 
 LAYOUT_ROWS = 0
 LAYOUT_COLUMNS = 1
 LAYOUTS = (LAYOUT_ROWS, LAYOUT_COLUMNS)
-_HEAD = struct.Struct("<I")
-_OFFSETS = np.dtype("<u4")
 _SCALAR_DTYPES = {"float": np.dtype("<f8"), "bool": np.dtype("|b1")}
 _NARROW = [np.dtype(name) for name in ("|u1", "|i1", "<u2", "<i2", "<u4", "<i4", "<i8", "<u8")]
 _RAGGED = ("bytes", "str", "array")
@@ -80,7 +78,7 @@ class _Builder:
 def _offsets(lengths: Sequence[int]) -> np.ndarray | None:
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    return offsets.astype(_OFFSETS) if offsets[-1] < 1 << 32 else None
+    return offsets.astype(OFFSETS) if offsets[-1] < 1 << 32 else None
 
 
 def _column(name: str, values: list[Any], segments: _Builder) -> dict[str, Any] | None:
@@ -180,13 +178,13 @@ def rows_to_columns(rows: bytes, expected: int) -> bytes | None:
     if not columns:
         return None
     header = _header(expected, columns)
-    base = -(-(_HEAD.size + len(header) + 16 * len(columns)) // 8) * 8  # room for the shifted starts
+    base = -(-(HEAD.size + len(header) + 16 * len(columns)) // 8) * 8  # room for the shifted starts
     for column in columns:  # segment starts are relative to the block
         column["data"][0] += base
         if column["offsets"] is not None:
             column["offsets"] += base
     header = _header(expected, columns)
-    block = b"".join([_HEAD.pack(len(header)), header, b"\x00" * (base - _HEAD.size - len(header)), *segments.parts])
+    block = b"".join([HEAD.pack(len(header)), header, b"\x00" * (base - HEAD.size - len(header)), *segments.parts])
     return block if len(block) <= len(rows) else None
 
 
@@ -194,97 +192,11 @@ def _header(n: int, columns: list[dict[str, Any]]) -> bytes:
     return msgpack.packb({"n": n, "columns": columns}, use_bin_type=True)
 
 
-# ---- reading ---------------------------------------------------------------------------------
-def _segment(block: bytes | memoryview, start: Any, length: int, what: str) -> memoryview:
-    if type(start) is not int or type(length) is not int or start < 0 or length < 0 or start + length > len(block):
-        raise FormatError(f"column {what} segment [{start}, +{length}) is outside the {len(block)}-byte block")
-    return memoryview(block)[start : start + length]
-
-
-def _column_offsets(block: bytes | memoryview, column: dict[str, Any], n: int, total: int) -> np.ndarray:
-    view = _segment(block, column["offsets"], (n + 1) * _OFFSETS.itemsize, f"{column['name']!r} offsets")
-    offsets = np.frombuffer(view, dtype=_OFFSETS).astype(np.int64)
-    if offsets[0] != 0 or offsets[-1] != total or (np.diff(offsets) < 0).any():
-        raise FormatError(f"column {column['name']!r}: offsets do not run from 0 to {total}")
-    return offsets
-
-
-def _slices(values: Any, offsets: np.ndarray) -> list[Any]:
-    bounds = offsets.tolist()
-    return [values[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-
-
-def _column_values(block: bytes | memoryview, column: dict[str, Any], n: int, views: bool) -> list[Any]:
-    kind, name = column["kind"], column["name"]
-    dtype, as_dtype = np.dtype(column["dtype"]), np.dtype(column["as"])
-    start, length = column["data"]
-    data = _segment(block, start, length, repr(name))
-    if kind in ("int", "float", "bool"):
-        if length != n * dtype.itemsize or (kind == "int") != (dtype.kind in "iu"):
-            raise FormatError(f"column {name!r}: {length} bytes of {dtype} for {n} {kind} values")
-        return np.frombuffer(data, dtype=dtype).tolist()
-    if kind in ("bytes", "str"):
-        offsets = _column_offsets(block, column, n, length)
-        if views and kind == "bytes":
-            return _slices(data, offsets)
-        pieces = _slices(bytes(data), offsets)
-        return pieces if kind == "bytes" else [p.decode("utf-8") for p in pieces]
-    if kind != "array" or dtype.kind not in "biufc" or as_dtype.kind not in "biufc":
-        raise FormatError(f"column {name!r}: unknown kind {kind!r} or dtype {dtype}")
-    tail = tuple(column["tail"])
-    if any(type(d) is not int or d <= 0 for d in tail):
-        raise FormatError(f"column {name!r}: bad row shape {tail}")
-    row = int(np.prod(tail, dtype=np.int64))
-    offsets = _column_offsets(block, column, n, length // (row * dtype.itemsize))
-    if int(offsets[-1]) * row * dtype.itemsize != length:
-        raise FormatError(f"column {name!r}: {length} bytes is not {offsets[-1]} rows of {tail} {dtype}")
-    flat = np.ndarray((int(offsets[-1]), *tail), dtype, data)
-    if dtype != as_dtype:
-        if dtype.kind not in "iu" or as_dtype.kind not in "iu":
-            raise FormatError(f"column {name!r}: {dtype} cannot widen to {as_dtype}")
-        flat = flat.astype(as_dtype)
-        flat.flags.writeable = False
-    lengths = np.diff(offsets)
-    if n and (lengths == lengths[0]).all():
-        return list(flat.reshape(n, int(lengths[0]), *tail))  # equal lengths: views made in C
-    return _slices(flat, offsets)
-
-
+# ---- reading (columns.py) --------------------------------------------------------------------
 def decode_columns(block: bytes | memoryview, expected: int, views: bool = False) -> list[dict[str, Any]]:
     """All ``expected`` samples of a column block, in order (``views``: bytes fields as
     ``memoryview`` slices of the block, as ``decode_block_samples`` gives large samples)."""
-    try:
-        (size,) = _HEAD.unpack_from(block, 0)
-        header = msgpack.unpackb(_segment(block, _HEAD.size, size, "header"), raw=False, strict_map_key=True)
-        n, columns = header["n"], header["columns"]
-        if n != expected:
-            raise FormatError(f"column block holds {n} samples, index says {expected}")
-        names = [column["name"] for column in columns]
-        if len(set(names)) != len(names) or not all(type(name) is str for name in names):
-            raise FormatError(f"column names {names!r} are not distinct strings")
-        values = [_column_values(block, column, n, views) for column in columns]
-    except (KeyError, TypeError, ValueError, struct.error, msgpack.UnpackException) as exc:
-        if isinstance(exc, FormatError):
-            raise
-        raise FormatError(f"malformed column block: {type(exc).__name__}: {exc}") from None
-    return _records(names, values, n)
-
-
-def _records(names: list[str], values: list[list[Any]], n: int) -> list[dict[str, Any]]:
-    """Sample dicts from column values; dict displays are ~4× cheaper than ``dict(zip(…))``."""
-    if len(names) == 1:
-        (k0,), (v0,) = names, values
-        return [{k0: a} for a in v0]
-    # Every column has n values (checked above); zip(strict=True) would double the cost.
-    if len(names) == 2:
-        k0, k1 = names
-        return [{k0: a, k1: b} for a, b in zip(*values, strict=False)]
-    if len(names) == 3:
-        k0, k1, k2 = names
-        return [{k0: a, k1: b, k2: c} for a, b, c in zip(*values, strict=False)]
-    if not names:
-        return [{} for _ in range(n)]
-    return list(map(dict, map(zip, repeat(names), zip(*values, strict=False))))
+    return to_samples(parse_columns(block, expected), expected, views)
 
 
 def decode_block(block: bytes | memoryview, expected: int, layout: int,

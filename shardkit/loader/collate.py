@@ -7,6 +7,7 @@ str → list[str]; anything else → a list. Buffers are filled in place (``np.s
 
 from __future__ import annotations
 
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,15 @@ def collate_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
     keys = list(samples[0])
     if any(len(s) != len(keys) for s in samples):
         keys = sorted({k for s in samples for k in s})
-    return {key: collate_field([s.get(key) for s in samples]) for key in keys}
+    return {key: collate_field(_field(samples, key)) for key in keys}
+
+
+def _field(samples: list[dict[str, Any]], key: str) -> list[Any]:
+    """``[s.get(key) for s in samples]``, with a C-level loop when every sample has ``key``."""
+    try:
+        return list(map(itemgetter(key), samples))
+    except KeyError:
+        return [s.get(key) for s in samples]
 
 
 def collate_field(values: list[Any]) -> Any:
@@ -46,14 +55,19 @@ def collate_field(values: list[Any]) -> Any:
     return values
 
 
+_SHAPE, _DTYPE = attrgetter("shape"), attrgetter("dtype")
+
+
 def _arrays(arrays: list[np.ndarray]) -> Any:
     first = arrays[0]
     dtype, shape = first.dtype, first.shape
-    if all(a.shape == shape and a.dtype == dtype for a in arrays):
+    one_dtype = len(set(map(_DTYPE, arrays))) == 1  # C-level loops: this runs per field per batch
+    shapes = set(map(_SHAPE, arrays))
+    if one_dtype and len(shapes) == 1:
         out = alloc((len(arrays), *shape), torch_dtype(dtype))
         np.stack(arrays, out=out.numpy())
         return out
-    if first.ndim >= 1 and all(a.ndim == first.ndim and a.shape[1:] == shape[1:] and a.dtype == dtype for a in arrays):
+    if one_dtype and first.ndim >= 1 and len({s[1:] if len(s) == first.ndim else None for s in shapes}) == 1:
         return Ragged.from_arrays(arrays)
     return [torch.from_numpy(a.astype(a.dtype.newbyteorder("="))) for a in arrays]  # a native-order copy each
 

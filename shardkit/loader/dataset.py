@@ -22,8 +22,10 @@ import torch
 from torch.utils.data import IterableDataset
 
 from shardkit.errors import PlanError
+from shardkit.format.columns import ColumnPiece, as_samples
 from shardkit.loader.arena import alloc, alloc_like, batch_arena
 from shardkit.loader.collate import collate_samples
+from shardkit.loader.columns import collate_pieces
 from shardkit.loader.control import Control
 from shardkit.loader.packed import in_groups, pack_batch
 from shardkit.loader.ring import Ring, SlotRef, find
@@ -31,6 +33,7 @@ from shardkit.loader.stats import META_FIELDS, WorkerStats
 from shardkit.loader.topology import Topology, rank_and_world, worker_slot
 from shardkit.plan import Plan, PlanParams, build_plan
 from shardkit.read import Dataset, open_dataset
+from shardkit.read.shard_reader import Samples
 from shardkit.read.stream import iter_consumer
 from shardkit.storage import ShardCache
 from shardkit.units import parse_size
@@ -192,24 +195,32 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         capacity = 64 << 10
         cache = self._shard_cache()
         stats = WorkerStats(consumer, epoch, position=start, cache=cache.stats if cache else None)
-        pending: list[dict[str, Any]] = []
+        pending: list[Samples] = []  # lists of sample dicts and column pieces, in order
+        waiting = 0  # samples in pending
         indices: list[np.ndarray] = []
         padded: list[np.ndarray] = []
         read_ahead = _spare_core(plan.params.num_workers)
         # The default collation copies every value into the batch at once, so large samples may
-        # hand it views of the (verified) block instead of copies (format/sample_views.py).
+        # hand it views of the (verified) block instead of copies (format/sample_views.py), and
+        # column blocks their columns (loader/columns.py).
         views = self.transform is None and self.collate_fn is collate_samples
-        for window in iter_consumer(self.dataset, plan, consumer, start, cache, stats.read, read_ahead, views):
-            samples = window.samples if self.transform is None else [self.transform(s) for s in window.samples]
-            pending.extend(samples)
+        for window in iter_consumer(self.dataset, plan, consumer, start, cache, stats.read, read_ahead, views,
+                                    columns=views):
+            samples = window.samples  # column pieces only with views
+            if self.transform is not None:
+                samples = [self.transform(s) for s in as_samples(samples)]
+            pending.append(samples)
+            waiting += len(samples)
             indices.append(window.indices)
             padded.append(window.padded)
-            while len(pending) >= batch_size:
+            while waiting >= batch_size:
                 started = time.perf_counter()
                 all_indices, all_padded = np.concatenate(indices), np.concatenate(padded)
+                parts = _take(pending, batch_size)
+                waiting -= batch_size
                 # In a worker, collate straight into the buffer that crosses to the trainer.
                 with batch_arena(capacity, ring, worker) if pack else contextlib.nullcontext() as arena:
-                    batch = self._collate(pending[:batch_size], all_indices[:batch_size], all_padded[:batch_size])
+                    batch = self._collate(parts, all_indices[:batch_size], all_padded[:batch_size])
                     if isinstance(batch, dict):
                         batch[META_KEY] = alloc_like([0.0] * len(META_FIELDS), torch.float64)
                 if arena is not None:
@@ -224,13 +235,16 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
                 elif arena is not None:
                     arena.discard(reusable=False)
                 yield batch
-                pending = pending[batch_size:]
                 indices, padded = [all_indices[batch_size:]], [all_padded[batch_size:]]
-        if pending:
-            raise PlanError(f"consumer {consumer}: {len(pending)} samples left over; plan and reader disagree")
+        if waiting:
+            raise PlanError(f"consumer {consumer}: {waiting} samples left over; plan and reader disagree")
 
-    def _collate(self, samples: list[dict[str, Any]], indices: np.ndarray, padded: np.ndarray) -> Any:
-        batch = self.collate_fn(samples)
+    def _collate(self, parts: list[Samples], indices: np.ndarray, padded: np.ndarray) -> Any:
+        batch = None
+        if all(isinstance(part, ColumnPiece) for part in parts):  # only with the default collation
+            batch = collate_pieces(parts)  # type: ignore[arg-type]
+        if batch is None:
+            batch = self.collate_fn([sample for part in parts for sample in as_samples(part, views=True)])
         if isinstance(batch, dict):
             if self.params.tail == "pad":
                 batch["_padded"] = alloc((len(padded),), torch.bool)
@@ -246,6 +260,21 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         state["_cache"] = None
         state["_plans"] = {}
         return state
+
+
+def _take(pending: list[Samples], count: int) -> list[Samples]:
+    """The first ``count`` samples of ``pending`` (removed from it), as whole or cut parts."""
+    parts: list[Samples] = []
+    while count:
+        head = pending[0]
+        if len(head) <= count:
+            parts.append(pending.pop(0))
+            count -= len(head)
+        else:
+            parts.append(head[:count])
+            pending[0] = head[count:]
+            count = 0
+    return parts
 
 
 def _spare_core(num_workers: int) -> bool:

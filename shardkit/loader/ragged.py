@@ -17,7 +17,7 @@ import torch
 from shardkit.loader.arena import alloc
 
 
-def _offsets_tensor(offsets: np.ndarray) -> torch.Tensor:
+def offsets_tensor(offsets: np.ndarray) -> torch.Tensor:
     out = alloc((len(offsets),), torch.int64)
     out.numpy()[:] = offsets
     return out
@@ -44,14 +44,14 @@ class Ragged:
 
     @classmethod
     def from_arrays(cls, arrays: Sequence[np.ndarray]) -> Ragged:
-        lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+        lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
         offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         first = arrays[0]
         values = alloc((int(offsets[-1]), *first.shape[1:]), torch_dtype(first.dtype))
         if len(values):
             np.concatenate(arrays, out=values.numpy())
-        return cls(values, _offsets_tensor(offsets))
+        return cls(values, offsets_tensor(offsets))
 
     @classmethod
     def from_bytes(cls, items: Sequence[bytes]) -> Ragged:
@@ -62,7 +62,7 @@ class Ragged:
         out = values.numpy()
         for item, start in zip(items, offsets[:-1].tolist(), strict=False):
             out[start : start + len(item)] = np.frombuffer(item, dtype=np.uint8)
-        return cls(values, _offsets_tensor(offsets), kind="bytes")
+        return cls(values, offsets_tensor(offsets), kind="bytes")
 
     def __len__(self) -> int:
         return len(self.offsets) - 1

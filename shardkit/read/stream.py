@@ -21,9 +21,10 @@ import numpy as np
 
 from shardkit.format import ShardInfo
 from shardkit.format.checksum import xxh64_file
+from shardkit.format.columns import ColumnPiece, as_samples, join_pieces
 from shardkit.plan import Plan, Window
 from shardkit.read.dataset import Dataset
-from shardkit.read.shard_reader import ShardReader
+from shardkit.read.shard_reader import Samples, ShardReader
 from shardkit.read.sources import LocalFileSource, StoreSource
 from shardkit.read.stats import ReadStats
 from shardkit.storage import CacheItem, Prefetcher, ShardCache
@@ -65,9 +66,10 @@ class ShardOpener:
         stats: ReadStats | None = None,
         read_ahead: bool = False,
         views: bool = False,
+        columns: bool = False,
     ) -> None:
         self.dataset = dataset
-        self.read_ahead, self.views = read_ahead, views
+        self.read_ahead, self.views, self.columns = read_ahead, views, columns
         self.stats = stats if stats is not None else ReadStats()
         self.cache = cache if not dataset.store.is_local else None
         # A cached shard stays leased (unevictable) while open: keep only the current one.
@@ -88,7 +90,7 @@ class ShardOpener:
         started = time.perf_counter()
         try:
             reader = ShardReader(self._source(shard_index, info, stack), info, stats=self.stats,
-                                 read_ahead=self.read_ahead, views=self.views)
+                                 read_ahead=self.read_ahead, views=self.views, columns=self.columns)
         except BaseException as exc:
             stack.close()
             exc.add_note(f"while opening shard {info.name} (index {shard_index}) of {self.dataset.url}")
@@ -129,7 +131,7 @@ class ShardOpener:
 class WindowSamples:
     """The output of one plan window: samples in plan order, their global indices, pad flags."""
 
-    samples: list[dict[str, Any]]
+    samples: Samples  # dicts, or a ColumnPiece from readers made with ``columns``
     indices: np.ndarray
     padded: np.ndarray
 
@@ -146,10 +148,14 @@ def read_window(opener: ShardOpener, window: Window, offsets: np.ndarray) -> Ite
     if len(order) and int(order[-1]) - int(order[0]) == len(order) - 1 and _is_run(order):
         yield from _read_run(opener, window, int(order[0]), indices, padded)
         return
-    decoded: list[dict[str, Any]] = []
-    for span in window.spans:
-        for chunk in opener.reader(span.shard_index).sample_chunks(span.start, span.end):
-            decoded.extend(chunk)
+    chunks = [chunk for span in window.spans
+              for chunk in opener.reader(span.shard_index).sample_chunks(span.start, span.end)]
+    if chunks and all(isinstance(chunk, ColumnPiece) for chunk in chunks):
+        joined = join_pieces(chunks)  # type: ignore[arg-type]
+        if joined is not None:  # one selection of the window's columns, in output order
+            yield WindowSamples(joined.select(order), indices, padded)
+            return
+    decoded = [sample for chunk in chunks for sample in as_samples(chunk, opener.views)]
     yield WindowSamples([decoded[i] for i in order.tolist()], indices, padded)
 
 
@@ -180,11 +186,13 @@ def iter_consumer(
     stats: ReadStats | None = None,
     read_ahead: bool = False,
     views: bool = False,
+    columns: bool = False,
 ) -> Iterator[WindowSamples]:
     """Consumer ``consumer``'s samples from position ``start`` to the end of its sequence
-    (``read_ahead``, ``views``: see ``ShardReader``)."""
+    (``read_ahead``, ``views``, ``columns``: see ``ShardReader``)."""
     upcoming = list(plan.shards_of(consumer, start)) if cache is not None else None
-    opener = ShardOpener(dataset, cache, upcoming, stats=stats, read_ahead=read_ahead, views=views)
+    opener = ShardOpener(dataset, cache, upcoming, stats=stats, read_ahead=read_ahead, views=views,
+                         columns=columns)
     offsets = plan.shard_offsets
     try:
         for window in plan.consumer_windows(consumer, start):

@@ -14,6 +14,7 @@ from typing import Any
 from shardkit.errors import FormatError, StorageError
 from shardkit.format import ShardInfo, check_sample
 from shardkit.format.checksum import xxh64_text
+from shardkit.format.columns import as_samples
 from shardkit.read.dataset import Dataset
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.sources import MemorySource
@@ -93,7 +94,7 @@ def _check_contents(dataset: Dataset, info: ShardInfo, data: bytes, url: str, re
     for block_index in range(reader.num_blocks):
         first = int(reader.index.first_sample[block_index])
         try:
-            samples = reader.block_samples(block_index)
+            samples = as_samples(reader.block_samples(block_index))
         except FormatError as exc:
             report.fail(str(exc), first)
             continue
