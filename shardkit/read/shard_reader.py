@@ -186,9 +186,14 @@ class ShardReader:
             raise IndexError(f"{self.where}: sample {sample_index} out of range [0, {self.num_samples})")
         block_index = self.index.block_of(sample_index)
         local = sample_index - int(self.index.first_sample[block_index])
-        if self.index.blocks[block_index]["layout"]:  # columns: the whole block decodes at once
-            return decode_block(self.read_raw_block(block_index), int(self.index.blocks[block_index]["num_samples"]),
-                                LAYOUT_COLUMNS)[local]
+        record = self.index.blocks[block_index]
+        if record["layout"]:  # columns: parse them, build this one sample
+            try:
+                columns = parse_columns(self.read_raw_block(block_index), int(record["num_samples"]))
+            except (FormatError, ValueError) as exc:
+                label = self._block_label(block_index)
+                raise CorruptShardError(f"{self.where}: {label} does not decode: {exc}") from None
+            return ColumnPiece(columns, np.array([local], dtype=np.int64)).samples()[0]
         raw = self.read_raw_block(block_index)
         offsets = self.index.offsets_of(block_index)
         try:
