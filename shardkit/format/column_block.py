@@ -40,10 +40,8 @@ from shardkit.format.sample_codec import EXT_NDARRAY, decode_block_samples, pars
 
 LAYOUT_ROWS = 0
 LAYOUT_COLUMNS = 1
-LAYOUTS = (LAYOUT_ROWS, LAYOUT_COLUMNS)
 _SCALAR_DTYPES = {"float": np.dtype("<f8"), "bool": np.dtype("|b1")}
 _NARROW = [np.dtype(name) for name in ("|u1", "|i1", "<u2", "<i2", "<u4", "<i4", "<i8", "<u8")]
-_RAGGED = ("bytes", "str", "array")
 # Above this average raw sample size rows stay rows: large samples are read as views of their
 # row bytes (sample_views.py) and a column block would save nothing per sample.
 MAX_AVERAGE_SAMPLE = 16 << 10
