@@ -60,7 +60,10 @@ def _parse(block: bytes | memoryview, column: dict[str, Any], n: int) -> Column:
     if kind in SCALARS:
         if length != n * dtype.itemsize or (kind == "int") != (dtype.kind in "iu"):
             raise FormatError(f"column {name!r}: {length} bytes of {dtype} for {n} {kind} values")
-        return Column(name, kind, np.frombuffer(data, dtype=dtype))
+        values = np.frombuffer(data, dtype=dtype)
+        if kind == "int":  # narrowed per block (B3): widened so that every block's column matches
+            values = values.astype(np.uint64 if dtype.kind == "u" and dtype.itemsize == 8 else np.int64)
+        return Column(name, kind, values)
     if kind in ("bytes", "str"):
         return Column(name, kind, np.frombuffer(data, dtype=np.uint8), _offsets(block, column, n, length))
     if kind != "array" or dtype.kind not in "biufc" or as_dtype.kind not in "biufc":

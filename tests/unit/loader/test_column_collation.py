@@ -80,3 +80,16 @@ def test_pieces_of_different_columns_are_declined():
     b = _piece([{"x": np.arange(30, dtype="<i8")} for _ in range(40)])
     assert a is not None and b is not None
     assert collate_pieces([a, b]) is None and join_pieces([a, b]) is None
+
+
+def test_blocks_whose_ints_were_narrowed_differently_still_join():
+    """B3 narrows each block on its own (ids below 256 in one block, above in the next); the
+    pieces of both still join and collate from columns (a shuffled window spans many blocks)."""
+    small = _piece([{"id": i, "x": np.arange(30, dtype="<i4")} for i in range(40)])
+    large = _piece([{"id": 70_000 + i, "x": np.arange(30, dtype="<i4")} for i in range(40)])
+    assert small is not None and large is not None
+    joined = join_pieces([small, large])
+    assert joined is not None
+    got = collate_pieces([small[5:9], large[0:3]])
+    assert got is not None
+    assert got["id"].tolist() == [5, 6, 7, 8, 70_000, 70_001, 70_002]
