@@ -148,19 +148,36 @@ def to_samples(columns: list[Column], n: int, views: bool = False) -> list[dict[
 
 
 # ---- selections ---------------------------------------------------------------------------------
+def is_run(index: np.ndarray) -> bool:
+    """Whether ``index`` is consecutive ascending positions (an unshuffled run)."""
+    return bool(len(index)) and int(index[-1]) - int(index[0]) == len(index) - 1 and bool((np.diff(index) == 1).all())
+
+
+def copy_rows(offsets: np.ndarray, data: np.ndarray, index: np.ndarray, out: np.ndarray) -> int:
+    """The rows of samples ``index`` back to back into ``out`` (one copy for a run, one per
+    sample otherwise); the number of rows written."""
+    if is_run(index):
+        start, stop = int(offsets[index[0]]), int(offsets[index[-1] + 1])
+        out[: stop - start] = data[start:stop]
+        return stop - start
+    position = 0
+    for start, stop in zip(offsets[index].tolist(), offsets[index + 1].tolist(), strict=True):
+        out[position : position + stop - start] = data[start:stop]
+        position += stop - start
+    return position
+
+
 def take(column: Column, index: np.ndarray) -> Column:
     """The column of samples ``index`` (int64), in that order."""
     if column.offsets is None:
         return Column(column.name, column.kind, column.data[index])
-    starts, ends = column.offsets[index], column.offsets[index + 1]
-    lengths = ends - starts
     offsets = np.zeros(len(index) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    if len(index) and int(index[-1]) - int(index[0]) == len(index) - 1 and (np.diff(index) == 1).all():
-        return Column(column.name, column.kind, column.data[int(starts[0]) : int(ends[-1])], offsets)
+    np.cumsum(column.offsets[index + 1] - column.offsets[index], out=offsets[1:])
+    if is_run(index):  # a view, no copy
+        start = int(column.offsets[index[0]])
+        return Column(column.name, column.kind, column.data[start : start + int(offsets[-1])], offsets)
     out = np.empty((int(offsets[-1]), *column.data.shape[1:]), dtype=column.data.dtype)
-    for source, start, stop in zip(starts.tolist(), offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
-        out[start:stop] = column.data[source : source + stop - start]
+    copy_rows(column.offsets, column.data, index, out)
     return Column(column.name, column.kind, out, offsets)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardkit.format.columns import Column, ColumnPiece
+from shardkit.format.columns import Column, ColumnPiece, copy_rows
 from shardkit.loader.arena import alloc
 from shardkit.loader.ragged import Ragged, offsets_tensor, torch_dtype
 
@@ -77,11 +77,4 @@ def _copy_rows(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], out: np.n
         return
     position = 0
     for offsets, data, index in parts:
-        if len(index) and int(index[-1]) - int(index[0]) == len(index) - 1 and (np.diff(index) == 1).all():
-            start, stop = int(offsets[index[0]]), int(offsets[index[-1] + 1])  # consecutive samples
-            out[position : position + stop - start] = data[start:stop]
-            position += stop - start
-            continue
-        for start, stop in zip(offsets[index].tolist(), offsets[index + 1].tolist(), strict=True):
-            out[position : position + stop - start] = data[start:stop]
-            position += stop - start
+        position += copy_rows(offsets, data, index, out[position:])

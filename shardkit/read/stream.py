@@ -21,7 +21,7 @@ import numpy as np
 
 from shardkit.format import ShardInfo
 from shardkit.format.checksum import xxh64_file
-from shardkit.format.columns import ColumnPiece, as_samples, join_pieces
+from shardkit.format.columns import ColumnPiece, as_samples, is_run, join_pieces
 from shardkit.plan import Plan, Window
 from shardkit.read.dataset import Dataset
 from shardkit.read.shard_reader import Samples, ShardReader
@@ -145,7 +145,7 @@ def read_window(opener: ShardOpener, window: Window, offsets: np.ndarray) -> Ite
     batch costs a few range requests, not a window.
     """
     order, indices, padded = window.order, window.global_indices(offsets), window.padded_mask()
-    if len(order) and int(order[-1]) - int(order[0]) == len(order) - 1 and _is_run(order):
+    if is_run(order):
         yield from _read_run(opener, window, int(order[0]), indices, padded)
         return
     chunks = [chunk for span in window.spans
@@ -157,10 +157,6 @@ def read_window(opener: ShardOpener, window: Window, offsets: np.ndarray) -> Ite
             return
     decoded = [sample for chunk in chunks for sample in as_samples(chunk, opener.views)]
     yield WindowSamples([decoded[i] for i in order.tolist()], indices, padded)
-
-
-def _is_run(order: np.ndarray) -> bool:
-    return bool(np.all(np.diff(order) == 1))
 
 
 def _read_run(
