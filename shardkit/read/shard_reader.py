@@ -10,11 +10,8 @@ context is per reader).
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -32,6 +29,7 @@ from shardkit.format.shard_layout import (
     decode_footer,
     decode_index,
 )
+from shardkit.read.read_ahead import BlocksAhead
 from shardkit.read.sources import ByteSource
 from shardkit.read.stats import ReadStats
 
@@ -51,9 +49,9 @@ class ShardReader:
         columns: bool = False,
     ) -> None:
         """``read_ahead``: while ``sample_chunks`` unpacks one block, a helper thread checks and
-        decompresses the next compressed block (xxhash and zstd release the GIL). Only for
+        decompresses the next few (read_ahead.py; xxhash and zstd release the GIL). Only for
         thread-safe sources (local and cached files); worth it when the process has a spare core
-        (measured: +29% on int32 token blocks at W=0 on 2 cores).
+        (measured: +29% on int32 token blocks at W=0 on 2 cores, one block ahead).
         ``views``: large samples' bin values and arrays come as views of the block
         (``decode_block_samples(views=True)``), for a consumer that copies them out at once; the
         read-ahead thread then also checks raw (stored uncompressed) blocks.
@@ -209,25 +207,36 @@ class ShardReader:
             return
         first = self.index.first_sample
         blocks = range(self.index.block_of(start), self.index.block_of(stop - 1) + 1)
-        ahead: Future[bytes | memoryview] | None = None
+        ahead = BlocksAhead(self._raw_block_ahead) if self.read_ahead and len(blocks) > 1 else None
+        candidate = blocks.start + 1  # the next block to consider handing to the helper
         try:
             for block_index in blocks:
                 raw = None
                 if ahead is not None:
-                    waited = time.perf_counter()
-                    raw = ahead.result()
-                    self.stats.io_seconds += time.perf_counter() - waited
-                    ahead = None
-                if self.read_ahead and block_index + 1 < blocks.stop and self._worth_ahead(block_index + 1):
-                    ahead = _read_ahead_pool().submit(self._raw_block_ahead, block_index + 1)
-                    time.sleep(0)  # let the helper take the GIL now, not after this thread's 5 ms switch interval
+                    candidate = self._send_ahead(ahead, max(candidate, block_index + 1), blocks.stop)
+                    if ahead.holds(block_index):
+                        waited = time.perf_counter()
+                        raw = ahead.take()
+                        self.stats.io_seconds += time.perf_counter() - waited
                 block = self.block_samples(block_index, raw)
                 lo = max(start - int(first[block_index]), 0)
                 hi = min(stop - int(first[block_index]), len(block))
                 yield block if lo == 0 and hi == len(block) else block[lo:hi]
         finally:
             if ahead is not None:  # the helper must be done with this reader before it closes
-                ahead.cancel() or ahead.exception()
+                ahead.close()
+
+    def _send_ahead(self, ahead: BlocksAhead, candidate: int, stop: int) -> int:
+        """Hand blocks ``candidate…`` to the helper while it has room; the next candidate."""
+        blocks = self.index.blocks
+        while candidate < stop:
+            raw_size = int(blocks[candidate]["raw_size"])
+            if not ahead.has_room(raw_size):
+                break
+            if self._worth_ahead(candidate):
+                ahead.submit(candidate, raw_size)
+            candidate += 1
+        return candidate
 
     def _worth_ahead(self, block_index: int) -> bool:
         """Compressed blocks always; raw ones only with ``views``. Measured on raw image blocks
@@ -251,16 +260,3 @@ class ShardReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-_pool: tuple[int, ThreadPoolExecutor] | None = None
-_pool_lock = threading.Lock()
-
-
-def _read_ahead_pool() -> ThreadPoolExecutor:
-    """One helper thread per process (made again after a fork: threads do not survive one)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None or _pool[0] != os.getpid():
-            _pool = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="shardkit-read-ahead"))
-        return _pool[1]
