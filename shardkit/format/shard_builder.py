@@ -7,12 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardkit.format.block_codec import BlockCompressor
-from shardkit.format.checksum import xxh64_int, xxh64_text
+from shardkit.format.checksum import StreamingChecksum, xxh64_int
 from shardkit.format.column_block import LAYOUT_COLUMNS, LAYOUT_ROWS, rows_to_columns
 from shardkit.format.manifest import ShardInfo
 from shardkit.format.shard_layout import (
     BLOCK_DTYPE,
-    FOOTER_SIZE,
     HEADER_SIZE,
     encode_footer,
     encode_header,
@@ -69,26 +68,61 @@ def seal_block(raw: bytes, offsets: np.ndarray, layout: int, compressor: BlockCo
     return SealedBlock(codec, stored, len(raw), offsets, layout)
 
 
+class ShardAssembler:
+    """One shard, built block by block so that a writer can stream it to a file instead of
+    holding it whole: ``header()``, then ``add(block)`` per block in order, then ``finish()``;
+    each returns the bytes to append. The bytes are exactly ``build_shard``'s (W1)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._checksum = StreamingChecksum()
+        self._records: list[tuple[object, ...]] = []
+        self._sample_offsets: list[np.ndarray] = []
+        self._offset = HEADER_SIZE
+        self._raw_bytes = 0
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self._records)
+
+    def header(self) -> bytes:
+        data = encode_header()
+        self._checksum.update(data)
+        return data
+
+    def add(self, block: SealedBlock) -> bytes:
+        stored = block.stored
+        self._records.append((self._offset, len(stored), block.raw_size, block.num_samples, block.codec,
+                              block.layout, b"", xxh64_int(stored)))
+        self._sample_offsets.append(block.sample_offsets)
+        self._offset += len(stored)
+        self._raw_bytes += block.raw_size
+        self._checksum.update(stored)
+        return stored
+
+    def finish(self) -> tuple[bytes, ShardInfo]:
+        """The index and footer, and the shard's manifest entry."""
+        table = np.array(self._records, dtype=BLOCK_DTYPE) if self._records else np.zeros(0, BLOCK_DTYPE)
+        offsets = np.concatenate(self._sample_offsets) if self._records else np.zeros(0, "<u4")
+        index = encode_index(table, offsets)
+        tail = index + encode_footer(self._offset, index)
+        self._checksum.update(tail)
+        info = ShardInfo(
+            name=self.name,
+            num_samples=int(table["num_samples"].sum()),
+            num_bytes=self._offset + len(tail),
+            num_blocks=len(self._records),
+            raw_bytes=self._raw_bytes,
+            index_bytes=len(tail),
+            checksum=self._checksum.text(),
+        )
+        return tail, info
+
+
 def build_shard(name: str, blocks: list[SealedBlock]) -> tuple[bytes, ShardInfo]:
     """The bytes of a shard holding ``blocks`` in order, and its manifest entry."""
-    table = np.zeros(len(blocks), dtype=BLOCK_DTYPE)
-    offset = HEADER_SIZE
-    for i, block in enumerate(blocks):
-        stored = block.stored
-        table[i] = (offset, len(stored), block.raw_size, block.num_samples, block.codec, block.layout, b"",
-                    xxh64_int(stored))
-        offset += len(block.stored)
-    offsets = np.concatenate([b.sample_offsets for b in blocks]) if blocks else np.zeros(0, "<u4")
-    index = encode_index(table, offsets)
-    parts = [encode_header(), *(b.stored for b in blocks), index, encode_footer(offset, index)]
-    data = b"".join(parts)
-    info = ShardInfo(
-        name=name,
-        num_samples=int(table["num_samples"].sum()),
-        num_bytes=len(data),
-        num_blocks=len(blocks),
-        raw_bytes=sum(b.raw_size for b in blocks),
-        index_bytes=len(index) + FOOTER_SIZE,
-        checksum=xxh64_text(data),
-    )
-    return data, info
+    assembler = ShardAssembler(name)
+    parts = [assembler.header(), *(assembler.add(block) for block in blocks)]
+    tail, info = assembler.finish()
+    parts.append(tail)
+    return b"".join(parts), info

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from shardkit.errors import StorageError, TransientStorageError
+from shardkit.storage.atomic import AtomicWrite, BufferedAtomicWrite, LocalAtomicWrite
 from shardkit.storage.backends import make_filesystem
 from shardkit.storage.classify import to_storage_error
 from shardkit.storage.retry import RetryPolicy, call_with_retry
@@ -158,6 +159,14 @@ class Store:
                 raise
 
         self._call(name, upload)
+
+    def open_atomic(self, name: str) -> AtomicWrite:
+        """Write ``name`` piece by piece, then ``commit()`` publishes it whole, as
+        ``write_atomic`` would (``discard()`` leaves nothing). Local: the pieces go straight to
+        a temp file beside ``name``; object stores: they are kept until ``commit`` (atomic.py)."""
+        if self.is_local:
+            return LocalAtomicWrite(self.local_path(name))
+        return BufferedAtomicWrite(lambda data: self.write_atomic(name, data))
 
     def delete(self, name: str) -> None:
         def once(path: str) -> None:

@@ -1,10 +1,13 @@
 """``ShardWriter``: samples in, shards and a manifest out (specs/shard-format.md, manifest.md).
 
 Blocks are sealed when their raw bytes reach ``block_size`` and compressed on a small thread
-pool (zstd releases the GIL), so encoding the next block overlaps compressing the last. A shard
-is closed when its raw bytes reach ``shard_size``; every boundary depends only on the input, so
-the same samples give byte-identical shards and the same fingerprint (W1). Shards are written
-first, the manifest last and atomically; an exception inside ``with`` leaves no manifest (W2).
+pool (zstd releases the GIL), so encoding the next block overlaps compressing the last. Sealed
+blocks are appended to their shard's file in order as soon as they are compressed (a temp file
+locally, published by rename when the shard is closed: ``Store.open_atomic``), so a shard is
+never held whole in memory. A shard is closed when its raw bytes reach ``shard_size``; every
+boundary depends only on the input, so the same samples give byte-identical shards and the same
+fingerprint (W1). Shards are written first, the manifest last and atomically; an exception
+inside ``with`` leaves no manifest and no shard (W2).
 
 Not thread-safe: call ``write`` from one thread.
 """
@@ -12,7 +15,9 @@ Not thread-safe: call ``write`` from one thread.
 from __future__ import annotations
 
 import logging
+import posixpath
 import threading
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
@@ -32,8 +37,9 @@ from shardkit.format import (
     ShardInfo,
     decode_manifest,
 )
-from shardkit.format.shard_builder import LAYOUT_CHOICES, SealedBlock, arrange_block, build_shard, seal_block
+from shardkit.format.shard_builder import LAYOUT_CHOICES, SealedBlock, ShardAssembler, arrange_block, seal_block
 from shardkit.storage import Store, open_store
+from shardkit.storage.atomic import AtomicWrite
 from shardkit.units import parse_size
 
 log = logging.getLogger(__name__)
@@ -84,12 +90,13 @@ class ShardWriter:
         self._encoder = SampleEncoder()
         self._pending: list[bytes] = []
         self._pending_bytes = 0
-        self._shard_blocks: list[Future[SealedBlock]] = []
+        self._shard_blocks: deque[Future[SealedBlock]] = deque()  # sealed, not yet in the file
+        self._shard: tuple[ShardAssembler, AtomicWrite] | None = None  # the shard being written
+        self._commits: list[tuple[Future[None], AtomicWrite]] = []  # at most one in flight
         self._shard_raw = 0
         self._num_samples = 0
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(self.options.threads, thread_name_prefix="shardkit-compress")
-        self._writes: list[Future[None]] = []
         self._closed = False
         self._old_names = self._prepare_output()
 
@@ -116,8 +123,7 @@ class ShardWriter:
             raise ValueError("ShardWriter is already closed")
         self._seal_block()
         self._close_shard()
-        for write in self._writes:
-            write.result()
+        self._wait_for_commits()
         self._pool.shutdown()
         manifest = Manifest(
             shards=tuple(self.shards),
@@ -136,9 +142,14 @@ class ShardWriter:
         if self._closed:
             return
         self._closed = True
-        for future in self._shard_blocks + self._writes:
+        for future in self._shard_blocks:
             future.cancel()
+        for commit, _ in self._commits:
+            commit.cancel()
         self._pool.shutdown(wait=True)
+        files = [file for _, file in self._commits] + ([self._shard[1]] if self._shard else [])
+        for file in files:
+            file.discard()  # a temp file not yet renamed into place
         for info in self.shards:
             try:
                 self.store.delete(info.name)
@@ -160,6 +171,7 @@ class ShardWriter:
     def _prepare_output(self) -> list[str]:
         """Refuse to clobber a dataset unless ``overwrite``; then unpublish its manifest first."""
         if not self.store.exists(MANIFEST_NAME):
+            self._remove_temp_files()
             return []
         where = self.store.url_of(MANIFEST_NAME)
         if not self.options.overwrite:
@@ -169,7 +181,19 @@ class ShardWriter:
         except ManifestError:
             old = []
         self.store.delete(MANIFEST_NAME)
+        self._remove_temp_files()
         return old
+
+    def _remove_temp_files(self) -> None:
+        """Shards a killed writer was streaming (``.tmp-*`` beside the shards, W2); local only:
+        object stores publish whole uploads and leave no temp objects."""
+        folder = posixpath.dirname(self.options.name_format)
+        if not self.store.is_local or not folder:
+            return
+        for name in self.store.list(folder):
+            if posixpath.basename(name).startswith(".tmp-"):
+                log.info("removing %s, left by an interrupted writer", self.store.url_of(name))
+                self.store.delete(name)
 
     def _delete_stale(self) -> None:
         keep = {s.name for s in self.shards}
@@ -194,6 +218,7 @@ class ShardWriter:
         self._shard_blocks.append(self._pool.submit(self._compress, raw, offsets, layout))
         self._shard_raw += len(raw)
         self._pending, self._pending_bytes = [], 0
+        self._write_blocks(keep=2 * self.options.threads)
 
     def _compress(self, raw: bytes, offsets: np.ndarray, layout: int) -> SealedBlock:
         compressor = getattr(self._local, "compressor", None)
@@ -201,13 +226,32 @@ class ShardWriter:
             compressor = self._local.compressor = BlockCompressor(self.options.compress)
         return seal_block(raw, offsets, layout, compressor)
 
+    def _write_blocks(self, keep: int = 0) -> None:
+        """Append compressed blocks to the shard's file in order: every one already done, and
+        more (waiting) until at most ``keep`` are left in memory."""
+        blocks = self._shard_blocks
+        while blocks and (blocks[0].done() or len(blocks) > keep):
+            block = blocks.popleft().result()
+            if self._shard is None:
+                name = self.options.name_format.format(index=len(self.shards))
+                assembler = ShardAssembler(name)
+                self._shard = (assembler, self.store.open_atomic(name))
+                self._shard[1].write(assembler.header())
+            assembler, file = self._shard
+            file.write(assembler.add(block))
+
     def _close_shard(self) -> None:
-        if not self._shard_blocks:
+        self._write_blocks()
+        if self._shard is None:
             return
-        name = self.options.name_format.format(index=len(self.shards))
-        blocks, self._shard_blocks, self._shard_raw = self._shard_blocks, [], 0
-        for write in self._writes:  # at most one shard write in flight: bounded memory
-            write.result()
-        data, info = build_shard(name, [b.result() for b in blocks])
+        assembler, file = self._shard
+        tail, info = assembler.finish()
+        file.write(tail)
+        self._wait_for_commits()  # at most one shard being synced at a time
+        self._commits = [(self._pool.submit(file.commit), file)]
         self.shards.append(info)
-        self._writes = [self._pool.submit(self.store.write_atomic, name, data)]
+        self._shard, self._shard_raw = None, 0
+
+    def _wait_for_commits(self) -> None:
+        for commit, _ in self._commits:
+            commit.result()

@@ -307,6 +307,7 @@ def test_sigkill_during_pack_leaves_no_manifest(tmp_path):
         pytest.skip("pack finished before it could be killed")
     assert not os.path.exists(out / "manifest.json")
     subprocess.run(args, check=True, capture_output=True, timeout=120)
+    assert not [n for n in os.listdir(out / "shards") if n.startswith(".tmp-")]  # the killed shard's
     got = list(open_dataset(str(out)).samples())
     assert len(got) == 1500 and got[7]["bin"] == (raw / "00007.bin").read_bytes()
     assert verify_dataset(open_dataset(str(out))).ok
