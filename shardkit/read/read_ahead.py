@@ -40,14 +40,17 @@ _tasks_lock = threading.Lock()
 
 def _helper(tasks: queue.SimpleQueue[Any]) -> None:
     while True:
-        fetch, block_index, run = tasks.get()
-        if run.cancelled:
-            run.results.put((False, None))
-            continue
-        try:
-            run.results.put((True, fetch(block_index)))
-        except BaseException as exc:  # handed to the consumer, raised where the block is consumed
-            run.results.put((False, exc))
+        _run_task(*tasks.get())  # a call, so that nothing of a task outlives it while idle
+
+
+def _run_task(fetch: Callable[[int], Any], block_index: int, run: BlocksAhead) -> None:
+    if run.cancelled:
+        run.results.put((False, None))
+        return
+    try:
+        run.results.put((True, fetch(block_index)))
+    except BaseException as exc:  # handed to the consumer, raised where the block is consumed
+        run.results.put((False, exc))
 
 
 def _task_queue() -> queue.SimpleQueue[Any]:

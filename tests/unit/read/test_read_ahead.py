@@ -5,8 +5,11 @@ started it."""
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import threading
+import time
+import weakref
 
 import numpy as np
 import pytest
@@ -203,3 +206,19 @@ def test_one_helper_thread_serves_every_reader(tmp_path) -> None:
                 pass
     helpers = [t for t in threading.enumerate() if t.name == "shardkit-read-ahead"]
     assert len(helpers) == 1 and helpers[0].daemon
+
+
+def test_the_idle_helper_keeps_no_reader_alive(tmp_path) -> None:
+    """Once a run is over, the helper holds nothing of it: a closed reader (and its memory map)
+    is freed, not kept until the next task."""
+    write_tokens(str(tmp_path))
+    reader = open_reader(str(tmp_path))
+    assert sum(len(chunk) for chunk in reader.sample_chunks()) == 200
+    reader.close()
+    ref = weakref.ref(reader)
+    del reader
+    deadline = time.monotonic() + 5
+    while ref() is not None and time.monotonic() < deadline:  # the helper may still be returning
+        gc.collect()
+        time.sleep(0.01)
+    assert ref() is None
