@@ -81,10 +81,6 @@ class ShardAssembler:
         self._offset = HEADER_SIZE
         self._raw_bytes = 0
 
-    @property
-    def num_blocks(self) -> int:
-        return len(self._records)
-
     def header(self) -> bytes:
         data = encode_header()
         self._checksum.update(data)

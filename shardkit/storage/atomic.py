@@ -1,11 +1,11 @@
 """Objects written piece by piece and published whole (``Store.open_atomic``).
 
 ``LocalAtomicWrite`` streams the pieces to a temp file beside the target and renames it into
-place after an fsync, so a writer never holds a whole shard in memory (a 64 MiB shard joined in
-fresh memory cost about as much as compressing it: benchmarks/README.md, pack). Readers see the
-old file or the new one, never a part. ``BufferedAtomicWrite`` keeps the pieces and hands them
-to ``write_atomic`` at ``commit`` (object stores: one PUT or one multipart upload, retried
-whole by the store).
+place after an fsync, so a writer never holds a whole shard in memory (joining blocks into
+fresh memory was the largest cost of packing images: benchmarks/README.md, streamed shards).
+Readers see the old file or the new one, never a part; a failed write leaves nothing behind.
+``BufferedAtomicWrite`` keeps the pieces and hands them to ``write_atomic`` at ``commit``
+(object stores: one PUT or one multipart upload, retried whole by the store).
 """
 
 from __future__ import annotations
@@ -25,7 +25,11 @@ class LocalAtomicWrite:
         self._done = False
 
     def write(self, data: bytes | memoryview) -> None:
-        self._file.write(data)  # larger than the buffer: straight to the kernel, no extra copy
+        try:
+            self._file.write(data)  # larger than the buffer: straight to the kernel, no extra copy
+        except BaseException:  # a full disk, say: the temp file is of no use any more
+            self.discard()
+            raise
 
     def commit(self) -> None:
         """fsync, then rename over the target; on failure nothing is left behind."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-import tempfile
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -141,7 +140,9 @@ class Store:
         both are atomic for readers already.
         """
         if self.is_local:
-            _write_local_atomic(self.local_path(name), data)
+            file = LocalAtomicWrite(self.local_path(name))
+            file.write(data)
+            file.commit()
             return
         if len(data) < MULTIPART_THRESHOLD:
             self._call(name, lambda p: self.fs.pipe_file(p, data))
@@ -205,20 +206,6 @@ def open_store(url: str, storage_options: dict[str, Any] | None = None,
     return Store(url, storage_options, retry)
 
 
-def _write_local_atomic(target: str, data: bytes) -> None:
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(target))
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
-
-
 def _discard(fh: Any) -> None:
     """Abort a failed streamed upload. A plain ``close()`` (or ``with``) would *complete* the
     multipart upload and publish the partial object."""
@@ -228,10 +215,3 @@ def _discard(fh: Any) -> None:
         pass
     finally:
         fh.closed = True
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
