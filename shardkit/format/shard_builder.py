@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,6 +29,10 @@ class SealedBlock:
     raw_size: int
     sample_offsets: np.ndarray  # uint32, num_samples + 1 entries, first 0, last raw_size
     layout: int = LAYOUT_ROWS
+    checksum: int = field(init=False)  # xxh64 of ``stored`` (I5), on the thread that seals it
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "checksum", xxh64_int(self.stored))
 
     @property
     def num_samples(self) -> int:
@@ -89,7 +93,7 @@ class ShardAssembler:
     def add(self, block: SealedBlock) -> bytes:
         stored = block.stored
         self._records.append((self._offset, len(stored), block.raw_size, block.num_samples, block.codec,
-                              block.layout, b"", xxh64_int(stored)))
+                              block.layout, b"", block.checksum))
         self._sample_offsets.append(block.sample_offsets)
         self._offset += len(stored)
         self._raw_bytes += block.raw_size
