@@ -5,13 +5,17 @@ to the training process (``packed.py``) instead of into tensors that are copied 
 buffer: a slot of the loader's shared ring when one is free (``ring.py``, reused batch after
 batch), else a fresh ``bytearray`` below ``INLINE_BYTES`` or one fresh shared-memory segment
 above. When the buffer is full, ``alloc`` falls back to ``torch.empty`` and the packer copies
-those tensors. Outside an arena, ``alloc`` is ``torch.empty``. One arena per thread.
+those tensors. Outside an arena, ``alloc`` takes from the allocator made current with
+``allocating`` (the training process's ``Recycler``, recycler.py), else it is ``torch.empty``.
+One arena or allocator per thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -119,9 +123,23 @@ def batch_arena(capacity: int, ring: Ring | None, worker: int) -> Arena:
     return Arena(capacity)
 
 
+class Allocator(Protocol):
+    def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor: ...
+
+
+@contextlib.contextmanager
+def allocating(allocator: Allocator) -> Iterator[None]:
+    """``alloc`` in this thread takes from ``allocator`` (e.g. a ``Recycler``) for the block."""
+    _local.arena = allocator
+    try:
+        yield
+    finally:
+        _local.arena = None
+
+
 def alloc(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """An uninitialised tensor: from the current arena if one is active, else ``torch.empty``."""
-    arena: Arena | None = getattr(_local, "arena", None)
+    arena: Allocator | None = getattr(_local, "arena", None)
     if arena is None:
         return torch.empty(shape, dtype=dtype)
     return arena.empty(shape, dtype)

@@ -9,7 +9,6 @@ it actually received (§G5); ``ShardLoader`` strips it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
@@ -23,11 +22,12 @@ from torch.utils.data import IterableDataset
 
 from shardkit.errors import PlanError
 from shardkit.format.columns import ColumnPiece, as_samples
-from shardkit.loader.arena import alloc, alloc_like, batch_arena
+from shardkit.loader.arena import alloc, alloc_like, allocating, batch_arena
 from shardkit.loader.collate import collate_samples
 from shardkit.loader.columns import collate_pieces
 from shardkit.loader.control import Control
 from shardkit.loader.packed import in_groups, pack_batch
+from shardkit.loader.recycler import Recycler
 from shardkit.loader.ring import Ring, SlotRef, find
 from shardkit.loader.stats import META_FIELDS, WorkerStats
 from shardkit.loader.topology import Topology, rank_and_world, worker_slot
@@ -200,6 +200,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         indices: list[np.ndarray] = []
         padded: list[np.ndarray] = []
         read_ahead = _spare_core(plan.params.num_workers)
+        recycler = Recycler()  # batches that are not packed into a ring slot reuse large buffers
         # The default collation copies every value into the batch at once, so large samples may
         # hand it views of the (verified) block instead of copies (format/sample_views.py), and
         # column blocks their columns (loader/columns.py).
@@ -219,7 +220,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
                 parts = _take(pending, batch_size)
                 waiting -= batch_size
                 # In a worker, collate straight into the buffer that crosses to the trainer.
-                with batch_arena(capacity, ring, worker) if pack else contextlib.nullcontext() as arena:
+                with batch_arena(capacity, ring, worker) if pack else allocating(recycler) as arena:
                     batch = self._collate(parts, all_indices[:batch_size], all_padded[:batch_size])
                     if isinstance(batch, dict):
                         batch[META_KEY] = alloc_like([0.0] * len(META_FIELDS), torch.float64)

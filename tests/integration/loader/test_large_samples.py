@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import shardkit as sk
+from shardkit.loader import recycler
 
 NUM_SAMPLES = 96
 
@@ -64,3 +65,17 @@ def test_a_transform_sees_bytes_not_views(large_dataset: str) -> None:
     ds = sk.StreamingDataset(large_dataset, batch_size=8, shuffle=False, transform=transform)
     count = sum(len(batch["id"]) for batch in sk.ShardLoader(ds, num_workers=0))
     assert count == NUM_SAMPLES and kinds == {bytes}
+
+
+def test_kept_batches_stay_intact_and_dropped_ones_are_recycled(large_dataset: str, monkeypatch) -> None:
+    """W=0 collates into reused buffers (loader/recycler.py): a batch the loop keeps is never
+    written over by later ones, and a loop that drops its batches gets a few buffers back."""
+    monkeypatch.setattr(recycler, "RECYCLE_BYTES", 64 << 10)  # these batches are ~200 KB
+    loader = sk.ShardLoader(sk.StreamingDataset(large_dataset, batch_size=8, shuffle=False), num_workers=0)
+    kept = list(loader)
+    assert len({batch["jpg"].values.data_ptr() for batch in kept}) == len(kept)
+    for batch in kept:
+        for row, sample_id in enumerate(batch["id"].tolist()):
+            assert batch["jpg"][row] == payload(sample_id)
+    pointers = {batch["jpg"].values.data_ptr() for batch in loader}
+    assert len(pointers) <= 3 < len(kept)
