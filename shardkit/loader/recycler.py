@@ -27,6 +27,7 @@ import torch
 from shardkit.loader.arena import numpy_dtype
 
 RECYCLE_BYTES = 1 << 20  # smaller tensors come from torch.empty (the allocator's own pools)
+RECYCLE_MAX = 256 << 20  # larger ones too: the recycler would hold up to ``keep`` of them for an epoch
 # Reference counts say whether a buffer is free only where every reference is counted: not on a
 # free-threaded build, whose deferred reference counting may leave some uncounted.
 _COUNTED = not sysconfig.get_config_var("Py_GIL_DISABLED")
@@ -47,7 +48,7 @@ class Recycler:
             count *= dim
         nbytes = count * dtype.itemsize
         np_dtype = numpy_dtype(dtype)
-        if nbytes < RECYCLE_BYTES or np_dtype is None or not _COUNTED:
+        if not RECYCLE_BYTES <= nbytes <= RECYCLE_MAX or np_dtype is None or not _COUNTED:
             return torch.empty(shape, dtype=dtype)
         buffer = self._free(nbytes)
         if buffer is None:

@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardkit.loader import recycler as recycler_module
 from shardkit.loader.ragged import Ragged
 from shardkit.loader.recycler import RECYCLE_BYTES, Recycler
 
@@ -89,10 +90,13 @@ def test_a_view_keeps_its_buffer_busy():
     assert recycler.empty((RECYCLE_BYTES,), torch.uint8).data_ptr() == pointer
 
 
-def test_small_tensors_and_all_busy_buffers_fall_back_to_torch_empty():
+def test_small_huge_and_all_busy_tensors_fall_back_to_torch_empty(monkeypatch):
     recycler = Recycler(keep=2)
     small = recycler.empty((16,), torch.int64)
     assert small.shape == (16,) and not recycler._buffers
+    monkeypatch.setattr(recycler_module, "RECYCLE_MAX", 2 * RECYCLE_BYTES)
+    huge = recycler.empty((3 * RECYCLE_BYTES,), torch.uint8)  # would be held for an epoch
+    assert huge.numel() == 3 * RECYCLE_BYTES and not recycler._buffers
     held = [recycler.empty((RECYCLE_BYTES,), torch.uint8) for _ in range(3)]
     assert len(recycler._buffers) == 2
     owned = {int(b.ctypes.data) for b in recycler._buffers}
