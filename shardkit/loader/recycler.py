@@ -3,9 +3,10 @@
 With ``num_workers=0`` (and wherever batches are not packed into a ring slot, ``packed.py``)
 ``alloc`` used to be ``torch.empty``: a fresh multi-megabyte buffer per batch, whose pages the
 copy into it then touches cold. Measured on the benchmark's images (85 KB samples, batch 64,
-W=0), collation took 25.3 µs a sample into fresh buffers and 21.2 µs into a reused one; the
-loader read 8% more samples/s with the benchmark's digest (paired medians, 20 alternations in
-one process).
+W=0; paired medians of alternations in one process): collation took 31.5 µs a sample into
+fresh buffers and 28.6 µs with the recycler; the loader read 8.5% more samples/s (16
+alternations), 13% more with the benchmark's digest (20). Token batches (~150 KB) gained
+nothing, hence the 1 MiB floor.
 
 A buffer is handed out again only when nothing can still see it. It is a numpy array owned by
 the recycler; each tensor made from it keeps a reference to that array through its storage (so
