@@ -19,6 +19,7 @@ falls back to ``torch.empty``. Spec: specs/resume-state.md L11.
 
 from __future__ import annotations
 
+import math
 import sys
 import sysconfig
 
@@ -41,15 +42,14 @@ class Recycler:
         self.keep = keep
         self._buffers: list[np.ndarray] = []
         self._baseline = 0  # a free buffer's reference count, as _refs sees it
-        self.reused = 0  # buffers handed out again (tests, stats)
+        self.reused = 0  # buffers handed out again (for tests)
 
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        count = 1
-        for dim in shape:
-            count *= dim
-        nbytes = count * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
+        if not RECYCLE_BYTES <= nbytes <= RECYCLE_MAX or not _COUNTED:  # most tensors: small
+            return torch.empty(shape, dtype=dtype)
         np_dtype = numpy_dtype(dtype)
-        if not RECYCLE_BYTES <= nbytes <= RECYCLE_MAX or np_dtype is None or not _COUNTED:
+        if np_dtype is None:
             return torch.empty(shape, dtype=dtype)
         buffer = self._free(nbytes)
         if buffer is None:
