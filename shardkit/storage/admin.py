@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any
 
-from shardkit.storage.eviction import remove_entry, remove_temps, scan
+from shardkit.storage.eviction import remove_entry, remove_temps, scan, try_exclusive
 from shardkit.storage.layout import dataset_prefix, key_from_name, layout_root, read_meta
 from shardkit.storage.locks import FileLock
 
@@ -54,7 +54,7 @@ def clear_cache(cache_dir: str, older_than_seconds: float | None = None) -> tupl
         if cutoff is not None and item.published and item.last_use > cutoff:
             continue
         lock = FileLock(item.entry.lock)
-        if not lock.try_acquire(exclusive=True):
+        if not try_exclusive(lock):
             continue
         try:
             remove_temps(item.temps)
@@ -68,10 +68,10 @@ def clear_cache(cache_dir: str, older_than_seconds: float | None = None) -> tupl
 
 
 def _in_use(lock_path: str) -> bool:
-    if not os.path.exists(lock_path):
+    if not os.path.lexists(lock_path):
         return False
     lock = FileLock(lock_path)
-    if lock.try_acquire(exclusive=True):
+    if try_exclusive(lock):
         lock.release()
         return False
     return True

@@ -1,8 +1,8 @@
 """The node-local shard cache: download once per node, verify, lease, evict LRU (specs/cache.md).
 
 ``ShardCache.open`` returns a *lease*: a context manager yielding a local path that stays valid
-(never evicted, never replaced) until the ``with`` block exits. Invariants C1–C10 are in
-specs/cache.md.
+(never evicted, never replaced) until the ``with`` block exits. Invariants K1–K16 are in
+specs/cache.md; files in the cache dir are opened as cache_files.py says (K13–K15).
 
 Thread- and process-safety: one ``ShardCache`` may be used by many threads; many processes
 (DataLoader workers, ranks, users) may share one ``cache_dir``. Coordination is by ``flock`` on
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from shardkit.errors import CacheError, StorageError, StorageTimeoutError
+from shardkit.storage.cache_files import regular_stat
 from shardkit.storage.download import download_to
 from shardkit.storage.eviction import SpaceManager, disk_error, remove_temps
 from shardkit.storage.layout import Entry, ensure_root, entry_name, write_meta
@@ -91,6 +92,8 @@ class ShardCache:
         self.stats = CacheStats()
         try:
             self.root = ensure_root(self.cache_dir)
+        except CacheError:
+            raise
         except OSError as exc:
             raise CacheError(f"cannot create cache dir {self.cache_dir}: {exc}") from exc
         self._space = SpaceManager(self.root, self.limit_bytes, timeout=self.options.space_timeout,
@@ -168,9 +171,8 @@ class ShardCache:
 
     def _valid(self, entry: Entry, num_bytes: int, verify: Verify | None, what: str) -> bool:
         """Published with the right size and (once per process) passing ``verify`` (C2)."""
-        try:
-            st = os.stat(entry.data)
-        except FileNotFoundError:
+        st = regular_stat(entry.data)
+        if st is None:  # missing, or a link/special file planted there: replaced by _fill (K13)
             return False
         if st.st_size != num_bytes:
             logger.warning("%s: cached file %s has %d bytes, expected %d; downloading again",
@@ -271,12 +273,15 @@ def _own_temps(entry: Entry) -> list[str]:
 
 
 def _touch(path: str) -> None:
+    st = regular_stat(path)
+    if st is None or st.st_nlink != 1:
+        return  # never the times of a file named elsewhere too (K13)
     try:
-        os.utime(path)
+        os.utime(path, follow_symlinks=False)
     except OSError:
         pass  # another user's file we may not touch: LRU order degrades, nothing breaks
 
 
 def _exists(path: str) -> bool:
-    return os.path.exists(path)
+    return regular_stat(path) is not None
 

@@ -11,7 +11,8 @@ import os
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
-from shardkit.errors import StorageError
+from shardkit.errors import CacheError, StorageError
+from shardkit.storage.cache_files import open_regular, sole_link
 from shardkit.storage.store import Store
 
 
@@ -24,8 +25,10 @@ def download_to(store: Store, name: str, path: str, num_bytes: int, *, chunk_byt
     """Write bytes ``[0, num_bytes)`` of ``name`` into the file at ``path`` (opened r+)."""
     chunks = [(s, min(s + chunk_bytes, num_bytes)) for s in range(0, num_bytes, chunk_bytes)]
     stop = cancel or threading.Event()
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    fd = open_regular(path, os.O_WRONLY)  # never through a link planted in our place (K13)
     try:
+        if not sole_link(fd):
+            raise CacheError(f"{path} has another name (a hard link); refusing to write into it")
         if len(chunks) <= 1 or num_threads <= 1:
             for start, end in chunks:
                 _fetch_chunk(store, name, fd, start, end, stop)

@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass, field
 
 from shardkit.errors import CacheError
+from shardkit.storage.cache_files import create_new, regular_stat
 from shardkit.storage.layout import (
     DATA_SUFFIX,
-    FILE_MODE,
     SPACE_LOCK,
     TEMP_MARK,
     Entry,
@@ -56,10 +56,9 @@ def scan(root: str) -> dict[str, EntryStat]:
         entry = entry_of_filename(root, filename)
         if entry is None or not (filename.endswith(DATA_SUFFIX) or TEMP_MARK in filename):
             continue
-        try:
-            st = os.stat(os.path.join(root, filename))
-        except OSError:
-            continue  # removed concurrently, or another user's unreadable file
+        st = regular_stat(os.path.join(root, filename))
+        if st is None:
+            continue  # removed concurrently, or a link/special file the cache never made (K13)
         item = stats.setdefault(entry.name, EntryStat(entry))
         if filename.endswith(DATA_SUFFIX) and TEMP_MARK not in filename:
             item.size, item.last_use, item.published = st.st_size, st.st_mtime, True
@@ -142,7 +141,7 @@ class SpaceManager:
             if item.entry.name == entry.name:
                 continue  # ours: the caller holds it and cleared its stale temps
             lock = FileLock(item.entry.lock)
-            if not lock.try_acquire(exclusive=True):
+            if not try_exclusive(lock):
                 in_use += item.size + item.temp_bytes
                 continue
             try:
@@ -154,6 +153,16 @@ class SpaceManager:
             finally:
                 lock.release()
         return None if used + num_bytes <= self.limit_bytes else in_use
+
+
+def try_exclusive(lock: FileLock) -> bool:
+    """The exclusive lock if free now; False too when the lock path is unusable (a planted
+    link or special file: the entry is left alone, K13)."""
+    try:
+        return lock.try_acquire(exclusive=True)
+    except CacheError as exc:
+        logger.warning("skipping cache entry: %s", exc)
+        return False
 
 
 class _held:
@@ -173,9 +182,11 @@ class _held:
 def allocate_temp(entry: Entry, num_bytes: int) -> str:
     """Create ``entry``'s temp file with ``num_bytes`` allocated; disk full → ``CacheError``."""
     path = entry.new_temp()
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
     try:
-        os.fchmod(fd, FILE_MODE)  # the umask would drop group write; other users evict/touch
+        fd = create_new(path)  # O_EXCL: never an existing file or link; mode 0666 & ~umask (K15)
+    except OSError as exc:
+        raise disk_error(exc, entry.root, num_bytes, entry.name) from exc
+    try:
         try:
             if num_bytes:
                 os.posix_fallocate(fd, 0, num_bytes)

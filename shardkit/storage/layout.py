@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
 
+from shardkit.errors import CacheError
+from shardkit.storage.cache_files import check_dir, create_new, make_dir, open_regular
+
 LAYOUT_DIR = "v1"
 SPACE_LOCK = ".space.lock"
 DATA_SUFFIX = ".data"
@@ -30,8 +33,7 @@ LOCK_SUFFIX = ".lock"
 META_SUFFIX = ".json"
 TEMP_MARK = ".tmp-"
 _MAX_QUOTED = 160
-DIR_MODE = 0o2775  # group-writable, setgid so files keep the folder's group
-FILE_MODE = 0o664
+_MAX_META_BYTES = 64 * 1024
 
 
 def entry_name(key: str) -> str:
@@ -87,15 +89,17 @@ def layout_root(cache_dir: str) -> str:
 
 
 def ensure_root(cache_dir: str) -> str:
-    """Create ``<cache_dir>/v1`` group-writable if missing; return it."""
+    """Create ``<cache_dir>/v1`` if missing and check both folders (K14); return ``v1``.
+
+    ``cache_dir`` may be a link (the user named it); ``v1`` inside it must be a real folder.
+    """
+    base = os.path.abspath(cache_dir)
+    os.makedirs(os.path.dirname(base), exist_ok=True)
+    make_dir(base)
+    check_dir(base, follow=True)
     root = layout_root(cache_dir)
-    for path in (os.path.abspath(cache_dir), root):
-        if not os.path.isdir(path):
-            os.makedirs(path, mode=DIR_MODE, exist_ok=True)
-            try:
-                os.chmod(path, DIR_MODE)  # makedirs' mode is masked by the umask
-            except PermissionError:
-                pass  # created concurrently by another user: theirs to set
+    make_dir(root)
+    check_dir(root, follow=False)
     return root
 
 
@@ -117,11 +121,9 @@ def write_meta(entry: Entry, key: str, url: str, num_bytes: int, dataset: str) -
                               "created": time.time()}
     tmp = entry.new_temp() + ".meta"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            os.fchmod(fh.fileno(), FILE_MODE)
+        with os.fdopen(create_new(tmp), "w", encoding="utf-8") as fh:
             json.dump(record, fh)
-        os.replace(tmp, entry.meta)
+        os.replace(tmp, entry.meta)  # replaces a planted link itself, never what it points at
     except OSError:
         try:
             os.unlink(tmp)
@@ -130,9 +132,14 @@ def write_meta(entry: Entry, key: str, url: str, num_bytes: int, dataset: str) -
 
 
 def read_meta(entry: Entry) -> dict[str, Any]:
+    """The sidecar's record; {} when missing, unreadable, not a regular file or too large."""
     try:
-        with open(entry.meta, encoding="utf-8") as fh:
-            record = json.load(fh)
+        fd = open_regular(entry.meta, os.O_RDONLY)
+    except (OSError, CacheError):
+        return {}
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            record = json.loads(fh.read(_MAX_META_BYTES + 1)[:_MAX_META_BYTES])
         return record if isinstance(record, dict) else {}
     except (OSError, ValueError):
         return {}

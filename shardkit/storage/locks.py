@@ -7,6 +7,9 @@ file description, so two threads of one process that each open the file also exc
 Lock files may be unlinked by a holder of the exclusive lock (eviction). An acquirer therefore
 checks, after locking, that the path still names the inode it locked, and retries otherwise.
 
+Lock files are opened through ``cache_files.open_regular``: a link or special file planted at a
+lock path is refused (``CacheError``), never followed, and no mode is ever changed (K13, K15).
+
 Waiting polls with a non-blocking flock (flock itself has no timeout); every wait is bounded by
 a timeout and logs a warning, naming the holder pid, once it exceeds ``warn_after``.
 """
@@ -19,7 +22,7 @@ import os
 import time
 
 from shardkit.errors import StorageTimeoutError
-from shardkit.storage.layout import FILE_MODE
+from shardkit.storage.cache_files import open_regular, sole_link
 
 logger = logging.getLogger(__name__)
 
@@ -90,10 +93,13 @@ class FileLock:
             os.close(fd)  # closing drops the flock
 
     def record_holder(self) -> None:
-        """Write our pid into the lock file, for "holder pid" diagnostics."""
+        """Write our pid into the lock file, for "holder pid" diagnostics; never into a file
+        that has another name too (a hard link planted at the lock path, K13)."""
         if self._fd is None:
             return
         try:
+            if not sole_link(self._fd):
+                return
             os.ftruncate(self._fd, 0)
             os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
         except OSError:
@@ -101,11 +107,16 @@ class FileLock:
 
     def holder_pid(self) -> int | None:
         try:
-            with open(self.path, encoding="ascii") as fh:
-                text = fh.read(32).strip()
+            fd = open_regular(self.path, os.O_RDONLY)
+        except OSError:  # CacheError (a link, a FIFO …) is an OSError too
+            return None
+        try:
+            text = os.read(fd, 32).decode("ascii").strip()
             return int(text) if text else None
         except (OSError, ValueError):
             return None
+        finally:
+            os.close(fd)
 
     def unlink(self) -> None:
         """Remove the lock file; only while holding it exclusively."""
@@ -118,22 +129,17 @@ class FileLock:
 
 
 def _open_lock_file(path: str) -> int:
+    """Open (creating if missing) the regular file at ``path``; never a link (K13)."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        return open_regular(path, os.O_RDWR | os.O_CREAT)
     except PermissionError:
         # Another user's lock file we may not write: flock needs only a readable descriptor.
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        if os.fstat(fd).st_uid == os.getuid():
-            os.fchmod(fd, FILE_MODE)
-    except OSError:
-        pass
-    return fd
+        return open_regular(path, os.O_RDONLY)
 
 
 def _same_file(fd: int, path: str) -> bool:
     try:
-        on_disk = os.stat(path)
+        on_disk = os.lstat(path)  # a link now at the path is not the file we locked
     except FileNotFoundError:
         return False
     mine = os.fstat(fd)

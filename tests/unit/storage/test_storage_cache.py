@@ -11,6 +11,7 @@ import pytest
 from shardkit.errors import CacheError, CorruptShardError, NotFoundError
 from shardkit.storage import CacheOptions, ShardCache, Store, clear_cache, list_cache, open_store
 from shardkit.storage.layout import entry_name
+from tests.helpers.modes import file_modes, umask
 from tests.helpers.s3 import memory_store
 
 SIZE = 50_000
@@ -179,12 +180,17 @@ def test_stale_temp_of_a_dead_download_is_removed_c4(remote: Store, tmp_path: ob
     assert not os.path.exists(stale)
 
 
-def test_files_are_group_writable(remote: Store, tmp_path: object) -> None:
-    cache = ShardCache(str(tmp_path), 10 * SIZE, FAST)
-    with lease(cache, remote, 0) as path:
-        pass
-    assert stat.S_IMODE(os.stat(path).st_mode) & 0o060 == 0o060
-    assert stat.S_IMODE(os.stat(cache.root).st_mode) & 0o070 == 0o070
+@pytest.mark.parametrize(("mask", "file_mode"), [(0o002, 0o664), (0o022, 0o644), (0o027, 0o640)])
+def test_cache_files_get_0666_minus_the_umask_k15(remote: Store, tmp_path: object, mask: int,
+                                                 file_mode: int) -> None:
+    with umask(mask):
+        cache = ShardCache(os.path.join(str(tmp_path), "cache"), 10 * SIZE, FAST)
+        with lease(cache, remote, 0):
+            pass
+    modes = file_modes(cache.cache_dir)
+    assert modes and set(modes.values()) == {file_mode}, modes
+    for folder in (cache.cache_dir, cache.root):  # created by the cache: 0777 & ~umask, setgid
+        assert stat.S_IMODE(os.stat(folder).st_mode) == (0o777 & ~mask) | stat.S_ISGID
 
 
 def test_list_and_clear_skip_entries_in_use(remote: Store, tmp_path: object) -> None:
