@@ -4,31 +4,47 @@
 place after an fsync, so a writer never holds a whole shard in memory (joining blocks into
 fresh memory was the largest cost of packing images: benchmarks/README.md, streamed shards).
 Readers see the old file or the new one, never a part; a failed write leaves nothing behind.
+The temp file is created ``O_EXCL`` with mode ``0666``, so the published file gets
+``0666 & ~umask`` like any file the user creates (shard-format.md W4). A failure to write
+(a full disk, a file size limit) is a ``StorageError`` naming the file being written (W6).
 ``BufferedAtomicWrite`` keeps the pieces and hands them to ``write_atomic`` at ``commit``
 (object stores: one PUT or one multipart upload, retried whole by the store).
 """
 
 from __future__ import annotations
 
+import errno
 import os
-import tempfile
+import uuid
 from collections.abc import Callable
+
+from shardkit.errors import StorageError
+
+TEMP_PREFIX = ".tmp-"
+_DISK_FULL = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded",
+              errno.EFBIG: "file size limit reached"}
 
 
 class LocalAtomicWrite:
     def __init__(self, target: str) -> None:
         self.target = target
-        folder = os.path.dirname(target)
-        os.makedirs(folder, exist_ok=True)
-        fd, self.temp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-        self._file = os.fdopen(fd, "wb")
+        self.temp = ""
         self._done = False
+        folder = os.path.dirname(target)
+        try:
+            os.makedirs(folder, exist_ok=True)
+            self.temp, fd = _create_temp(folder, os.path.basename(target))
+        except OSError as exc:
+            raise write_error(exc, target, self.temp or folder) from exc
+        self._file = os.fdopen(fd, "wb")
 
     def write(self, data: bytes | memoryview) -> None:
         try:
             self._file.write(data)  # larger than the buffer: straight to the kernel, no extra copy
-        except BaseException:  # a full disk, say: the temp file is of no use any more
+        except BaseException as exc:  # a full disk, say: the temp file is of no use any more
             self.discard()
+            if isinstance(exc, OSError) and not isinstance(exc, StorageError):
+                raise write_error(exc, self.target, self.temp) from exc
             raise
 
     def commit(self) -> None:
@@ -39,8 +55,10 @@ class LocalAtomicWrite:
             self._file.close()
             os.replace(self.temp, self.target)
             self._done = True
-        except BaseException:
+        except BaseException as exc:
             self.discard()
+            if isinstance(exc, OSError) and not isinstance(exc, StorageError):
+                raise write_error(exc, self.target, self.temp) from exc
             raise
 
     def discard(self) -> None:
@@ -56,6 +74,27 @@ class LocalAtomicWrite:
             os.unlink(self.temp)
         except OSError:
             pass
+
+
+def write_error(exc: OSError, target: str, temp: str) -> StorageError:
+    """``exc`` as a ``StorageError`` naming the file being written (and its temp file)."""
+    what = _DISK_FULL.get(exc.errno or 0, "cannot write")
+    error = StorageError(f"{target}: {what} while writing it (temp file {temp}): "
+                         f"{exc.strerror or exc}")
+    error.errno = exc.errno
+    return error
+
+
+def _create_temp(folder: str, name: str) -> tuple[str, int]:
+    """A new temp file beside the target; mode 0666 narrowed by the umask (never 0600)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(16):
+        path = os.path.join(folder, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}-{name}"[:255])
+        try:
+            return path, os.open(path, flags, 0o666)
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temp file name", folder)
 
 
 class BufferedAtomicWrite:
