@@ -22,6 +22,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("path", help="dataset folder/URL or its manifest.json")
     p.add_argument("--quick", action="store_true", help="sizes and whole-file checksums only")
     p.add_argument("--workers", type=int, default=4, help="shards checked in parallel")
+    p.add_argument("--strict", action="store_true", help="files the manifest does not name are an error")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     add_storage_options(p)
@@ -71,7 +72,17 @@ def run_verify(args: argparse.Namespace) -> int:
                 print(f"  {error}", file=sys.stderr)
         if bad:
             print(f"FAILED: {len(bad)} of {len(report.shards)} shards are bad", file=sys.stderr)
-    return 0 if report.ok else 1
+    report_unnamed(report.unnamed_files, dataset.url, args.strict)
+    return 0 if report.ok and not (args.strict and report.unnamed_files) else 1
+
+
+def report_unnamed(names: list[str], url: str, strict: bool) -> None:
+    """Files under the dataset that the manifest does not name: a warning, or with --strict an error."""
+    if not names:
+        return
+    shown = ", ".join(names[:10]) + (f" … ({len(names)} in all)" if len(names) > 10 else "")
+    label = "error" if strict else "warning"
+    print(f"{label}: {len(names)} file(s) under {url} are not named by its manifest: {shown}", file=sys.stderr)
 
 
 def info_dict(dataset: Dataset) -> dict[str, Any]:

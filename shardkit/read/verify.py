@@ -16,6 +16,7 @@ from shardkit.format import ShardInfo, check_sample
 from shardkit.format.checksum import xxh64_text
 from shardkit.format.columns import as_samples
 from shardkit.read.dataset import Dataset
+from shardkit.read.orphans import unnamed_files
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.sources import MemorySource
 
@@ -41,6 +42,7 @@ class VerifyReport:
     num_samples: int
     quick: bool
     shards: list[ShardReport]
+    unnamed_files: list[str] = field(default_factory=list)  # a warning, not a failure (W5)
 
     @property
     def ok(self) -> bool:
@@ -57,6 +59,7 @@ class VerifyReport:
             "num_shards": len(self.shards),
             "num_bad_shards": len(bad),
             "bad_shards": bad,
+            "unnamed_files": self.unnamed_files,
         }
 
 
@@ -128,4 +131,5 @@ def verify_dataset(
         num_samples=dataset.manifest.num_samples,
         quick=quick,
         shards=reports,
+        unnamed_files=unnamed_files(dataset),
     )

@@ -97,6 +97,46 @@ def _create_temp(folder: str, name: str) -> tuple[str, int]:
     raise FileExistsError(errno.EEXIST, "no free temp file name", folder)
 
 
+def link_or_copy(src: str, dst: str) -> None:
+    """Publish the bytes of local file ``src`` at ``dst`` atomically (readers see the old
+    ``dst`` or the new one): a hard link renamed into place, or a streamed copy where the
+    filesystem has no hard links. ``src`` stays."""
+    folder = os.path.dirname(dst)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        temp = os.path.join(folder, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}-{os.path.basename(dst)}")
+        os.link(src, temp)
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP):
+            raise write_error(exc, dst, folder) from exc
+        _copy(src, dst)
+        return
+    try:
+        os.replace(temp, dst)
+    except OSError as exc:
+        remove_quietly(temp)
+        raise write_error(exc, dst, temp) from exc
+
+
+def _copy(src: str, dst: str) -> None:
+    file = LocalAtomicWrite(dst)
+    with open(src, "rb") as fh:
+        while chunk := fh.read(16 << 20):
+            file.write(chunk)
+    file.commit()
+
+
+def remove_quietly(path: str) -> None:
+    """Remove a file or an empty folder if it is there (best effort)."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
 class BufferedAtomicWrite:
     def __init__(self, publish: Callable[[bytes], None]) -> None:
         self._publish = publish

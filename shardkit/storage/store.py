@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from shardkit.errors import StorageError, TransientStorageError
-from shardkit.storage.atomic import AtomicWrite, BufferedAtomicWrite, LocalAtomicWrite
+from shardkit.storage.atomic import AtomicWrite, BufferedAtomicWrite, LocalAtomicWrite, link_or_copy
 from shardkit.storage.backends import make_filesystem
 from shardkit.storage.classify import to_storage_error
 from shardkit.storage.retry import RetryPolicy, call_with_retry
@@ -177,6 +177,15 @@ class Store:
                 pass
 
         self._call(name, once)
+
+    def copy(self, src: str, dst: str) -> None:
+        """Publish a copy of ``src`` at ``dst``, atomically for readers; ``src`` stays.
+        Local: a hard link renamed into place (no bytes copied); object stores: a server-side
+        copy."""
+        if self.is_local:
+            link_or_copy(self.local_path(src), self.local_path(dst))
+            return
+        self._call(dst, lambda p: self.fs.copy(self.path(src), p))
 
     def temp_name(self, name: str) -> str:
         """A unique sibling name for staging ``name`` (never listed in a manifest)."""

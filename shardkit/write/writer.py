@@ -7,7 +7,8 @@ locally, published by rename when the shard is closed: ``Store.open_atomic``), s
 never held whole in memory. A shard is closed when its raw bytes reach ``shard_size``; every
 boundary depends only on the input, so the same samples give byte-identical shards and the same
 fingerprint (W1). Shards are written first, the manifest last and atomically; an exception
-inside ``with`` leaves no manifest and no shard (W2).
+inside ``with`` leaves no manifest and no shard (W2). Replacing a dataset (``overwrite``) keeps
+the old one whole until the new manifest is published (``output.Output``, W5).
 
 Not thread-safe: call ``write`` from one thread.
 """
@@ -15,7 +16,6 @@ Not thread-safe: call ``write`` from one thread.
 from __future__ import annotations
 
 import logging
-import posixpath
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from shardkit import __version__
-from shardkit.errors import ManifestError
 from shardkit.format import (
     MANIFEST_NAME,
     BlockCompressor,
@@ -41,6 +40,7 @@ from shardkit.format.shard_builder import LAYOUT_CHOICES, SealedBlock, ShardAsse
 from shardkit.storage import Store, open_store
 from shardkit.storage.atomic import AtomicWrite
 from shardkit.units import parse_size
+from shardkit.write.output import Output
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class ShardWriter:
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(self.options.threads, thread_name_prefix="shardkit-compress")
         self._closed = False
-        self._old_names = self._prepare_output()
+        self._output = Output(self.store, self.options.name_format, self.options.overwrite)
 
     # ---- public -----------------------------------------------------------------------------
     @property
@@ -125,16 +125,13 @@ class ShardWriter:
         self._close_shard()
         self._wait_for_commits()
         self._pool.shutdown()
-        manifest = Manifest(
-            shards=tuple(self.shards),
-            schema=self.schema.to_dict(),
-            metadata=self.metadata,
-            created_by=f"shardkit {__version__}",
-        )
-        data = manifest.to_json()
-        self.store.write_atomic(MANIFEST_NAME, data)
+
+        def build(shards: tuple[ShardInfo, ...]) -> bytes:
+            return Manifest(shards=shards, schema=self.schema.to_dict(), metadata=self.metadata,
+                            created_by=f"shardkit {__version__}").to_json()
+
+        data = self._output.publish(tuple(self.shards), build)
         self._closed = True
-        self._delete_stale()
         return decode_manifest(data, self.store.url_of(MANIFEST_NAME))
 
     def abort(self) -> None:
@@ -150,11 +147,10 @@ class ShardWriter:
         files = [file for _, file in self._commits] + ([self._shard[1]] if self._shard else [])
         for file in files:
             file.discard()  # a temp file not yet renamed into place
-        for info in self.shards:
-            try:
-                self.store.delete(info.name)
-            except OSError:
-                log.warning("could not remove %s after an aborted write", self.store.url_of(info.name))
+        try:
+            self._output.after_failure(info.name for info in self.shards)
+        except OSError as exc:
+            log.warning("could not clean up %s after an aborted write: %s", self.store.url, exc)
 
     def __enter__(self) -> ShardWriter:
         return self
@@ -168,39 +164,6 @@ class ShardWriter:
             self.close()
 
     # ---- internals --------------------------------------------------------------------------
-    def _prepare_output(self) -> list[str]:
-        """Refuse to clobber a dataset unless ``overwrite``; then unpublish its manifest first."""
-        if not self.store.exists(MANIFEST_NAME):
-            self._remove_temp_files()
-            return []
-        where = self.store.url_of(MANIFEST_NAME)
-        if not self.options.overwrite:
-            raise FileExistsError(f"{where} exists; pass overwrite=True (CLI: --overwrite) to replace it")
-        try:
-            old = [s.name for s in decode_manifest(self.store.read(MANIFEST_NAME), where).shards]
-        except ManifestError:
-            old = []
-        self.store.delete(MANIFEST_NAME)
-        self._remove_temp_files()
-        return old
-
-    def _remove_temp_files(self) -> None:
-        """Shards a killed writer was streaming (``.tmp-*`` beside the shards, W2); local only:
-        object stores publish whole uploads and leave no temp objects."""
-        folder = posixpath.dirname(self.options.name_format)
-        if not self.store.is_local or not folder:
-            return
-        for name in self.store.list(folder):
-            if posixpath.basename(name).startswith(".tmp-"):
-                log.info("removing %s, left by an interrupted writer", self.store.url_of(name))
-                self.store.delete(name)
-
-    def _delete_stale(self) -> None:
-        keep = {s.name for s in self.shards}
-        for name in self._old_names:
-            if name not in keep:
-                self.store.delete(name)
-
     def _append(self, data: bytes) -> None:
         self._pending.append(data)
         self._pending_bytes += len(data)
@@ -233,7 +196,7 @@ class ShardWriter:
         while blocks and (blocks[0].done() or len(blocks) > keep):
             block = blocks.popleft().result()
             if self._shard is None:
-                name = self.options.name_format.format(index=len(self.shards))
+                name = self._output.shard_name(len(self.shards))
                 assembler = ShardAssembler(name)
                 self._shard = (assembler, self.store.open_atomic(name))
                 self._shard[1].write(assembler.header())

@@ -1,0 +1,19 @@
+"""Files under a dataset folder that its manifest does not name (``shardkit verify``, W5).
+
+A writer removes what it leaves behind (shard-format.md W2, W5), so such files are the remains
+of a writer killed at a bad moment, or someone else's. They cost space and confuse people, but
+they never change what a reader reads: verify reports them as a warning (``--strict``: an
+error).
+"""
+
+from __future__ import annotations
+
+from shardkit.format import MANIFEST_NAME
+from shardkit.read.dataset import Dataset
+
+
+def unnamed_files(dataset: Dataset) -> list[str]:
+    """Names (relative to the dataset folder, sorted) of files the manifest does not name."""
+    named = {info.name for info in dataset.manifest.shards}
+    named.add(MANIFEST_NAME)
+    return [name for name in dataset.store.list("") if name not in named]
