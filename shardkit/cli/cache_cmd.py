@@ -1,8 +1,10 @@
 """``shardkit cache warm|ls|clear``: fill, inspect and clear a node-local cache dir.
 
-``warm`` downloads every shard of a dataset into the cache (each once, verified), so a training
-job starts hot. ``ls`` lists entries (``--json`` for machines). ``clear`` removes entries not in
-use, optionally only those unused for ``--older-than``. Never imports torch.
+``warm`` downloads the shards of a dataset into the cache (each once, verified), so a training
+job starts hot: in dataset order, as many as the cache limit holds; it reports what the cache
+holds at the end and exits 1 when that is not every shard. ``ls`` lists entries (``--json``
+for machines). ``clear`` removes entries not in use, optionally only those unused for
+``--older-than``. Never imports torch.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from tqdm import tqdm
@@ -23,6 +26,8 @@ from shardkit.storage import CacheItem, ShardCache, Store, clear_cache, list_cac
 from shardkit.units import parse_duration, parse_size
 
 DEFAULT_CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "shardkit")
+# The variables a StreamingDataset reads too (shardkit/loader/env.py; not imported: no torch here).
+CACHE_DIR_VAR, CACHE_LIMIT_VAR, DEFAULT_CACHE_LIMIT = "SHARDKIT_CACHE_DIR", "SHARDKIT_CACHE_LIMIT", "200GiB"
 
 #: ``(url, storage_options) -> (store, items)``: the shards a dataset URL names.
 EntrySource = Callable[[str, dict[str, Any]], tuple[Store, Sequence[CacheItem]]]
@@ -45,10 +50,31 @@ def entries_from_manifest(url: str, options: dict[str, Any]) -> tuple[Store, lis
 ENTRY_SOURCE: EntrySource = entries_from_manifest
 
 
+@dataclass(frozen=True)
+class WarmResult:
+    """What a dataset needs (``num_entries``, ``num_bytes``) and what the cache holds of it."""
+
+    num_entries: int
+    num_bytes: int
+    num_cached: int
+    cached_bytes: int
+
+    @property
+    def complete(self) -> bool:
+        return self.num_cached == self.num_entries
+
+
 def warm(cache: ShardCache, store: Store, entries: Sequence[CacheItem], *, progress: bool = True,
-         num_threads: int = 4) -> int:
-    """Download ``entries`` into ``cache`` (each verified, none leased after); returns bytes."""
-    total = sum(item.num_bytes for item in entries)
+         num_threads: int = 4) -> WarmResult:
+    """Download ``entries`` into ``cache`` (each verified, none leased after): the longest
+    prefix that fits in the cache limit — a job reads from the start, and warming more would
+    only evict what it needs first. Then count what the cache really holds."""
+    fitting, total = [], 0
+    for item in entries:
+        if total + item.num_bytes > cache.limit_bytes:
+            break
+        fitting.append(item)
+        total += item.num_bytes
     with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="cache warm",
               disable=None if progress else True, file=sys.stderr) as bar:
 
@@ -62,9 +88,11 @@ def warm(cache: ShardCache, store: Store, entries: Sequence[CacheItem], *, progr
 
         with ThreadPoolExecutor(max_workers=max(1, num_threads),
                                 thread_name_prefix="shardkit-warm") as pool:
-            for future in [pool.submit(one, item) for item in entries]:
+            for future in [pool.submit(one, item) for item in fitting]:
                 future.result()
-    return total
+    held = [item for item in entries if cache.holds(item)]
+    return WarmResult(len(entries), sum(item.num_bytes for item in entries), len(held),
+                      sum(item.num_bytes for item in held))
 
 
 def add_cache_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -75,7 +103,8 @@ def add_cache_parser(subparsers: Any) -> argparse.ArgumentParser:
     p_warm = sub.add_parser("warm", help="download every shard of a dataset into the cache")
     p_warm.add_argument("url", help="dataset folder or manifest URL (local path, s3://...)")
     _add_cache_dir(p_warm)
-    p_warm.add_argument("--cache-limit", default="200GiB", help="cache size limit (200GiB)")
+    p_warm.add_argument("--cache-limit", default=os.environ.get(CACHE_LIMIT_VAR, DEFAULT_CACHE_LIMIT),
+                        help=f"cache size limit (default: ${CACHE_LIMIT_VAR} or {DEFAULT_CACHE_LIMIT})")
     p_warm.add_argument("--threads", type=int, default=4, help="parallel downloads (4)")
     p_warm.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_storage_options(p_warm)
@@ -105,9 +134,16 @@ def run_warm(args: argparse.Namespace) -> int:
         print(f"{args.url} is local: nothing to cache", file=sys.stderr)
         return 0
     cache = ShardCache(args.cache_dir, parse_size(args.cache_limit))
-    total = warm(cache, store, entries, progress=not args.no_progress, num_threads=args.threads)
-    print(f"warmed {len(entries)} shards ({_human(total)}) in {cache.cache_dir}")
-    return 0
+    done = warm(cache, store, entries, progress=not args.no_progress, num_threads=args.threads)
+    if done.complete:
+        print(f"warmed {done.num_entries} shards ({_human(done.num_bytes)}) in {cache.cache_dir}")
+        return 0
+    print(f"warmed {done.num_cached} of {done.num_entries} shards ({_human(done.cached_bytes)} of "
+          f"{_human(done.num_bytes)}) in {cache.cache_dir}")
+    print(f"error: the cache holds {done.num_cached} of {done.num_entries} shards: its limit "
+          f"{_human(cache.limit_bytes)} is smaller than the dataset ({_human(done.num_bytes)}) or "
+          f"other entries are in use; raise --cache-limit (${CACHE_LIMIT_VAR})", file=sys.stderr)
+    return 1
 
 
 def run_ls(args: argparse.Namespace) -> int:
@@ -140,7 +176,7 @@ def run_clear(args: argparse.Namespace) -> int:
 
 
 def _add_cache_dir(parser: argparse.ArgumentParser) -> None:
-    default = os.environ.get("SHARDKIT_CACHE_DIR", DEFAULT_CACHE_DIR)
+    default = os.environ.get(CACHE_DIR_VAR, DEFAULT_CACHE_DIR)
     parser.add_argument("--cache-dir", default=default,
                         help=f"cache folder (default: $SHARDKIT_CACHE_DIR or {DEFAULT_CACHE_DIR})")
 

@@ -26,6 +26,7 @@ from shardkit.loader.arena import alloc, alloc_like, allocating, batch_arena
 from shardkit.loader.collate import collate_samples
 from shardkit.loader.columns import collate_pieces
 from shardkit.loader.control import Control
+from shardkit.loader.env import cache_settings
 from shardkit.loader.packed import in_groups, pack_batch
 from shardkit.loader.recycler import Recycler
 from shardkit.loader.ring import Ring, SlotRef, find
@@ -36,7 +37,6 @@ from shardkit.read import Dataset, open_dataset
 from shardkit.read.shard_reader import Samples
 from shardkit.read.stream import iter_consumer
 from shardkit.storage import ShardCache
-from shardkit.units import parse_size
 
 log = logging.getLogger(__name__)
 META_KEY = "_shardkit"
@@ -74,7 +74,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         shuffle_window: int = 8192,
         with_index: bool = False,
         cache_dir: str | None = None,
-        cache_limit: int | str = "200GiB",
+        cache_limit: int | str | None = None,  # None: $SHARDKIT_CACHE_LIMIT or 200GiB (loader/env.py)
         storage_options: dict[str, Any] | None = None,
         transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
@@ -82,8 +82,9 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         self.path = path
         self.params = PlanParams(seed=seed, batch_size=batch_size, tail=tail, shuffle=shuffle,
                                  shuffle_window=shuffle_window)
+        cache_dir, limit = cache_settings(cache_dir, cache_limit)  # None: $SHARDKIT_CACHE_DIR
         self.options = StreamOptions(with_index=with_index, cache_dir=cache_dir,
-                                     cache_limit=parse_size(cache_limit), storage_options=storage_options)
+                                     cache_limit=limit, storage_options=storage_options)
         self.transform = transform
         self.collate_fn = collate_fn or collate_samples
         self.dataset: Dataset = open_dataset(path, storage_options)

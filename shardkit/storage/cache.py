@@ -131,6 +131,12 @@ class ShardCache:
         lock = self._lease(store, item.name, entry, item.key, item.num_bytes, item.verify, cancel)
         lock.release()
 
+    def holds(self, item: CacheItem) -> bool:
+        """``item`` is published in the cache now, with its size (a snapshot: it may be evicted
+        right after unless leased)."""
+        st = regular_stat(Entry(self.root, entry_name(item.key)).data)
+        return st is not None and st.st_size == item.num_bytes
+
     def prefetch(self, store: Store, items: Iterable[CacheItem], *, max_ahead: int = 2,
                  max_bytes: int | None = None, num_threads: int = 2) -> Prefetcher:
         """A ``Prefetcher`` downloading ``items`` ahead of the consumer (see prefetch.py)."""

@@ -21,7 +21,8 @@ def test_warm_then_ls_and_clear(tmp_path: object, capsys: pytest.CaptureFixture[
         store.write_atomic(f"s/{index}", bytes([index]) * 1000)
         items.append(CacheItem(f"s/{index}", f"fp/{index}", 1000))
     cache_dir = str(tmp_path)
-    assert warm(ShardCache(cache_dir, 10_000), store, items, progress=False) == 3000
+    done = warm(ShardCache(cache_dir, 10_000), store, items, progress=False)
+    assert done.complete and (done.num_cached, done.cached_bytes) == (3, 3000)
 
     assert main(["cache", "ls", "--cache-dir", cache_dir, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
