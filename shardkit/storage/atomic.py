@@ -126,6 +126,14 @@ def _copy(src: str, dst: str) -> None:
     file.commit()
 
 
+def temp_files(folder: str) -> list[str]:
+    """Names of the temp files in local ``folder`` (one level), left by interrupted writes."""
+    try:
+        return sorted(n for n in os.listdir(folder) if n.startswith(TEMP_PREFIX))
+    except OSError:
+        return []
+
+
 def remove_quietly(path: str) -> None:
     """Remove a file or an empty folder if it is there (best effort)."""
     try:

@@ -7,7 +7,8 @@ manifest names.
 
 - Fresh output (no manifest): shards are written under their final names.
 - Replacing a dataset (``overwrite``): the old manifest and its shards are not touched while
-  the new shards are written into a staging folder ``_shardkit-pack-<hex>/``. ``publish``:
+  the new shards are written into a staging folder (``_shardkit-pack-a/``, or ``-b/`` when the
+  published manifest names files in ``-a/``: names a lister can find). ``publish``:
 
   1. publishes a manifest naming the staged shards — the commit point: before it the old
      dataset is whole and readable, after it the new one is;
@@ -28,18 +29,18 @@ from __future__ import annotations
 import logging
 import posixpath
 import re
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from shardkit.errors import ManifestError
 from shardkit.format import MANIFEST_NAME, ShardInfo, decode_manifest
 from shardkit.storage import Store
-from shardkit.storage.atomic import TEMP_PREFIX, remove_quietly
+from shardkit.storage.atomic import TEMP_PREFIX, remove_quietly, temp_files
 
 log = logging.getLogger(__name__)
 
 STAGING_PREFIX = "_shardkit-pack-"
+STAGING_FOLDERS = (f"{STAGING_PREFIX}a", f"{STAGING_PREFIX}b")
 
 #: ``build(shards)`` → the manifest bytes naming ``shards``.
 BuildManifest = Callable[[tuple[ShardInfo, ...]], bytes]
@@ -94,7 +95,7 @@ class Output:
         """Remove every file a writer may have left that the manifest does not name; refuse
         (``FileExistsError``) files in the shards folder that no writer makes (W5)."""
         remove, foreign = [], []
-        for name in self.store.list(""):
+        for name in self._candidates():
             if name == MANIFEST_NAME or name in self.named:
                 continue
             head, base = posixpath.split(name)
@@ -129,7 +130,18 @@ class Output:
         except ManifestError:
             self.named = set()  # unreadable: nothing to keep readable, its shards are leftovers
         self.remove_leftovers()
-        return f"{STAGING_PREFIX}{uuid.uuid4().hex[:16]}"
+        in_use = {name.split("/", 1)[0] for name in self.named}
+        return next(f for f in STAGING_FOLDERS if f not in in_use)
+
+    def _candidates(self) -> list[str]:
+        """Where leftovers can be: the shards folder, the staging folders and temp files at
+        the top (a manifest's). Never a walk of the whole tree: the output may be anywhere."""
+        names = self.store.list(self.folder) if self.folder else self.store.list("")
+        for folder in STAGING_FOLDERS:
+            names += self.store.list(folder)
+        if self.store.is_local:  # object stores publish whole objects: no temp files
+            names += temp_files(self.store.local_path(""))
+        return sorted(set(names))
 
     def _writer_made(self, base: str) -> bool:
         if base.startswith(TEMP_PREFIX):
