@@ -6,7 +6,9 @@ A ``Store`` knows nothing of shard layout. Names passed to it are relative to it
 Errors: every failure is a ``StorageError`` naming the URL (``NotFoundError`` for 404,
 ``TransientStorageError`` for what is worth retrying). Reads are retried per ``retry``.
 Thread-safety: a ``Store`` may be shared by threads; it holds no per-call state.
-Pickling: never pickled by shardkit; DataLoader workers rebuild it from ``(url, options)``.
+Processes: a ``Store`` that crossed a ``fork`` (or was pickled to a spawned process) looks up
+its filesystem again in the new process and never touches the parent's connections (K13,
+backends.py); so stores may be shared with DataLoader workers as they are.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import posixpath
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+import fsspec
 
 from shardkit.errors import StorageError, TransientStorageError
 from shardkit.storage.atomic import AtomicWrite, BufferedAtomicWrite, LocalAtomicWrite
@@ -49,7 +53,21 @@ class Store:
         self.storage_options = dict(storage_options or {})
         self.retry = retry or RetryPolicy()
         self.protocol, self.root = split_protocol(url)
-        self.fs = make_filesystem(self.protocol, self.storage_options, self.retry, url)
+        self._fs = make_filesystem(self.protocol, self.storage_options, self.retry, url)
+        self._fs_pid = os.getpid()
+
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        """The filesystem of this process (a forked child gets its own: K13)."""
+        if self._fs_pid != os.getpid():
+            self._fs = make_filesystem(self.protocol, self.storage_options, self.retry, self.url)
+            self._fs_pid = os.getpid()
+        return self._fs
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_fs"], state["_fs_pid"] = None, -1  # the receiving process makes its own
+        return state
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
