@@ -23,12 +23,13 @@ import shutil
 import tempfile
 import threading
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 from xml.sax.saxutils import escape
 
+T = TypeVar("T")
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 _XMLNS = "http://s3.amazonaws.com/doc/2006-03-01/"
 
@@ -263,3 +264,25 @@ def _link_or_copy(src: str, dst: str) -> None:
         os.link(src, dst)
     except OSError:
         shutil.copy2(src, dst)
+
+
+def call_within(seconds: float, fn: Callable[[], T]) -> T:
+    """``fn()`` in a daemon thread; ``AssertionError`` if it has not returned after ``seconds``
+    (a request stuck on a broken pooled connection waits out the 60 s read timeout instead)."""
+    result: list[T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(fn())
+        except BaseException as exc:  # re-raised in the caller's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True, name="call-within")
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise AssertionError(f"still waiting after {seconds:.0f}s: a request hangs")
+    if errors:
+        raise errors[0]
+    return result[0]

@@ -10,14 +10,13 @@ import asyncio
 import gc
 import multiprocessing
 import os
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from shardkit.storage import Store, open_store
-from tests.helpers.keepalive_s3 import KeepAliveS3Server
+from tests.helpers.keepalive_s3 import KeepAliveS3Server, call_within
 
 pytestmark = pytest.mark.s3
 OBJECT = "bucket/ds/blob.bin"
@@ -31,20 +30,6 @@ def server(tmp_path: Any) -> Iterator[KeepAliveS3Server]:
     (tmp_path / "bucket" / "ds" / "blob.bin").write_bytes(PAYLOAD)
     with KeepAliveS3Server(str(tmp_path)) as running:
         yield running
-
-
-def _within(seconds: float, fn: Callable[[], Any]) -> Any:
-    """``fn()`` in a daemon thread; fails the test if it has not returned after ``seconds``
-    (a request stuck on a dead pooled connection would wait out the 60 s read timeout)."""
-    result: list[Any] = []
-    thread = threading.Thread(target=lambda: result.append(fn()), daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        pytest.fail(f"still waiting after {seconds:.0f}s: a request hangs on a broken connection")
-    if not result:
-        pytest.fail("the call raised in its thread (see the captured stderr)")
-    return result[0]
 
 
 def _drop_and_collect_in_a_loop(holder: list[Store], url: str, options: dict[str, Any]) -> None:
@@ -80,7 +65,7 @@ def test_forked_child_neither_reuses_nor_breaks_the_parents_pooled_connections(
     childs = {r.connection_id for r in server.records()} - parents
     assert childs and not childs & parents  # two child reads, none on a parent's connection
     before = len(server.records())
-    assert _within(10, lambda: holder[0].read("blob.bin")) == PAYLOAD
+    assert call_within(10, lambda: holder[0].read("blob.bin")) == PAYLOAD
     assert {r.connection_id for r in server.records()[before:]} <= parents
 
 
@@ -98,4 +83,4 @@ def test_spawned_child_builds_its_own_connections(server: KeepAliveS3Server) -> 
     child.join(120)
     assert child.exitcode == 0
     assert {r.connection_id for r in server.records()} - parents
-    assert _within(10, lambda: store.read("blob.bin")) == PAYLOAD
+    assert call_within(10, lambda: store.read("blob.bin")) == PAYLOAD
