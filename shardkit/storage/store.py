@@ -94,7 +94,11 @@ class Store:
 
     # ---- reading -------------------------------------------------------------------------
     def read(self, name: str) -> bytes:
-        return bytes(self._call(name, lambda p: self.fs.cat_file(p)))
+        """The whole object, in one request (s3fs would otherwise ask for its size first, to
+        split large objects: a second round trip on every manifest open). Large objects are
+        read with ``read_range`` or downloaded in chunks (download.py), not with this."""
+        options = {"max_concurrency": 1} if self.protocol in ("s3", "s3a") else {}
+        return bytes(self._call(name, lambda p: self.fs.cat_file(p, **options)))
 
     def read_range(self, name: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)``; a short body is retried, then raised (names URL and range)."""
