@@ -2,14 +2,12 @@
 
 Public names: ``Store``/``open_store`` (read, read_range, read_suffix, write_atomic …),
 ``RetryPolicy``, ``ShardCache`` with ``CacheOptions``/``CacheItem`` (download-once leases, LRU
-eviction), ``Prefetcher``, ``RangeReader``/``prefetch_ranges`` (cache-less streaming), and
-``list_cache``/``clear_cache`` for the CLI. Contracts: specs/cache.md.
+eviction), ``Prefetcher``, and ``list_cache``/``clear_cache`` for the CLI. Contracts: specs/cache.md.
 """
 
 from shardkit.storage.admin import clear_cache, list_cache
 from shardkit.storage.cache import CacheItem, CacheOptions, CacheStats, ShardCache
 from shardkit.storage.prefetch import Prefetcher
-from shardkit.storage.ranges import RangeReader, prefetch_ranges
 from shardkit.storage.retry import RetryPolicy, call_with_retry
 from shardkit.storage.store import Store, open_store, split_protocol
 
@@ -18,7 +16,6 @@ __all__ = [
     "CacheOptions",
     "CacheStats",
     "Prefetcher",
-    "RangeReader",
     "RetryPolicy",
     "ShardCache",
     "Store",
@@ -26,6 +23,5 @@ __all__ = [
     "clear_cache",
     "list_cache",
     "open_store",
-    "prefetch_ranges",
     "split_protocol",
 ]

@@ -161,4 +161,3 @@ class BufferedAtomicWrite:
         self._parts = []
 
 
-AtomicWrite = LocalAtomicWrite | BufferedAtomicWrite

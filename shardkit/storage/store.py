@@ -6,7 +6,9 @@ A ``Store`` knows nothing of shard layout. Names passed to it are relative to it
 Errors: every failure is a ``StorageError`` naming the URL (``NotFoundError`` for 404,
 ``TransientStorageError`` for what is worth retrying). Reads are retried per ``retry``.
 Thread-safety: a ``Store`` may be shared by threads; it holds no per-call state.
-Pickling: never pickled by shardkit; DataLoader workers rebuild it from ``(url, options)``.
+Processes: a ``Store`` that crossed a ``fork`` (or was pickled to a spawned process) looks up
+its filesystem again in the new process and never touches the parent's connections (K17,
+backends.py); so stores may be shared with DataLoader workers as they are.
 """
 
 from __future__ import annotations
@@ -17,17 +19,24 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import fsspec
+
 from shardkit.errors import StorageError, TransientStorageError
-from shardkit.storage.atomic import AtomicWrite, BufferedAtomicWrite, LocalAtomicWrite, link_or_copy
+from shardkit.storage.atomic import BufferedAtomicWrite, LocalAtomicWrite, link_or_copy
 from shardkit.storage.backends import make_filesystem
 from shardkit.storage.classify import to_storage_error
+from shardkit.storage.multipart import MultipartAtomicWrite
 from shardkit.storage.retry import RetryPolicy, call_with_retry
 
 T = TypeVar("T")
 
-#: Remote writes at least this large go through a streamed (multipart) upload.
-MULTIPART_THRESHOLD = 16 * 1024 * 1024
+#: What ``Store.open_atomic`` returns: ``write`` pieces, then ``commit`` or ``discard``.
+AtomicWrite = LocalAtomicWrite | MultipartAtomicWrite | BufferedAtomicWrite
+
+#: Bytes per part of an S3 upload (``Store.part_bytes``); an object that fills a part is sent
+#: as a multipart upload, a smaller one as one PUT (multipart.py).
 MULTIPART_PART_BYTES = 16 * 1024 * 1024
+MULTIPART_THRESHOLD = MULTIPART_PART_BYTES
 
 
 def split_protocol(url: str) -> tuple[str, str]:
@@ -49,7 +58,22 @@ class Store:
         self.storage_options = dict(storage_options or {})
         self.retry = retry or RetryPolicy()
         self.protocol, self.root = split_protocol(url)
-        self.fs = make_filesystem(self.protocol, self.storage_options, self.retry, url)
+        self._fs = make_filesystem(self.protocol, self.storage_options, self.retry, url)
+        self._fs_pid = os.getpid()
+        self.part_bytes = MULTIPART_PART_BYTES  # S3 uploads: bytes per part (>= 5 MiB)
+
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        """The filesystem of this process (a forked child gets its own: K17)."""
+        if self._fs_pid != os.getpid():
+            self._fs = make_filesystem(self.protocol, self.storage_options, self.retry, self.url)
+            self._fs_pid = os.getpid()
+        return self._fs
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_fs"], state["_fs_pid"] = None, -1  # the receiving process makes its own
+        return state
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
@@ -57,6 +81,10 @@ class Store:
     @property
     def is_local(self) -> bool:
         return self.protocol == "file"
+
+    @property
+    def _is_s3(self) -> bool:
+        return self.protocol in ("s3", "s3a")
 
     def path(self, name: str) -> str:
         """The backend path of ``name`` (no protocol)."""
@@ -76,7 +104,11 @@ class Store:
 
     # ---- reading -------------------------------------------------------------------------
     def read(self, name: str) -> bytes:
-        return bytes(self._call(name, lambda p: self.fs.cat_file(p)))
+        """The whole object, in one request (s3fs would otherwise ask for its size first, to
+        split large objects: a second round trip on every manifest open). Large objects are
+        read with ``read_range`` or downloaded in chunks (download.py), not with this."""
+        options = {"max_concurrency": 1} if self._is_s3 else {}
+        return bytes(self._call(name, lambda p: self.fs.cat_file(p, **options)))
 
     def read_range(self, name: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)``; a short body is retried, then raised (names URL and range)."""
@@ -135,38 +167,28 @@ class Store:
     def write_atomic(self, name: str, data: bytes) -> None:
         """Publish ``data`` under ``name`` all at once: readers see the old object or the new.
 
-        Local: a temp file in the same folder, fsync, rename. Object stores: one PUT, or for
-        ``MULTIPART_THRESHOLD`` bytes and more a multipart upload completed only at the end;
-        both are atomic for readers already.
+        Local: a temp file in the same folder, fsync, rename. S3: one PUT, or from
+        ``part_bytes`` on a multipart upload completed only at the end, each part retried on
+        its own (multipart.py); both are atomic for readers already. Other stores: one
+        ``pipe_file``.
         """
-        if self.is_local:
-            file = LocalAtomicWrite(self.local_path(name))
+        if self.is_local or self._is_s3:
+            file = self.open_atomic(name)
             file.write(data)
             file.commit()
             return
-        if len(data) < MULTIPART_THRESHOLD:
-            self._call(name, lambda p: self.fs.pipe_file(p, data))
-            return
-
-        def upload(path: str) -> None:
-            fh = self.fs.open(path, "wb", block_size=MULTIPART_PART_BYTES)
-            try:
-                view = memoryview(data)
-                for offset in range(0, len(view), MULTIPART_PART_BYTES):
-                    fh.write(view[offset:offset + MULTIPART_PART_BYTES])
-                fh.close()  # completes the multipart upload: the object appears whole
-            except BaseException:
-                _discard(fh)
-                raise
-
-        self._call(name, upload)
+        self._call(name, lambda p: self.fs.pipe_file(p, data))
 
     def open_atomic(self, name: str) -> AtomicWrite:
         """Write ``name`` piece by piece, then ``commit()`` publishes it whole, as
         ``write_atomic`` would (``discard()`` leaves nothing). Local: the pieces go straight to
-        a temp file beside ``name``; object stores: they are kept until ``commit`` (atomic.py)."""
+        a temp file beside ``name``; S3: a multipart upload streamed part by part (memory:
+        one part of ``part_bytes``); other stores: the pieces are kept until ``commit``."""
         if self.is_local:
             return LocalAtomicWrite(self.local_path(name))
+        if self._is_s3:
+            return MultipartAtomicWrite(self.fs, self.path(name), lambda fn: self._call(name, fn),
+                                        self.part_bytes)
         return BufferedAtomicWrite(lambda data: self.write_atomic(name, data))
 
     def delete(self, name: str) -> None:
@@ -214,13 +236,3 @@ def open_store(url: str, storage_options: dict[str, Any] | None = None,
     """The store rooted at ``url`` (a folder path or an fsspec URL)."""
     return Store(url, storage_options, retry)
 
-
-def _discard(fh: Any) -> None:
-    """Abort a failed streamed upload. A plain ``close()`` (or ``with``) would *complete* the
-    multipart upload and publish the partial object."""
-    try:
-        fh.discard()  # s3fs: AbortMultipartUpload
-    except Exception:  # best effort: S3 lifecycle rules reap abandoned uploads
-        pass
-    finally:
-        fh.closed = True

@@ -38,7 +38,7 @@ from shardkit.format import (
 )
 from shardkit.format.shard_builder import LAYOUT_CHOICES, SealedBlock, ShardAssembler, arrange_block, seal_block
 from shardkit.storage import Store, open_store
-from shardkit.storage.atomic import AtomicWrite
+from shardkit.storage.store import AtomicWrite
 from shardkit.units import parse_size
 from shardkit.write.output import Output
 

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from shardkit.errors import NotFoundError
-from shardkit.storage import CacheItem, CacheOptions, ShardCache, Store, prefetch_ranges
+from shardkit.storage import CacheItem, CacheOptions, ShardCache, Store
 from tests.helpers.s3 import memory_store
 
 SIZE = 20_000
@@ -61,19 +61,3 @@ def test_prefetch_is_bounded_by_bytes(remote: Store, tmp_path: object) -> None:
         prefetcher.close()
     assert len([f for f in os.listdir(cache.root) if f.endswith(".data")]) <= 2
     assert not [f for f in os.listdir(cache.root) if ".tmp-" in f]
-
-
-def test_range_reader_yields_in_order(remote: Store) -> None:
-    remote.write_atomic("blob", bytes(range(256)) * 40)
-    ranges = [(i * 100, i * 100 + 100) for i in range(100)]
-    blocks = list(prefetch_ranges(remote, "blob", ranges, max_ahead=3))
-    assert b"".join(blocks) == (bytes(range(256)) * 40)[:10_000]
-
-
-def test_range_reader_error_names_url_and_closing_early_is_fine(remote: Store) -> None:
-    with pytest.raises(NotFoundError, match="nothing-here"):
-        list(prefetch_ranges(remote, "nothing-here", [(0, 10)]))
-    reader = prefetch_ranges(remote, "s/0", [(0, 10)] * 50, max_ahead=4)
-    assert next(reader) == bytes(10)
-    reader.close()
-    assert list(reader) == []
