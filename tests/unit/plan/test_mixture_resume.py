@@ -196,5 +196,5 @@ def test_worked_example_state() -> None:
     assert [s["count"] for s in state["sources"]] == [42, 18]
     assert state["plan"]["offsets"] == [3, 3] and state["plan"]["fingerprint"].startswith("mix:")
     plan, later = resume_mixture(spec, PlanParams(world_size=3, batch_size=2), state)
-    assert plan.level == 1 and plan.num_source_samples == 60 - 6
+    assert plan.level == 1 and plan.num_source_samples == 60 - 6 and plan.steps_per_rank == 9
     assert later.cursors(1).tolist() == [42, 18]
