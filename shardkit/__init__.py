@@ -20,6 +20,9 @@ _LAZY = {
     "ShardLoader": "shardkit.loader",
     "Ragged": "shardkit.loader",
     "DevicePrefetcher": "shardkit.loader",
+    "Mixture": "shardkit.read.mixture",
+    "Source": "shardkit.read.mixture",
+    "load_mixture": "shardkit.read.mixture",
 }
 
 __all__ = sorted(["__version__", *_LAZY])

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import shardkit as sk
 from shardkit.cli import main
 from shardkit.read.mixture import Mixture, Source, load_mixture
 from tests.helpers.datasets import write_dataset
@@ -105,4 +106,4 @@ def test_python_and_file_descriptions_agree(mixture_dir: Path) -> None:
     loaded = load_mixture(str(mixture_dir / "mix.toml"))
     built = Mixture([Source(str(mixture_dir / "web"), 0.7), Source(str(mixture_dir / "code"), 0.3, "code")],
                     60, "stratified", {2: {"web": 1.0}})
-    assert loaded == built
+    assert loaded == built == sk.Mixture(built.sources, 60, "stratified", {2: {"web": 1.0}})
