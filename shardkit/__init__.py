@@ -21,6 +21,7 @@ _LAZY = {
     "Ragged": "shardkit.loader",
     "DevicePrefetcher": "shardkit.loader",
     "Mixture": "shardkit.read.mixture",
+    "MixtureDataset": "shardkit.loader.mixture_dataset",
     "Source": "shardkit.read.mixture",
     "load_mixture": "shardkit.read.mixture",
 }

@@ -129,6 +129,16 @@ class MixSpec:
         """The same mixture whose sources sit at ``cursors`` at the start of ``epoch``."""
         return replace(self, basis=(int(epoch), tuple(int(c) for c in cursors)))
 
+    def fingerprint(self) -> str:
+        """What every epoch's plan depends on besides params: sources, weights, schedule, basis."""
+        h = hashlib.blake2b(digest_size=16, person=b"shardkit-mix-v1\0")
+        h.update(repr((self.composition, self.samples_per_epoch, self.basis,
+                       [(s.first_epoch, s.weights) for s in self.schedule])).encode())
+        for source in self.sources:
+            h.update(f"|{source.name}|{source.fingerprint}|{source.weight!r}|".encode())
+            h.update(source.shard_sizes.astype("<i8").tobytes())
+        return "mixspec:" + h.hexdigest()
+
     def digest(self, epoch: int) -> str:
         """What an epoch's plan depends on besides its params: shards, counts, cursors."""
         h = hashlib.blake2b(digest_size=16, person=b"shardkit-mix-v1\0")
