@@ -110,7 +110,9 @@ class Interleave:
 
     def merged(self, lo: Sequence[int], hi: Sequence[int]) -> np.ndarray:
         """Indices into the source-major list of ranks ``lo[i]:hi[i]``, in merged order."""
-        keys = [(2 * np.arange(a, b, dtype=np.int64).astype(object) + 1) * self._scale // (2 * q)
+        # int64 keys while (2r + 1) * L fits (counts below ~1e6), else exact Python ints
+        kind = np.int64 if 2 * max(self.counts + [1]) * self._scale < 2**62 else object
+        keys = [(2 * np.arange(a, b, dtype=np.int64).astype(kind) + 1) * self._scale // (2 * q)
                 for q, a, b in zip(self.counts, lo, hi, strict=True) if b > a]
         if not keys:
             return np.zeros(0, dtype=np.int64)

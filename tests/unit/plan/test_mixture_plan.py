@@ -163,3 +163,16 @@ def test_schedule_changes_counts_and_cursors_continue() -> None:
 def test_bad_mixtures_are_refused_by_name(build: object, match: str) -> None:
     with pytest.raises(PlanError, match=match):
         build()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("counts", [[3_000_000, 1_234_567, 7], [10**9, 10**9 - 1, 1]])
+def test_interleave_windows_of_large_counts_use_exact_keys(counts: list[int]) -> None:
+    """MX3 past the int64 key range: a window's merged order follows prefix() position by position."""
+    mix = Interleave(counts)
+    lo = mix.total // 3
+    before = [mix.prefix(p) for p in range(lo, lo + 300)]
+    after = [mix.prefix(p + 1) for p in range(lo, lo + 300)]
+    merged = mix.merged(before[0], after[-1])
+    sizes = np.array(after[-1]) - np.array(before[0])
+    source = np.repeat(np.arange(len(counts)), sizes)[merged]
+    assert source.tolist() == [int(np.argmax(np.array(b) - np.array(a))) for a, b in zip(before, after, strict=True)]
