@@ -80,6 +80,7 @@ def test_kill_and_elastic_resume_finish_the_epoch_exactly(roots: dict[str, str])
         loader(mixture(roots, (0.1, 0.3, 0.6)), 3, 0).load_state_dict(state)
 
 
+@pytest.mark.slow
 def test_the_mixture_example_trains_the_planned_counts() -> None:
     """examples/train_mixture.py: killed mid-epoch, resumed with batch 10 on 2 workers; the
     per-source samples trained (from ``_source``) equal the epoch's planned counts."""
