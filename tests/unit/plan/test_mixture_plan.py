@@ -176,3 +176,19 @@ def test_interleave_windows_of_large_counts_use_exact_keys(counts: list[int]) ->
     sizes = np.array(after[-1]) - np.array(before[0])
     source = np.repeat(np.arange(len(counts)), sizes)[merged]
     assert source.tolist() == [int(np.argmax(np.array(b) - np.array(a))) for a, b in zip(before, after, strict=True)]
+
+
+@PROPERTY
+@given(mix_specs(), mix_params(), st.integers(0, 2**32 - 1))
+def test_shards_of_lists_what_the_windows_read(spec: MixSpec, params: PlanParams, seed: int) -> None:
+    """P8 for mixtures (the cache's prefetch list): from any batch-aligned start, shards_of(c)
+    names exactly the global shards that c's remaining windows decode (non-empty spans)."""
+    plan = mixture_plan(spec, params)
+    rng = np.random.default_rng(seed)
+    for consumer in range(plan.num_consumers):
+        start = int(rng.integers(0, plan.num_batches(consumer) + 1)) * params.batch_size
+        read = {s.shard_index for w in plan.consumer_windows(consumer, start) if w.num_samples
+                for s in w.spans if s.num_samples}
+        assert read <= set(plan.shards_of(consumer, start))
+        assert set(plan.shards_of(consumer, start)) <= read | {s.shard_index for w in plan.consumer_windows(
+            consumer, start) for s in w.spans}
