@@ -20,6 +20,10 @@ _LAZY = {
     "ShardLoader": "shardkit.loader",
     "Ragged": "shardkit.loader",
     "DevicePrefetcher": "shardkit.loader",
+    "Mixture": "shardkit.read.mixture",
+    "MixtureDataset": "shardkit.loader.mixture_dataset",
+    "Source": "shardkit.read.mixture",
+    "load_mixture": "shardkit.read.mixture",
 }
 
 __all__ = sorted(["__version__", *_LAZY])

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import argparse
 
+from shardkit.cli import mix_cmd
 from shardkit.cli.common import add_storage_options, print_json, storage_options
 from shardkit.plan import PlanParams, build_plan
 from shardkit.read import open_dataset
+from shardkit.read.mixture import is_mixture_file
 
 _MAX_ROWS = 32
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="show an epoch's partition: steps per rank, per-consumer samples")
-    p.add_argument("path", help="dataset folder/URL or its manifest.json")
+    p.add_argument("path", help="dataset folder/URL, its manifest.json, or a mixture .toml/.json")
     p.add_argument("--world-size", type=int, default=1)
     p.add_argument("--workers", type=int, default=0, help="DataLoader workers per rank")
     p.add_argument("--batch-size", type=int, required=True)
@@ -28,6 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if is_mixture_file(args.path):  # a mixture description (specs/mixture.md)
+        return mix_cmd.run(args)
     dataset = open_dataset(args.path, storage_options(args))
     params = PlanParams(
         seed=args.seed, epoch=args.epoch, world_size=args.world_size, num_workers=args.workers,

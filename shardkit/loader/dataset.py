@@ -206,8 +206,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         # hand it views of the (verified) block instead of copies (format/sample_views.py), and
         # column blocks their columns (loader/columns.py).
         views = self.transform is None and self.collate_fn is collate_samples
-        for window in iter_consumer(self.dataset, plan, consumer, start, cache, stats.read, read_ahead, views,
-                                    columns=views):
+        for window in self._read_consumer(plan, consumer, start, cache, stats.read, read_ahead, views):
             samples = window.samples  # column pieces only with views
             if self.transform is not None:
                 samples = [self.transform(s) for s in as_samples(samples)]
@@ -240,6 +239,11 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
                 indices, padded = [all_indices[batch_size:]], [all_padded[batch_size:]]
         if waiting:
             raise PlanError(f"consumer {consumer}: {waiting} samples left over; plan and reader disagree")
+
+    def _read_consumer(self, plan: Plan, consumer: int, start: int, cache: ShardCache | None, stats: Any,
+                       read_ahead: bool, views: bool) -> Iterator[Any]:
+        """Consumer ``consumer``'s samples from ``start`` (a mixture dataset reads its sources)."""
+        return iter_consumer(self.dataset, plan, consumer, start, cache, stats, read_ahead, views, columns=views)
 
     def _collate(self, parts: list[Samples], indices: np.ndarray, padded: np.ndarray) -> Any:
         batch = None

@@ -11,7 +11,7 @@ Rebuilding replays only arithmetic over shard and consumer counts, never consume
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,10 +23,14 @@ from shardkit.plan.spans import ShardSizes
 
 STATE_VERSION = 1
 STATE_KEYS = ("version", "fingerprint", "params", "offsets", "parent")
+BasePlan = Callable[[np.ndarray, PlanParams], Plan]  # level 0 from (shard sizes, params)
 
 
 def build_plan(
-    shard_sizes: ShardSizes, params: PlanParams, resume: dict[str, Any] | None = None
+    shard_sizes: ShardSizes,
+    params: PlanParams,
+    resume: dict[str, Any] | None = None,
+    base: BasePlan = base_plan,
 ) -> Plan:
     """The plan for ``params.epoch``, optionally resuming from a saved state.
 
@@ -37,12 +41,13 @@ def build_plan(
       (R3-R5), starting at 0.
 
     The state's epoch must equal ``params.epoch`` (R7); the fingerprint is checked separately
-    by :func:`validate_state`. Raises :class:`PlanError` for bad inputs and
+    by :func:`validate_state`. ``base`` builds level 0 (a mixture passes its own, specs/
+    mixture.md); elastic levels are the same for every base. Raises :class:`PlanError` for bad inputs and
     :class:`StateError` for a malformed or inconsistent state.
     """
     sizes = _checked_sizes(shard_sizes)
     if resume is None:
-        return base_plan(sizes, params)
+        return base(sizes, params)
     _check_shape(resume, "state")
     saved = PlanParams.from_dict(resume["params"])
     if saved.epoch != params.epoch:
@@ -51,9 +56,9 @@ def build_plan(
             f"{params.epoch}; resume that epoch first, later epochs start fresh"
         )
     if saved.same_partition(params):
-        plan = _plan_at(sizes, params, resume["parent"])
+        plan = _plan_at(sizes, params, resume["parent"], base)
         return plan.with_start_offsets(_checked_offsets(plan, resume["offsets"], "state"))
-    return _plan_at(sizes, params, resume)
+    return _plan_at(sizes, params, resume, base)
 
 
 def plan_to_state(plan: Plan, offsets: Sequence[int], fingerprint: str) -> dict[str, Any]:
@@ -94,12 +99,14 @@ def state_epoch(state: dict[str, Any]) -> int:
     return int(state["params"]["epoch"])
 
 
-def _plan_at(sizes: np.ndarray, params: PlanParams, parent: dict[str, Any] | None) -> Plan:
+def _plan_at(
+    sizes: np.ndarray, params: PlanParams, parent: dict[str, Any] | None, base: BasePlan
+) -> Plan:
     """The plan whose previous level is described by ``parent`` (None: level 0)."""
     if parent is None:
-        return base_plan(sizes, params)
+        return base(sizes, params)
     old_params = PlanParams.from_dict(parent["params"])
-    old = _plan_at(sizes, old_params, parent["parent"])
+    old = _plan_at(sizes, old_params, parent["parent"], base)
     offsets = _checked_offsets(old, parent["offsets"], "parent")
     return elastic_plan(old, offsets, params, _normalised(parent))
 

@@ -1,0 +1,78 @@
+"""Mixture plan cost (specs/mixture.md, "Cost"): a 16-source mixture totalling 1e9 samples in
+1e5 shards for 4,096 consumers - plan, seek, save, elastic re-plan, and a resume with new
+weights (the started epoch re-planned on another topology, the next epoch under the new mix).
+
+    python -m benchmarks.mixture_plan [--reps 3]
+
+Prints one JSON line per step: median seconds over ``reps`` and the peak traced memory
+(tracemalloc, MiB) of one run of that step. Pure plan arithmetic: no data is read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from shardkit.plan import PlanParams
+from shardkit.plan.mixture import MixSource, MixSpec
+from shardkit.plan.mixture_state import mixture_plan, mixture_to_state, resume_mixture
+
+NUM_SOURCES, NUM_SHARDS, NUM_SAMPLES = 16, 100_000, 10**9
+
+
+def sources(weights: list[float]) -> tuple[MixSource, ...]:
+    """16 sources of skewed sizes: 1e5 shards and 1e9 samples in all."""
+    rng = np.random.default_rng(0)
+    shard_split = np.diff(np.linspace(0, NUM_SHARDS, NUM_SOURCES + 1).astype(np.int64))
+    sizes = rng.integers(0, 20_000, NUM_SHARDS)
+    sizes[-1] += NUM_SAMPLES - int(sizes.sum())
+    parts = np.split(sizes, np.cumsum(shard_split)[:-1])
+    return tuple(MixSource(f"s{i}", part, w, f"fp{i}") for i, (part, w) in enumerate(zip(parts, weights, strict=True)))
+
+
+def measure(name: str, reps: int, step: Callable[[], Any]) -> Any:
+    times = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        result = step()
+        times.append(time.perf_counter() - started)
+    tracemalloc.start()
+    step()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    print(json.dumps({"bench": "mixture_plan", "step": name, "seconds": round(statistics.median(times), 4),
+                      "peak_mib": round(peak / 2**20, 1)}), flush=True)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args(argv)
+    weights = [float(w) for w in np.geomspace(1.0, 0.01, NUM_SOURCES)]
+    spec = MixSpec(sources(weights), NUM_SAMPLES, "stratified")
+    params = PlanParams(seed=7, epoch=3, world_size=512, num_workers=8, batch_size=32)
+    plan = measure("plan", args.reps, lambda: mixture_plan(spec, params))
+    last = plan.num_consumers - 1
+    middle = plan.num_samples(last) // 2 // 32 * 32
+    measure("seek_window", args.reps, lambda: next(plan.consumer_windows(last, middle)))
+    offsets = [plan.num_samples(c) // 2 // 32 * 32 for c in range(plan.num_consumers)]
+    state = measure("save_state", args.reps, lambda: mixture_to_state(spec, plan, offsets))
+    elastic = PlanParams(seed=7, epoch=3, world_size=300, num_workers=6, batch_size=48)
+    measure("elastic_replan", args.reps, lambda: resume_mixture(spec, elastic, state))
+    new_spec = MixSpec(sources(weights[::-1]), NUM_SAMPLES, "stratified")
+    resumed, later = measure("new_weights_resume", args.reps, lambda: resume_mixture(new_spec, elastic, state))
+    next_params = PlanParams(**(elastic.to_dict() | {"epoch": 4}))
+    measure("next_epoch_new_mix", args.reps, lambda: mixture_plan(later, next_params))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

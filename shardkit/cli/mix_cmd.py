@@ -1,0 +1,77 @@
+"""``shardkit plan MIX.toml``: what an epoch of a mixture draws from each source (specs/mixture.md).
+
+Called by the plan command when its path is a mixture file (``.toml``/``.json``); takes the same
+arguments. Per source: samples in the epoch, its share, passes (each sample taken floor or ceil
+of them), where the epoch starts in the source's passes, and samples per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from shardkit.cli.common import print_json, storage_options
+from shardkit.plan import PlanParams
+from shardkit.plan.mixture import MixSpec
+from shardkit.plan.mixture_state import mixture_plan
+from shardkit.read.mixture import load_mixture, open_mixture
+
+EXIT_USAGE = 2
+
+
+def run(args: argparse.Namespace) -> int:
+    try:  # an unusable description or an unreadable source: exit 2 like an unreadable dataset
+        opened = open_mixture(load_mixture(args.path), storage_options(args))
+    except (ValueError, OSError) as exc:
+        exc.exit_code = EXIT_USAGE  # type: ignore[union-attr]
+        raise
+    spec = opened.spec()
+    params = PlanParams(seed=args.seed, epoch=args.epoch, world_size=args.world_size, num_workers=args.workers,
+                        batch_size=args.batch_size, tail=args.tail, shuffle=not args.no_shuffle,
+                        shuffle_window=args.shuffle_window)
+    report = explain(spec, params, [ds.url for ds in opened.datasets])
+    if args.json:
+        print_json(report)
+        return 0
+    _print(report, params)
+    return 0
+
+
+def explain(spec: MixSpec, params: PlanParams, urls: list[str]) -> dict[str, Any]:
+    """Per-source counts, passes and steps of ``params.epoch``, and the partition's figures."""
+    plan = mixture_plan(spec, params)
+    total = spec.samples_per_epoch
+    per_step = params.world_size * params.batch_size
+    rows = []
+    for source, url, weight, count, cursor in zip(spec.sources, urls, spec.weights(params.epoch),
+                                                  spec.counts(params.epoch), spec.cursors(params.epoch), strict=True):
+        n, q, c = source.num_samples, int(count), int(cursor)
+        rows.append({
+            "name": source.name, "url": url, "num_samples": n, "weight": weight, "samples_per_epoch": q,
+            "share": q / total if total else 0.0,
+            "passes": q / n if n else 0.0,
+            "repeats": [q // n, -(-q // n)] if n else [0, 0],
+            "first_pass": c // n if n else 0, "pass_position": c % n if n else 0,
+            "samples_per_step": q * per_step / total if total else 0.0,
+        })
+    return {
+        "epoch": params.epoch, "samples_per_epoch": total, "composition": spec.composition,
+        "steps_per_rank": plan.steps_per_rank, "num_consumers": plan.num_consumers,
+        "num_dropped": plan.num_dropped, "num_padded": plan.num_padded, "sources": rows,
+    }
+
+
+def _print(report: dict[str, Any], params: PlanParams) -> None:
+    print(f"mixture of {len(report['sources'])} sources, {report['samples_per_epoch']} samples per epoch, "
+          f"composition={report['composition']}")
+    print(f"epoch {params.epoch}: {params.world_size} ranks x {params.workers_per_rank} consumers, batch "
+          f"{params.batch_size}, tail={params.tail} -> {report['steps_per_rank']} steps per rank (every rank)")
+    print(f"dropped {report['num_dropped']} samples, padded {report['num_padded']} repeats")
+    print(f"{'source':>12} {'samples':>10} {'epoch':>10} {'share':>7} {'passes':>8} {'repeats':>8} "
+          f"{'starts at':>16} {'per step':>9}")
+    for row in report["sources"]:
+        low, high = row["repeats"]
+        repeats = f"{low}" if low == high else f"{low}|{high}"
+        start = f"pass {row['first_pass']} @{row['pass_position']}"
+        print(f"{row['name']:>12} {row['num_samples']:>10} {row['samples_per_epoch']:>10} "
+              f"{row['share']:>7.2%} {row['passes']:>8.3f} {repeats:>8} {start:>16} {row['samples_per_step']:>9.2f}")

@@ -1,0 +1,202 @@
+"""The mixed epoch sequence: sources interleaved lazily, exact counts (specs/mixture.md).
+
+A :class:`MixedSequence` is a :class:`SampleSequence` like the epoch sequence of one dataset, so
+the partition, equal steps, pads, seeks and elastic resume of ``shardkit.plan`` apply to it
+unchanged. Shard indices in its spans are *global*: the sources' shards concatenated in source
+order (source ``i``'s local shard ``s`` is ``shard_base[i] + s``).
+
+Position -> source follows the merged order of the keys ``(2r + 1) / (2 q_i)`` (the ``r``-th
+sample of source ``i``, ``q_i`` its epoch count; ties to the lower source): a smooth, exact,
+seekable interleave (MX3). Window ``j`` (positions ``j*win ... (j+1)*win``) decodes each source's
+contiguous run of stream positions and outputs them permuted (``random``) or in merged slots
+with each source's samples permuted (``stratified``). Immutable and thread-safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from shardkit.errors import PlanError
+from shardkit.plan.rng import permutation, philox_key
+from shardkit.plan.sequence import EpochSequence, SampleSequence
+from shardkit.plan.spans import Span, Window
+
+SALT_MIX_ORDER = 11  # a source's shard order: (11, seed, name word)
+SALT_MIX_WINDOW = 12  # window j's permutation: (12, seed, epoch, j[, source])
+_NO_SHARDS = np.zeros(0, dtype=np.int64)
+
+
+def name_word(name: str) -> int:
+    """A stable integer for a source name (RNG key word; survives adding/removing sources)."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
+
+
+class SourceStream:
+    """Source ``i``'s epoch slice of its stream: ranks ``0..count`` are stream positions
+    ``cursor + rank``, stream position ``s`` being sample ``s mod N`` of the fixed shard order
+    (passes repeat that order, MX2)."""
+
+    def __init__(self, sizes: np.ndarray, order: np.ndarray, shard_base: int, cursor: int) -> None:
+        self._pass = EpochSequence(sizes, order, chunk=1)
+        self._base, self._cursor = shard_base, cursor
+
+    @property
+    def num_samples(self) -> int:
+        return len(self._pass)
+
+    def _pieces(self, lo: int, hi: int) -> Iterator[tuple[int, int]]:
+        n = len(self._pass)
+        start, stop = self._cursor + lo, self._cursor + hi
+        while start < stop:
+            inner = start % n
+            take = min(stop - start, n - inner)
+            yield inner, inner + take
+            start += take
+
+    def spans(self, lo: int, hi: int) -> list[Span]:
+        return [Span(s.shard_index + self._base, s.start, s.end)
+                for a, b in self._pieces(lo, hi) for s in self._pass.spans(a, b)]
+
+    def shards(self, lo: int, hi: int) -> np.ndarray:
+        found = [self._pass.shards(a, b) + self._base for a, b in self._pieces(lo, hi)]
+        return np.concatenate(found) if found else _NO_SHARDS
+
+
+class Interleave:
+    """The merged key order of the sources' samples, with exact integer keys.
+
+    ``key(i, r) = floor((2r + 1) * L / (2 q_i))`` with ``L = 4 max(q)^2 + 1`` orders exactly as
+    the rationals ``(2r + 1) / (2 q_i)`` (distinct ones differ by >= 1/L).
+    """
+
+    def __init__(self, counts: Sequence[int]) -> None:
+        self.counts = [int(c) for c in counts]
+        self.total = sum(self.counts)
+        self._scale = 4 * max(self.counts + [1]) ** 2 + 1
+
+    def _at_most(self, threshold: int) -> list[int]:
+        """Per source: keys <= threshold."""
+        found = []
+        for q in self.counts:
+            ceil = -(-2 * q * (threshold + 1) // self._scale)
+            found.append(min(max(ceil // 2, 0), q))
+        return found
+
+    def prefix(self, position: int) -> list[int]:
+        """Per source: samples among the first ``position`` of the merged order; O(n log L)."""
+        if not 0 <= position <= self.total:
+            raise PlanError(f"interleave position {position} outside 0..{self.total}")
+        if position == self.total:
+            return list(self.counts)
+        if position == 0:
+            return [0] * len(self.counts)
+        lo, hi = -1, self._scale  # invariant: sum(at_most(lo)) < position <= sum(at_most(hi))
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if sum(self._at_most(mid)) >= position:
+                hi = mid
+            else:
+                lo = mid
+        below, upto = self._at_most(hi - 1), self._at_most(hi)
+        need = position - sum(below)
+        for i, (a, b) in enumerate(zip(below, upto, strict=True)):  # ties: lower source first
+            if b > a and need:
+                below[i] += 1
+                need -= 1
+        return below
+
+    def merged(self, lo: Sequence[int], hi: Sequence[int]) -> np.ndarray:
+        """Indices into the source-major list of ranks ``lo[i]:hi[i]``, in merged order."""
+        # int64 keys while (2r + 1) * L fits (counts below ~1e6), else exact Python ints
+        kind = np.int64 if 2 * max(self.counts + [1]) * self._scale < 2**62 else object
+        keys = [(2 * np.arange(a, b, dtype=np.int64).astype(kind) + 1) * self._scale // (2 * q)
+                for q, a, b in zip(self.counts, lo, hi, strict=True) if b > a]
+        if not keys:
+            return np.zeros(0, dtype=np.int64)
+        return np.argsort(np.concatenate(keys), kind="stable").astype(np.int64)
+
+
+class MixedSequence(SampleSequence):
+    """``sum(counts)`` positions interleaving the sources' epoch slices (see module doc).
+
+    ``key = (seed, epoch)`` shuffles; ``None`` keeps the merged order and each source's stream
+    order. ``stratified`` rounds ``window`` up to a multiple of ``batch`` so each batch of a
+    level-0 consumer is one block of merged slots.
+    """
+
+    def __init__(self, streams: Sequence[SourceStream], counts: Sequence[int], composition: str,
+                 window: int, batch: int, key: tuple[int, int] | None) -> None:
+        self._streams = tuple(streams)
+        self._mix = Interleave(counts)
+        self._stratified = composition == "stratified"
+        self._batch = batch
+        self._window = -(-window // batch) * batch if self._stratified else window
+        self._key = key
+
+    def __len__(self) -> int:
+        return self._mix.total
+
+    def prefix(self, position: int) -> list[int]:
+        """Samples of each source among mixed positions ``0:position``."""
+        return self._mix.prefix(position)
+
+    def windows(self, start: int, stop: int) -> Iterator[Window]:
+        self.check_range(start, stop)
+        if start == stop:
+            return
+        first = start // self._window
+        lo = self._mix.prefix(first * self._window)
+        for index in range(first, (stop - 1) // self._window + 1):
+            w_lo = index * self._window
+            w_hi = min(w_lo + self._window, len(self))
+            hi = self._mix.prefix(w_hi)
+            spans = [span for s, a, b in zip(self._streams, lo, hi, strict=True) for span in s.spans(a, b)]
+            order = self._order(index, lo, hi)
+            yield Window(tuple(spans), order[max(start, w_lo) - w_lo : min(stop, w_hi) - w_lo])
+            lo = hi
+
+    def _order(self, index: int, lo: list[int], hi: list[int]) -> np.ndarray:
+        sizes = np.array(hi, dtype=np.int64) - np.array(lo, dtype=np.int64)
+        total = int(sizes.sum())
+        if self._key is not None and not self._stratified:
+            return permutation(philox_key(SALT_MIX_WINDOW, *self._key, index), total)
+        merged = self._mix.merged(lo, hi)
+        if self._key is None:
+            return merged
+        # stratified: keep the merged slots, permute each source's samples inside the window,
+        # then shuffle the slots of each batch among themselves.
+        bases = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(sizes)])
+        within = np.concatenate([_zero_based_perm(self._key, index, i, int(m)) for i, m in enumerate(sizes)])
+        source = np.repeat(np.arange(len(sizes)), sizes)[merged]
+        order = bases[source] + within[merged]
+        raw = np.random.Philox(key=philox_key(SALT_MIX_WINDOW, *self._key, index, -1)).random_raw(total)
+        block = np.arange(total, dtype=np.int64) // self._batch
+        result: np.ndarray = order[np.lexsort((raw, block))]
+        return result
+
+    def shards(self, start: int, stop: int) -> np.ndarray:
+        """Shards of the windows touching ``start:stop``, sources interleaved by first use."""
+        self.check_range(start, stop)
+        if start == stop:
+            return _NO_SHARDS
+        w_lo = start // self._window * self._window
+        w_hi = min(-(-stop // self._window) * self._window, len(self))
+        lo, hi = self._mix.prefix(w_lo), self._mix.prefix(w_hi)
+        found, when = [], []
+        for stream, q, a, b in zip(self._streams, self._mix.counts, lo, hi, strict=True):
+            rank = a
+            for span in stream.spans(a, b):
+                found.append(span.shard_index)
+                when.append(rank / q)
+                rank += span.num_samples
+        order = np.argsort(np.array(when), kind="stable")
+        return np.array(found, dtype=np.int64)[order] if found else _NO_SHARDS
+
+
+def _zero_based_perm(key: tuple[int, int], index: int, source: int, length: int) -> np.ndarray:
+    if length <= 1:
+        return np.zeros(length, dtype=np.int64)
+    return permutation(philox_key(SALT_MIX_WINDOW, *key, index, source), length)

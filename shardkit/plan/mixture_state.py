@@ -1,0 +1,163 @@
+"""Plans and resume states of a mixture epoch (specs/mixture.md, MX5-MX9).
+
+A mixture state wraps the plan state of specs/resume-state.md (whose ``fingerprint`` is the
+epoch digest of :meth:`MixSpec.digest`) with what the epoch was made of: per source its name,
+fingerprint, size, weight, epoch count, cursor and consumed samples. Resuming rebuilds the
+interrupted epoch from that saved description - so new weights, added or zero-weighted sources
+take effect at the next epoch - and continues every source's stream where it stopped.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from shardkit.errors import PlanError, StateError
+from shardkit.plan.mixture import MixSource, MixSpec
+from shardkit.plan.mixture_sequence import SALT_MIX_ORDER, MixedSequence, SourceStream, name_word
+from shardkit.plan.params import PlanParams
+from shardkit.plan.plan import Plan
+from shardkit.plan.rng import permutation, philox_key
+from shardkit.plan.state import build_plan, plan_to_state, validate_state
+
+MIX_STATE_VERSION = 1
+MIX_KIND = "shardkit.mixture"
+MIX_STATE_KEYS = ("version", "kind", "epoch", "samples_per_epoch", "composition", "sources", "plan")
+SOURCE_KEYS = ("name", "fingerprint", "num_samples", "weight", "count", "cursor", "consumed")
+
+
+def shard_bases(spec: MixSpec) -> np.ndarray:
+    """Global index of each source's first shard, and the total (length sources + 1)."""
+    counts = [len(source.shard_sizes) for source in spec.sources]
+    return np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(counts, dtype=np.int64)])
+
+
+def mixture_shard_sizes(spec: MixSpec) -> np.ndarray:
+    """The sources' shard sizes concatenated: the plan's global shard space."""
+    return np.concatenate([s.shard_sizes for s in spec.sources] + [np.zeros(0, dtype=np.int64)])
+
+
+def source_order(source: MixSource, seed: int, shuffle: bool) -> np.ndarray:
+    """The fixed shard order a source's passes walk (MX2); manifest order without shuffle."""
+    if not shuffle:
+        return np.arange(len(source.shard_sizes), dtype=np.int64)
+    return permutation(philox_key(SALT_MIX_ORDER, seed, name_word(source.name)), len(source.shard_sizes))
+
+
+def mixed_sequence(spec: MixSpec, params: PlanParams) -> MixedSequence:
+    """Level 0's source: the epoch's mixed sequence; O(sources + shards)."""
+    counts, cursors, bases = spec.counts(params.epoch), spec.cursors(params.epoch), shard_bases(spec)
+    streams = [SourceStream(s.shard_sizes, source_order(s, params.seed, params.shuffle), int(bases[i]), int(cursors[i]))
+               for i, s in enumerate(spec.sources)]
+    key = (params.seed, params.epoch) if params.shuffle else None
+    return MixedSequence(streams, counts.tolist(), spec.composition, params.shuffle_window, params.batch_size, key)
+
+
+def _base(spec: MixSpec, sizes: np.ndarray, params: PlanParams) -> Plan:
+    return Plan(sizes, params, mixed_sequence(spec, params))
+
+
+def mixture_plan(spec: MixSpec, params: PlanParams, resume_plan: dict[str, Any] | None = None) -> Plan:
+    """The plan of ``params.epoch`` (P1-P12 and R1-R9 hold as for one dataset); ``resume_plan``
+    is the ``plan`` part of a state saved for this very spec (see :func:`resume_mixture`)."""
+    return build_plan(mixture_shard_sizes(spec), params, resume_plan, base=functools.partial(_base, spec))
+
+
+def mixture_to_state(spec: MixSpec, plan: Plan, offsets: Sequence[int],
+                     consumed: Sequence[int] | None = None) -> dict[str, Any]:
+    """The mixture resume state after consumer ``c`` delivered ``offsets[c]`` samples;
+    ``consumed``: real samples delivered per source this epoch (accounting, MX9)."""
+    epoch = plan.params.epoch
+    counts, cursors = spec.counts(epoch), spec.cursors(epoch)
+    tally = [0] * len(spec.sources) if consumed is None else [int(c) for c in consumed]
+    if len(tally) != len(spec.sources):
+        raise StateError(f"consumed: expected {len(spec.sources)} counts (one per source), got {len(tally)}")
+    sources = [{"name": s.name, "fingerprint": s.fingerprint, "num_samples": s.num_samples,
+                "weight": float(w), "count": int(q), "cursor": int(c), "consumed": t}
+               for s, w, q, c, t in zip(spec.sources, spec.weights(epoch), counts, cursors, tally, strict=True)]
+    return {"version": MIX_STATE_VERSION, "kind": MIX_KIND, "epoch": epoch,
+            "samples_per_epoch": spec.samples_per_epoch, "composition": spec.composition,
+            "sources": sources, "plan": plan_to_state(plan, offsets, spec.digest(epoch))}
+
+
+def resume_mixture(spec: MixSpec, params: PlanParams, state: Any) -> tuple[Plan, MixSpec]:
+    """The interrupted epoch's plan (same or new topology) and the mixture for later epochs.
+
+    The epoch is rebuilt from the state's own description (weights, counts, cursors) over the
+    current sources' shards, so a changed mix never alters a started epoch (MX8); the returned
+    spec is ``spec`` rebased so every source continues its stream after that epoch. Raises
+    StateError for a malformed or newer state, a changed or missing source (by name).
+    """
+    _check_state(state)
+    epoch = int(state["epoch"])
+    if params.epoch != epoch:
+        raise StateError(f"mixture state is for epoch {epoch}, the plan asked for epoch {params.epoch}")
+    saved = saved_spec(spec, state)
+    validate_state(state["plan"], saved.digest(epoch))
+    plan = mixture_plan(saved, params, state["plan"])
+    after = {s["name"]: int(s["cursor"]) + int(s["count"]) for s in state["sources"]}
+    later = [after.get(source.name, 0) for source in spec.sources]
+    return plan, spec.rebased(epoch + 1, later)
+
+
+def saved_spec(spec: MixSpec, state: dict[str, Any]) -> MixSpec:
+    """The mixture the state's epoch was planned with, over ``spec``'s sources' shards."""
+    by_name = {source.name: source for source in spec.sources}
+    sources, weights, cursors = [], [], []
+    for i, entry in enumerate(state["sources"]):
+        where = f"state.sources[{i}] ({entry['name']!r})"
+        current = by_name.get(entry["name"])
+        if current is None:
+            raise StateError(f"{where}: the source is not in the mixture, but the saved epoch still reads it; "
+                             f"keep it with weight 0 until that epoch ends")
+        if entry["fingerprint"] != current.fingerprint or entry["num_samples"] != current.num_samples:
+            raise StateError(f"{where}: source changed since the state was saved: fingerprint "
+                             f"{entry['fingerprint']!r} / {entry['num_samples']} samples, now "
+                             f"{current.fingerprint!r} / {current.num_samples}")
+        sources.append(MixSource(current.name, current.shard_sizes, entry["weight"], current.fingerprint))
+        weights.append(entry["weight"])
+        cursors.append(entry["cursor"])
+    try:
+        saved = MixSpec(tuple(sources), state["samples_per_epoch"], state["composition"])
+    except PlanError as error:
+        raise StateError(f"state: {error}") from error
+    saved = saved.rebased(state["epoch"], cursors)
+    counts = [int(c) for c in saved.counts(state["epoch"])]
+    if counts != [entry["count"] for entry in state["sources"]]:
+        raise StateError(f"state.sources: counts {[e['count'] for e in state['sources']]} do not follow from "
+                         f"the saved weights and samples_per_epoch (expected {counts})")
+    return saved
+
+
+def _check_state(state: Any) -> None:
+    if not isinstance(state, dict) or state.get("kind") != MIX_KIND:
+        raise StateError(f"state: expected a mixture state (kind {MIX_KIND!r}), got "
+                         f"{state.get('kind') if isinstance(state, dict) else type(state).__name__!r}")
+    if sorted(state) != sorted(MIX_STATE_KEYS):
+        raise StateError(f"state: expected keys {sorted(MIX_STATE_KEYS)}, got {sorted(state)}")
+    version = state["version"]
+    if not _is_int(version) or version < 1 or version > MIX_STATE_VERSION:
+        raise StateError(f"state.version: expected an int in 1..{MIX_STATE_VERSION} (a newer version needs "
+                         f"a newer shardkit), got {version!r}")
+    for key in ("epoch", "samples_per_epoch"):
+        if not _is_int(state[key]) or state[key] < 0:
+            raise StateError(f"state.{key}: expected an int >= 0, got {state[key]!r}")
+    sources = state["sources"]
+    if not isinstance(sources, list) or not sources:
+        raise StateError(f"state.sources: expected a non-empty list, got {type(sources).__name__}")
+    for i, entry in enumerate(sources):
+        if not isinstance(entry, dict) or sorted(entry) != sorted(SOURCE_KEYS):
+            raise StateError(f"state.sources[{i}]: expected keys {sorted(SOURCE_KEYS)}")
+        ints = [entry[k] for k in ("num_samples", "count", "cursor", "consumed")]
+        weight = entry["weight"]
+        if not all(_is_int(v) and v >= 0 for v in ints) or not isinstance(entry["name"], str) \
+                or not isinstance(weight, int | float) or isinstance(weight, bool) or not math.isfinite(weight):
+            raise StateError(f"state.sources[{i}]: bad types or negative values in {entry}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

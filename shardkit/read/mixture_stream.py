@@ -1,0 +1,77 @@
+"""A consumer's samples of a mixture plan: global shards -> (source, local shard) -> samples.
+
+The mixture plan (shardkit.plan.mixture_state) numbers the sources' shards one after another;
+:class:`MixtureOpener` keeps one :class:`ShardOpener` per source (its own store, cache keys by
+that dataset's fingerprint, its own prefetch list) and maps a global shard index to the right
+one. Windows decode source by source, so each source keeps its current shard open.
+
+Not thread-safe: one opener per consumer (DataLoader worker).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import cast
+
+import numpy as np
+
+from shardkit.plan import Plan
+from shardkit.plan.mixture_state import shard_bases
+from shardkit.read.mixture import OpenMixture
+from shardkit.read.shard_reader import ShardReader
+from shardkit.read.stats import ReadStats
+from shardkit.read.stream import ShardOpener, WindowSamples, read_window
+from shardkit.storage import ShardCache
+
+
+class MixtureOpener:
+    """Shard readers of a mixture by global shard index (``bases``: first global shard of each
+    source, then the total)."""
+
+    def __init__(self, opened: OpenMixture, bases: np.ndarray, cache: ShardCache | None = None,
+                 upcoming: list[int] | None = None, stats: ReadStats | None = None,
+                 read_ahead: bool = False, views: bool = False, columns: bool = False) -> None:
+        self.views = views
+        self.stats = stats if stats is not None else ReadStats()
+        self._bases = bases
+        self._openers = []
+        for i, dataset in enumerate(opened.datasets):
+            lo, hi = int(bases[i]), int(bases[i + 1])
+            mine = None if upcoming is None else [s - lo for s in upcoming if lo <= s < hi]
+            self._openers.append(ShardOpener(dataset.in_this_process(), cache, mine, stats=self.stats,
+                                             read_ahead=read_ahead, views=views, columns=columns))
+
+    def source_of(self, shard_index: int) -> int:
+        return int(np.searchsorted(self._bases, shard_index, side="right")) - 1
+
+    def reader(self, shard_index: int) -> ShardReader:
+        source = self.source_of(shard_index)
+        return self._openers[source].reader(shard_index - int(self._bases[source]))
+
+    def close(self) -> None:
+        for opener in self._openers:
+            opener.close()
+
+
+def source_of_indices(sample_bases: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """Source of each global sample index (``sample_bases``: first global sample of each source)."""
+    found: np.ndarray = np.searchsorted(sample_bases, indices, side="right") - 1
+    return found
+
+
+def iter_mixture_consumer(opened: OpenMixture, plan: Plan, consumer: int, start: int,
+                          cache: ShardCache | None = None, stats: ReadStats | None = None,
+                          read_ahead: bool = False, views: bool = False,
+                          columns: bool = False) -> Iterator[WindowSamples]:
+    """Consumer ``consumer``'s samples of a mixture plan from position ``start`` to its end;
+    ``indices`` are global (``source_of_indices`` maps them to sources)."""
+    bases = shard_bases(opened.spec())
+    upcoming = list(plan.shards_of(consumer, start)) if cache is not None else None
+    opener = MixtureOpener(opened, bases, cache, upcoming, stats, read_ahead, views, columns)
+    offsets = plan.shard_offsets
+    try:
+        for window in plan.consumer_windows(consumer, start):
+            # read_window uses only .reader(shard) and .views of its opener
+            yield from read_window(cast(ShardOpener, opener), window, offsets)
+    finally:
+        opener.close()
