@@ -140,7 +140,8 @@ class BlockCutter:
         return Piece(head.doc_index, start, stop)
 
     def _next_concat(self) -> Block | None:
-        seq_len, taken, used = self.options.seq_len, [], 0
+        seq_len, used = self.options.seq_len, 0
+        taken: list[Piece] = []
         while used < seq_len and self.piece_index < len(self.pieces):
             piece = self._take(seq_len - used)
             used += piece.length
