@@ -48,30 +48,34 @@ class TokenDocs:
                 following = d
         self.next_doc = nxt
 
-    def segment(self, d: int) -> np.ndarray:
-        """``[bos] + tokens + [eos]`` as int64; empty for an empty document (TB2)."""
-        o = self.options
-        parts = [np.asarray(self.documents[d], dtype=np.int64)]
-        if not len(parts[0]):
-            return parts[0]
-        if o.bos_id is not None:
-            parts.insert(0, np.array([o.bos_id], dtype=np.int64))
-        if o.eos_id is not None:
-            parts.append(np.array([o.eos_id], dtype=np.int64))
-        return np.concatenate(parts)
+    def _slice(self, d: int, start: int, stop: int, values: np.ndarray, bos: Any, eos: Any) -> np.ndarray:
+        n = len(values)
+        if n == 0:
+            return values[:0]
+        has_bos, has_eos = int(bos is not None), int(eos is not None)
+        stop = min(stop, n + has_bos + has_eos)
+        parts = [values[max(start - has_bos, 0):min(stop - has_bos, n)]]
+        if has_bos and start == 0:
+            parts.insert(0, np.array([bos], dtype=values.dtype))
+        if has_eos and stop == n + has_bos + has_eos:
+            parts.append(np.array([eos], dtype=values.dtype))
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
-    def segment_mask(self, d: int) -> np.ndarray:
-        """Loss mask per segment token: the document's ``loss_mask`` field, 1 for BOS/EOS."""
-        n = len(self.documents[d])
-        mask = np.ones(n, dtype=bool) if self.loss_masks is None else np.asarray(self.loss_masks[d], dtype=bool)
-        if len(mask) != n:
-            raise PlanError(f"document {d}: loss_mask has {len(mask)} entries for {n} tokens")
+    def segment_slice(self, d: int, start: int, stop: int) -> np.ndarray:
+        """Segment tokens ``start … stop-1`` of ``d`` (clipped), int64, without building the segment."""
         o = self.options
-        ones = np.ones(1, dtype=bool)
-        if not n:
-            return mask
-        return np.concatenate([ones] * (o.bos_id is not None) + [mask] + [ones] * (o.eos_id is not None))
+        return self._slice(d, start, stop, np.asarray(self.documents[d]), o.bos_id, o.eos_id).astype(np.int64)
 
+    def mask_slice(self, d: int, start: int, stop: int) -> np.ndarray | None:
+        """The loss mask of ``segment_slice`` (``None``: no loss_mask field, all ones)."""
+        if self.loss_masks is None:
+            return None
+        o = self.options
+        mask = np.asarray(self.loss_masks[d], dtype=bool)
+        if len(mask) != len(self.documents[d]):
+            raise PlanError(f"document {d}: loss_mask has {len(mask)} entries for {len(self.documents[d])} tokens")
+        return self._slice(d, start, stop, mask, None if o.bos_id is None else True,
+                           None if o.eos_id is None else True)
 
 def merge_pieces(pieces: Sequence[Piece]) -> list[Piece]:
     out: list[Piece] = []
@@ -83,19 +87,30 @@ def merge_pieces(pieces: Sequence[Piece]) -> list[Piece]:
     return out
 
 
-def _targets(docs: TokenDocs, piece: Piece, mode: str) -> tuple[np.ndarray, np.ndarray]:
-    """Label tokens and their loss mask for ``piece``'s positions (the next segment token)."""
+def _first_target(docs: TokenDocs, d: int) -> int | None:
+    """The label of document ``d``'s last concat position: the next document's first segment
+    token, or ``None`` (ignore) at the epoch's end, with ``mask_doc_starts`` or a masked token."""
+    nxt = int(docs.next_doc[d])
+    if nxt < 0 or docs.options.mask_doc_starts:
+        return None
+    if docs.options.bos_id is not None:
+        return docs.options.bos_id
+    if docs.loss_masks is not None and not docs.loss_masks[nxt][0]:
+        return None
+    return int(docs.documents[nxt][0])
+
+
+def _fill(ids: np.ndarray, labels: np.ndarray, docs: TokenDocs, piece: Piece, mode: str) -> None:
+    """Inputs and labels of ``piece`` into row slices: a label is the next segment token (TB4)."""
     d, s, e = piece
-    seg, mask = docs.segment(d), docs.segment_mask(d)
-    targets, keep = seg[s + 1:e + 1], mask[s + 1:e + 1]
-    if len(targets) < e - s:  # the last position of a concat segment: the next document's start
-        nxt = int(docs.next_doc[d])
-        if nxt < 0 or docs.options.mask_doc_starts or mode == "pack":
-            head, head_keep = np.array([0], dtype=np.int64), np.zeros(1, dtype=bool)
-        else:
-            head, head_keep = docs.segment(nxt)[:1], docs.segment_mask(nxt)[:1]
-        targets, keep = np.concatenate([targets, head]), np.concatenate([keep, head_keep])
-    return targets, keep
+    seg = docs.segment_slice(d, s, e + 1)
+    ids[:] = seg[:e - s]
+    inside = len(seg) - 1  # positions whose target lies in this segment
+    mask = docs.mask_slice(d, s + 1, e + 1)
+    labels[:inside] = seg[1:] if mask is None else np.where(mask, seg[1:], docs.options.ignore_index)
+    if inside < e - s:
+        target = None if mode == "pack" else _first_target(docs, d)
+        labels[inside] = docs.options.ignore_index if target is None else target
 
 
 def assemble(blocks: Sequence[Block], docs: TokenDocs, seq_len: int, mode: str) -> dict[str, Any]:
@@ -113,9 +128,7 @@ def assemble(blocks: Sequence[Block], docs: TokenDocs, seq_len: int, mode: str) 
         col = 0
         for piece in merge_pieces(block.pieces):
             n, cols = piece.length, slice(col, col + piece.length)
-            ids[r, cols] = docs.segment(piece.doc_index)[piece.start:piece.stop]
-            targets, keep = _targets(docs, piece, mode)
-            labels[r, cols] = np.where(keep, targets, o.ignore_index)
+            _fill(ids[r, cols], labels[r, cols], docs, piece, mode)
             positions[r, cols] = np.arange(n)
             doc_index[r, cols] = piece.doc_index
             offsets[r, cols] = np.arange(piece.start, piece.stop)
