@@ -116,3 +116,26 @@ def test_a_loss_mask_of_the_wrong_length_names_the_document():
     token_docs = TokenDocs([np.array([5, 6, 7])], TokenOptions(), [np.array([1, 0])])
     with pytest.raises(PlanError, match="document 0: loss_mask has 2 entries for 3 tokens"):
         assemble([Block((Piece(0, 0, 3),), 0)], token_docs, 3, "concat")
+
+
+def test_the_spec_worked_example_killed_and_resumed_with_a_shorter_seq_len():
+    """specs/token-blocks.md worked example: the labels after an elastic resume with seq_len 2
+    and 2 consumers are those of the uninterrupted run (TB7, TB8)."""
+    from shardkit.plan.token_blocks import BlockOptions, epoch_pieces, num_positions
+    from shardkit.plan.token_pool import consumer_blocks, remainder_pool, split_work
+
+    docs = TokenDocs([np.array([10, 11]), np.array([], dtype=np.int64), np.array([20, 21, 22])],
+                     TokenOptions(eos_id=EOS))
+    options = BlockOptions(4)
+    work = split_work(epoch_pieces(num_positions(docs.segment_lengths, "concat")), 1, 1, options).consumers[0]
+    cutter = BlockCutter(work.pieces, options)
+    first = cutter.next_block()
+    state = {**cutter.to_dict(), "blocks": 1}
+    assert state == {"blocks": 1, "piece_index": 1, "doc_index": 2, "token_offset": 1, "carry": []}
+    assert assemble([first], docs, 4, "concat")["labels"].tolist() == [[11, EOS, 20, 21]]
+    pool = remainder_pool([work], [state], options)
+    assert pool == [Piece(2, 1, 4)]
+    split = split_work(pool, 2, 1, BlockOptions(2))
+    rows = [assemble(consumer_blocks(w, BlockOptions(2)), docs, 2, "concat") for w in split.consumers]
+    assert [r["input_ids"].tolist() for r in rows] == [[[21, 22]], [[EOS, PAD]]]
+    assert [r["labels"].tolist() for r in rows] == [[[22, EOS]], [[IGNORE_INDEX, IGNORE_INDEX]]]

@@ -89,3 +89,11 @@ def test_a_map_reference_that_does_not_import_is_a_usage_error(tmp_path, capsys)
 def test_all_records_skipped_is_an_error(tmp_path):
     with pytest.raises(SourceError, match="produced no samples"):
         sk.pack(tokenize_map.words, [{"id": 0, "kind": "none", "text": ""}], str(tmp_path / "out"))
+
+
+def test_map_with_the_ray_engine_is_a_usage_error(tmp_path, capsys):
+    (tmp_path / "in.jsonl").write_text('{"text": "a"}\n')
+    code = main(["pack", str(tmp_path / "in.jsonl"), str(tmp_path / "out"), "--map", "tests.helpers.tokenize_map:words",
+                 "--engine", "ray", "--no-progress"])
+    assert code == 2
+    assert "--engine local" in capsys.readouterr().err
