@@ -97,3 +97,30 @@ def test_map_with_the_ray_engine_is_a_usage_error(tmp_path, capsys):
                  "--engine", "ray", "--no-progress"])
     assert code == 2
     assert "--engine local" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_tokenized_dataset_cut_into_blocks_gives_every_token_once(tmp_path, corpus):
+    """TB2, TB5: tokens packed by the map, read back and cut (concat, EOS, seq_len 64, 3
+    consumers) are each an input exactly once, with their own token value."""
+    from shardkit.loader.token_batch import token_batches
+    from shardkit.plan.token_blocks import BlockOptions, epoch_pieces, num_positions
+    from shardkit.plan.token_pool import split_work
+    from shardkit.plan.token_rows import TokenDocs, TokenOptions
+
+    path, _ = corpus
+    sk.pack(tokenize_map.tokenize, str(path), str(tmp_path / "ds"), options=SMALL)
+    documents = [s["tokens"] for s in open_dataset(str(tmp_path / "ds")).samples()]
+    docs = TokenDocs(documents, TokenOptions(eos_id=1))
+    options = BlockOptions(64)
+    split = split_work(epoch_pieces(num_positions(docs.segment_lengths, "concat")), 3, 4, options, "pad")
+    seen = {}
+    for work in split.consumers:
+        for batch, _ in token_batches(work, docs, options, 4, with_provenance=True):
+            real = batch["doc_index"] >= 0
+            for d, o, t in zip(batch["doc_index"][real].tolist(), batch["token_offset"][real].tolist(),
+                               batch["input_ids"][real].tolist(), strict=True):
+                assert (d, o) not in seen
+                seen[d, o] = t
+    want = {(d, o): t for d, doc in enumerate(documents) for o, t in enumerate([*doc.tolist(), 1])}
+    assert seen == want
