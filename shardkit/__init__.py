@@ -15,6 +15,7 @@ _LAZY = {
     "ShardWriter": "shardkit.write",
     "Manifest": "shardkit.format",
     "open_dataset": "shardkit.read",
+    "pack": "shardkit.write.map",
     "sample_rng": "shardkit.plan",
     "StreamingDataset": "shardkit.loader",
     "ShardLoader": "shardkit.loader",

@@ -33,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing dataset at OUT")
     p.add_argument("--engine", default="local", choices=("local", "ray"), help="local processes or Ray Data")
     p.add_argument("--address", default=None, help="Ray cluster address (with --engine ray)")
+    p.add_argument("--map", metavar="MODULE:FUNCTION", help="map each JSONL record through FUNCTION (e.g. tokenize)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true")
     add_storage_options(p)
@@ -54,14 +55,19 @@ def run(args: argparse.Namespace) -> int:
         label_from_dir=args.label_from_dir,
         storage_options=storage_options(args),
     )
-    if args.engine == "ray":
+    if args.engine == "ray" and not args.map:
         from shardkit.write.ray_engine import pack_with_ray
 
         summary = pack_with_ray(args.src, args.out, options, address=args.address, progress=not args.no_progress)
     else:
         progress = Progress("pack", enabled=not args.no_progress)
         try:
-            summary = pack(args.src, args.out, options, progress)
+            if args.map:
+                from shardkit.cli.map_cmd import pack_with_map
+
+                summary = pack_with_map(args, options, progress)
+            else:
+                summary = pack(args.src, args.out, options, progress)
         finally:
             progress.close()
     if args.json:

@@ -1,0 +1,197 @@
+"""Read-time token blocks: the cutting state machine (specs/token-blocks.md, TB1-TB9).
+
+Pure: works on *positions* only (how many input positions each document has), never on token
+values, so a plan can be computed from per-sample lengths. A document's **segment** is
+``[bos] + tokens + [eos]`` (each optional); its input positions are ``0 … n-1`` where
+``n = len(segment)`` in ``concat`` mode and ``len(segment) - 1`` in ``pack`` mode (TB2, TB3).
+
+Work is a list of :class:`Piece` (a document index and a half-open range of its positions);
+a cutter turns it into :class:`Block` s of exactly ``seq_len`` positions. Its state
+(``to_dict``/``from_dict``) is the cursor (piece index, document index, token offset) and, in
+pack mode, the open blocks (the carry) — everything needed to continue exactly (TB5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from shardkit.errors import PlanError, StateError
+
+MODES = ("concat", "pack")
+
+
+@dataclass(frozen=True)
+class BlockOptions:
+    """How documents become blocks. ``fit``/``long_docs``/``open_blocks`` apply to pack mode."""
+
+    seq_len: int
+    mode: str = "concat"
+    fit: str = "best"
+    long_docs: str = "split"
+    open_blocks: int = 16
+
+    def __post_init__(self) -> None:
+        if self.seq_len < 1:
+            raise PlanError(f"seq_len must be >= 1, got {self.seq_len}")
+        if self.mode not in MODES:
+            raise PlanError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.fit not in ("best", "first"):
+            raise PlanError(f"fit must be 'best' or 'first', got {self.fit!r}")
+        if self.long_docs not in ("split", "truncate"):
+            raise PlanError(f"long_docs must be 'split' or 'truncate', got {self.long_docs!r}")
+        if self.open_blocks < 1:
+            raise PlanError(f"open_blocks must be >= 1, got {self.open_blocks}")
+
+
+class Piece(NamedTuple):
+    """Positions ``start … stop-1`` of document ``doc_index`` (epoch order)."""
+
+    doc_index: int
+    start: int
+    stop: int
+
+    @property
+    def length(self) -> int:
+        return self.stop - self.start
+
+
+class Block(NamedTuple):
+    """One row: ``pieces`` in order, then ``num_padding`` pad positions; ``truncated`` are the
+    positions dropped (pack mode, ``long_docs='truncate'``) when this block was cut."""
+
+    pieces: tuple[Piece, ...]
+    num_padding: int
+    truncated: tuple[Piece, ...] = ()
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(p.length for p in self.pieces)
+
+
+def num_positions(segment_lengths: np.ndarray, mode: str) -> np.ndarray:
+    """Input positions per document: the segment length (concat) or one less (pack, TB3)."""
+    lengths = np.asarray(segment_lengths, dtype=np.int64)
+    return lengths if mode == "concat" else np.maximum(lengths - 1, 0)
+
+
+def epoch_pieces(positions: Sequence[int] | np.ndarray) -> list[Piece]:
+    """The whole epoch as work: every document with at least one position, in order."""
+    return [Piece(d, 0, int(n)) for d, n in enumerate(positions) if n > 0]
+
+
+class BlockCutter:
+    """Cuts ``pieces`` into blocks of ``options.seq_len`` positions; ``next_block()`` returns
+    ``None`` when the work is exhausted. Deterministic; not thread-safe."""
+
+    def __init__(self, pieces: Sequence[Piece], options: BlockOptions) -> None:
+        self.pieces = list(pieces)
+        self.options = options
+        self.piece_index = 0
+        self.offset = 0  # positions of pieces[piece_index] already taken
+        self.bins: list[list[Piece]] = []  # pack mode: the open blocks (carry)
+        self.used: list[int] = []  # positions in each open block
+
+    # ---- state (TB5) -------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        cursor = self.pieces[self.piece_index] if self.piece_index < len(self.pieces) else None
+        return {
+            "piece_index": self.piece_index,
+            "doc_index": -1 if cursor is None else cursor.doc_index,
+            "token_offset": 0 if cursor is None else cursor.start + self.offset,
+            "carry": [[list(p) for p in b] for b in self.bins],
+        }
+
+    @classmethod
+    def from_dict(cls, pieces: Sequence[Piece], options: BlockOptions, state: dict[str, Any]) -> BlockCutter:
+        cutter = cls(pieces, options)
+        index, doc, offset = int(state["piece_index"]), int(state["doc_index"]), int(state["token_offset"])
+        if index == len(cutter.pieces):
+            ok = doc == -1
+        else:
+            piece = cutter.pieces[index] if 0 <= index < len(cutter.pieces) else None
+            ok = piece is not None and piece.doc_index == doc and piece.start <= offset < piece.stop
+        if not ok:
+            raise StateError(f"token-block state points at piece {index} (document {doc}, offset {offset}), "
+                             f"which is not in this consumer's {len(cutter.pieces)} pieces")
+        cutter.piece_index = index
+        cutter.offset = 0 if doc == -1 else offset - cutter.pieces[index].start
+        cutter.bins = [[Piece(*map(int, p)) for p in b] for b in state.get("carry", [])]
+        cutter.used = [sum(p.length for p in b) for b in cutter.bins]
+        if options.mode == "concat" and cutter.bins:
+            raise StateError("token-block state: concat mode has no carry")
+        return cutter
+
+    # ---- cutting -----------------------------------------------------------------------
+    def next_block(self) -> Block | None:
+        return self._next_concat() if self.options.mode == "concat" else self._next_pack()
+
+    def _take(self, limit: int) -> Piece:
+        """Take up to ``limit`` positions of the current piece, advancing the cursor."""
+        head = self.pieces[self.piece_index]
+        start = head.start + self.offset
+        stop = min(head.stop, start + limit)
+        self.offset += stop - start
+        if head.start + self.offset == head.stop:
+            self.piece_index, self.offset = self.piece_index + 1, 0
+        return Piece(head.doc_index, start, stop)
+
+    def _next_concat(self) -> Block | None:
+        seq_len, used = self.options.seq_len, 0
+        taken: list[Piece] = []
+        while used < seq_len and self.piece_index < len(self.pieces):
+            piece = self._take(seq_len - used)
+            used += piece.length
+            if taken and taken[-1].doc_index == piece.doc_index and taken[-1].stop == piece.start:
+                taken[-1] = Piece(piece.doc_index, taken[-1].start, piece.stop)
+            else:
+                taken.append(piece)
+        return Block(tuple(taken), seq_len - used) if taken else None
+
+    def _next_pack(self) -> Block | None:
+        seq_len = self.options.seq_len
+        while self.piece_index < len(self.pieces):
+            head = self.pieces[self.piece_index]
+            remaining = head.stop - head.start - self.offset
+            if remaining >= seq_len:  # a full block of one document (TB3: split or truncate)
+                piece = self._take(seq_len)
+                dropped: tuple[Piece, ...] = ()
+                if self.options.long_docs == "truncate" and self.offset:
+                    dropped = (self._take(head.stop),)
+                return Block((piece,), 0, dropped)
+            target = self._choose_bin(remaining)
+            if target is None:
+                if len(self.bins) < self.options.open_blocks:
+                    self.bins.append([])
+                    self.used.append(0)
+                    continue
+                return self._emit(self._bin_to_close())
+            self.bins[target].append(self._take(remaining))
+            self.used[target] += remaining
+            if self.used[target] == seq_len:
+                return self._emit(target)
+        return self._emit(0) if self.bins else None
+
+    def _choose_bin(self, length: int) -> int | None:
+        seq_len = self.options.seq_len
+        best, best_room = None, seq_len + 1
+        for i, used in enumerate(self.used):
+            room = seq_len - used
+            if room >= length:
+                if self.options.fit == "first":
+                    return i
+                if room < best_room:
+                    best, best_room = i, room
+        return best
+
+    def _bin_to_close(self) -> int:
+        if self.options.fit == "first":
+            return 0  # the oldest
+        return self.used.index(max(self.used))  # the fullest, the oldest among equals
+
+    def _emit(self, index: int) -> Block:
+        pieces, used = self.bins.pop(index), self.used.pop(index)
+        return Block(tuple(pieces), self.options.seq_len - used)

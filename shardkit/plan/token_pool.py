@@ -1,0 +1,140 @@
+"""Token work split among consumers with equal steps, and the remainder pool of an elastic
+resume (specs/token-blocks.md, TB6-TB8). Pure.
+
+``split_work(pool, num_consumers, batch_size, options, tail)`` gives every consumer the same
+number of blocks ``num_blocks`` (a multiple of ``batch_size``):
+
+- concat: the pool's positions (in order) are cut into consecutive ranges of exactly
+  ``num_blocks × seq_len`` positions, consumer ``c`` taking range ``c``; ``tail='drop'`` takes
+  ``num_blocks = ⌊P / (C·B·L)⌋·B`` and leaves the rest of the pool unassigned (reported as
+  dropped); ``tail='pad'`` takes ``⌈P / (C·B·L)⌉·B`` and the last ranges end in padding.
+- pack: whole pieces go to consumers by their start position — consumer ``c`` takes the pieces
+  starting in ``[c·P/C, (c+1)·P/C)`` — each consumer's cutter is run once on positions only to
+  count its blocks ``k_c``; ``num_blocks`` is ``min k_c`` rounded down to ``B`` (drop: blocks
+  past it are dropped) or ``max k_c`` rounded up to ``B`` (pad: missing blocks are all padding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from shardkit.errors import PlanError
+from shardkit.plan.token_blocks import Block, BlockCutter, BlockOptions, Piece
+
+
+@dataclass
+class ConsumerWork:
+    """One consumer's pieces and the number of blocks it yields (padding blocks included)."""
+
+    pieces: list[Piece]
+    num_blocks: int
+
+
+@dataclass
+class WorkSplit:
+    consumers: list[ConsumerWork]
+    dropped: list[Piece] = field(default_factory=list)  # never assigned at this level
+
+    @property
+    def num_blocks(self) -> int:
+        return self.consumers[0].num_blocks if self.consumers else 0
+
+
+def _check(num_consumers: int, batch_size: int, tail: str) -> None:
+    if num_consumers < 1 or batch_size < 1:
+        raise PlanError(f"num_consumers and batch_size must be >= 1, got {num_consumers}, {batch_size}")
+    if tail not in ("drop", "pad"):
+        raise PlanError(f"tail must be 'drop' or 'pad', got {tail!r}")
+
+
+def cut_range(pool: Sequence[Piece], begin: int, end: int) -> list[Piece]:
+    """The pieces covering pool positions ``[begin, end)`` (positions counted along the pool)."""
+    out, at = [], 0
+    for p in pool:
+        lo, hi = max(begin, at), min(end, at + p.length)
+        if lo < hi:
+            out.append(Piece(p.doc_index, p.start + lo - at, p.start + hi - at))
+        at += p.length
+        if at >= end:
+            break
+    return out
+
+
+def split_work(pool: Sequence[Piece], num_consumers: int, batch_size: int, options: BlockOptions,
+               tail: str = "pad") -> WorkSplit:
+    _check(num_consumers, batch_size, tail)
+    if options.mode == "concat":
+        return _split_concat(pool, num_consumers, batch_size, options.seq_len, tail)
+    return _split_pack(pool, num_consumers, batch_size, options, tail)
+
+
+def _split_concat(pool: Sequence[Piece], c: int, b: int, seq_len: int, tail: str) -> WorkSplit:
+    total = sum(p.length for p in pool)
+    per_step = c * b * seq_len
+    steps = total // per_step if tail == "drop" else -(-total // per_step)
+    span = steps * b * seq_len
+    consumers = [ConsumerWork(cut_range(pool, i * span, (i + 1) * span), steps * b) for i in range(c)]
+    return WorkSplit(consumers, cut_range(pool, c * span, total))
+
+
+def count_blocks(pieces: Sequence[Piece], options: BlockOptions) -> int:
+    cutter, n = BlockCutter(pieces, options), 0
+    while cutter.next_block() is not None:
+        n += 1
+    return n
+
+
+def _split_pack(pool: Sequence[Piece], c: int, b: int, options: BlockOptions, tail: str) -> WorkSplit:
+    total = sum(p.length for p in pool)
+    groups: list[list[Piece]] = [[] for _ in range(c)]
+    at = 0
+    for p in pool:
+        groups[min(at * c // max(total, 1), c - 1)].append(p)
+        at += p.length
+    counts = [count_blocks(g, options) for g in groups]
+    if tail == "drop":
+        num_blocks = min(counts) // b * b
+    else:
+        num_blocks = -(-max(counts) // b) * b
+    dropped: list[Piece] = []
+    if tail == "drop":
+        for g in groups:
+            cutter = BlockCutter(g, options)
+            for _ in range(num_blocks):
+                cutter.next_block()
+            while (block := cutter.next_block()) is not None:
+                dropped.extend(block_pieces(block))
+    return WorkSplit([ConsumerWork(g, num_blocks) for g in groups], dropped)
+
+
+def consumer_blocks(work: ConsumerWork, options: BlockOptions, state: dict | None = None) -> list[Block]:
+    """All blocks ``work`` yields from ``state`` on (padding-only blocks at the tail included)."""
+    cutter = BlockCutter(work.pieces, options) if state is None else BlockCutter.from_dict(work.pieces, options, state)
+    done = 0 if state is None else int(state.get("blocks", 0))
+    out = []
+    for _ in range(done, work.num_blocks):
+        block = cutter.next_block()
+        out.append(block if block is not None else Block((), options.seq_len))
+    return out
+
+
+def block_pieces(block: Block) -> list[Piece]:
+    """A block's positions as pieces, truncated ones included (they are dropped only when consumed)."""
+    return [*block.pieces, *block.truncated]
+
+
+def remainder_pool(works: Sequence[ConsumerWork], states: Sequence[dict], options: BlockOptions) -> list[Piece]:
+    """The pieces of every consumer's unconsumed blocks, consumer by consumer, block by block (TB7).
+
+    ``states[c]`` is consumer ``c``'s cutter state at its consumed boundary (``BlockCutter.to_dict``
+    plus ``"blocks"``, the number of blocks consumed). Pieces dropped at this level (drop tail)
+    stay dropped; positions a consumed block truncated stay truncated.
+    """
+    if len(states) != len(works):
+        raise PlanError(f"{len(states)} token-block states for {len(works)} consumers")
+    pool: list[Piece] = []
+    for work, state in zip(works, states, strict=True):
+        for block in consumer_blocks(work, options, state):
+            pool.extend(block_pieces(block))
+    return pool

@@ -1,0 +1,126 @@
+"""Tokenize while packing (specs/token-blocks.md TB10): ``sk.pack(fn, inputs, out, workers=N)``
+and ``shardkit pack --map``, with a real BPE tokenizer trained here (no downloads)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import shardkit as sk
+from shardkit.cli import main
+from shardkit.errors import EncodeError, SourceError
+from shardkit.read import open_dataset
+from shardkit.write.pack import PackOptions
+from tests.helpers import tokenize_map
+from tests.helpers.files import read_tree
+
+SMALL = PackOptions(shard_size="16KiB", block_size="4KiB")
+
+
+@pytest.fixture
+def corpus(tmp_path, monkeypatch):
+    """1,000 JSONL records (some with empty text) and a BPE tokenizer trained on them."""
+    lines = tokenize_map.corpus(1000)
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(lines)))
+    tokenize_map.train_tokenizer(str(tmp_path / "tokenizer.json"), lines)
+    monkeypatch.setenv(tokenize_map.TOKENIZER_ENV, str(tmp_path / "tokenizer.json"))
+    return path, lines
+
+
+@pytest.mark.slow
+def test_tokenize_while_packing_is_byte_identical_for_any_worker_count(tmp_path, corpus):
+    """TB10: records in order, empty texts skipped, the same bytes for 1 and 3 workers."""
+    path, lines = corpus
+    for workers in (1, 3):
+        summary = sk.pack(tokenize_map.tokenize, str(path), str(tmp_path / f"w{workers}"), workers=workers,
+                          options=SMALL)
+        assert summary.num_shards > 1
+    assert read_tree(tmp_path / "w1") == read_tree(tmp_path / "w3")
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    want = [(i, tokenizer.encode(t).ids) for i, t in enumerate(lines) if t]
+    got = [(s["id"], s["tokens"].tolist()) for s in open_dataset(str(tmp_path / "w3")).samples()]
+    assert got == want
+    assert all(s["tokens"].dtype == np.uint16 for s in open_dataset(str(tmp_path / "w1")).samples())
+
+
+@pytest.mark.slow
+def test_pack_map_cli_matches_the_python_api(tmp_path, corpus, capsys):
+    path, _ = corpus
+    code = main(["pack", str(path), str(tmp_path / "cli"), "--map", "tests.helpers.tokenize_map:tokenize",
+                 "--workers", "2", "--shard-size", "16KiB", "--block-size", "4KiB", "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    sk.pack("tests.helpers.tokenize_map:tokenize", str(path), str(tmp_path / "api"), options=SMALL)
+    assert read_tree(tmp_path / "cli") == read_tree(tmp_path / "api")
+
+
+def test_a_map_function_returns_a_sample_a_list_or_none(tmp_path):
+    records = [{"id": 0, "kind": "list", "text": "a b c"}, {"id": 1, "kind": "none", "text": "x"},
+               {"id": 2, "kind": "dict", "text": "d"}, {"id": 3, "kind": "list", "text": ""}]
+    sk.pack(tokenize_map.words, iter(records), str(tmp_path / "out"))
+    got = [(s["id"], s["word"]) for s in open_dataset(str(tmp_path / "out")).samples()]
+    assert got == [(0, "a"), (0, "b"), (0, "c"), (2, "d")]
+
+
+@pytest.mark.parametrize(("kind", "error", "message"), [
+    ("str", EncodeError, "input record 1: the map function returned str"),
+    ("raise", SourceError, "input record 1: the map function raised KeyError"),
+])
+def test_a_bad_map_result_names_the_record_and_writes_nothing(tmp_path, kind, error, message):
+    records = [{"id": 0, "kind": "dict", "text": "a"}, {"id": 1, "kind": kind, "text": "b"}]
+    with pytest.raises(error, match=message):
+        sk.pack(tokenize_map.words, records, str(tmp_path / "out"))
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_map_reference_that_does_not_import_is_a_usage_error(tmp_path, capsys):
+    (tmp_path / "in.jsonl").write_text('{"text": "a"}\n')
+    code = main(["pack", str(tmp_path / "in.jsonl"), str(tmp_path / "out"), "--map", "no_such_module:fn",
+                 "--no-progress"])
+    assert code == 2
+    assert "--map 'no_such_module:fn': cannot import" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_all_records_skipped_is_an_error(tmp_path):
+    with pytest.raises(SourceError, match="produced no samples"):
+        sk.pack(tokenize_map.words, [{"id": 0, "kind": "none", "text": ""}], str(tmp_path / "out"))
+
+
+def test_map_with_the_ray_engine_is_a_usage_error(tmp_path, capsys):
+    (tmp_path / "in.jsonl").write_text('{"text": "a"}\n')
+    code = main(["pack", str(tmp_path / "in.jsonl"), str(tmp_path / "out"), "--map", "tests.helpers.tokenize_map:words",
+                 "--engine", "ray", "--no-progress"])
+    assert code == 2
+    assert "--engine local" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_tokenized_dataset_cut_into_blocks_gives_every_token_once(tmp_path, corpus):
+    """TB2, TB5: tokens packed by the map, read back and cut (concat, EOS, seq_len 64, 3
+    consumers) are each an input exactly once, with their own token value."""
+    from shardkit.loader.token_batch import token_batches
+    from shardkit.plan.token_blocks import BlockOptions, epoch_pieces, num_positions
+    from shardkit.plan.token_pool import split_work
+    from shardkit.plan.token_rows import TokenDocs, TokenOptions
+
+    path, _ = corpus
+    sk.pack(tokenize_map.tokenize, str(path), str(tmp_path / "ds"), options=SMALL)
+    documents = [s["tokens"] for s in open_dataset(str(tmp_path / "ds")).samples()]
+    docs = TokenDocs(documents, TokenOptions(eos_id=1))
+    options = BlockOptions(64)
+    split = split_work(epoch_pieces(num_positions(docs.segment_lengths, "concat")), 3, 4, options, "pad")
+    seen = {}
+    for work in split.consumers:
+        for batch, _ in token_batches(work, docs, options, 4, with_provenance=True):
+            real = batch["doc_index"] >= 0
+            for d, o, t in zip(batch["doc_index"][real].tolist(), batch["token_offset"][real].tolist(),
+                               batch["input_ids"][real].tolist(), strict=True):
+                assert (d, o) not in seen
+                seen[d, o] = t
+    want = {(d, o): t for d, doc in enumerate(documents) for o, t in enumerate([*doc.tolist(), 1])}
+    assert seen == want
