@@ -17,6 +17,7 @@ import msgpack
 import numpy as np
 
 from shardkit.errors import FormatError
+from shardkit.format.offsets import offsets_from_lengths
 
 HEAD = struct.Struct("<I")
 OFFSETS = np.dtype("<u4")
@@ -171,8 +172,7 @@ def take(column: Column, index: np.ndarray) -> Column:
     """The column of samples ``index`` (int64), in that order."""
     if column.offsets is None:
         return Column(column.name, column.kind, column.data[index])
-    offsets = np.zeros(len(index) + 1, dtype=np.int64)
-    np.cumsum(column.offsets[index + 1] - column.offsets[index], out=offsets[1:])
+    offsets = offsets_from_lengths(column.offsets[index + 1] - column.offsets[index])
     if is_run(index):  # a view, no copy
         start = int(column.offsets[index[0]])
         return Column(column.name, column.kind, column.data[start : start + int(offsets[-1])], offsets)

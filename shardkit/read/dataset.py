@@ -10,6 +10,7 @@ from typing import Any
 
 from shardkit.errors import NotFoundError
 from shardkit.format import MANIFEST_NAME, Manifest, decode_manifest
+from shardkit.read.options import ReadOptions
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.sources import open_source
 from shardkit.storage import Store, open_store
@@ -44,7 +45,8 @@ class Dataset:
 
     def open_shard(self, shard_index: int, read_ahead: bool = False) -> ShardReader:
         info = self.manifest.shards[shard_index]
-        return ShardReader(open_source(self.store, info.name, info.num_bytes), info, read_ahead=read_ahead)
+        source = open_source(self.store, info.name, info.num_bytes)
+        return ShardReader(source, info, options=ReadOptions(read_ahead=read_ahead))
 
     def samples(self) -> Iterator[dict[str, Any]]:
         """Every sample in manifest order."""

@@ -1,4 +1,5 @@
-"""Verify a dataset: every shard's size and checksum, every block, every sample (V1–V5).
+"""Verify a dataset: every shard's size and checksum, every block, every sample
+(specs/shard-format.md V1–V3, I5, B5; specs/manifest.md).
 
 A full check reads each shard once, whole; ``quick`` stops after sizes and whole-file
 checksums. Shards are checked in parallel threads (xxhash and zstd release the GIL).

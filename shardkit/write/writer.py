@@ -118,7 +118,8 @@ class ShardWriter:
             self._append(data)
 
     def close(self) -> Manifest:
-        """Flush the last block and shard, then publish the manifest. Idempotent."""
+        """Flush the last block and shard, then publish the manifest. Call once: a second call
+        raises ``ValueError``."""
         if self._closed:
             raise ValueError("ShardWriter is already closed")
         self._seal_block()

@@ -1,4 +1,5 @@
-"""Streaming from a real S3 HTTP server (moto) through the fault-injecting proxy (§G7, §G8, §P3).
+"""Streaming from a real S3 HTTP server (moto) through the fault-injecting proxy
+(G7, G8 in docs/guarantees.md; target T3 in benchmarks/README.md).
 
 Every test packs a dataset into a fresh bucket with ``ShardWriter("s3://…")``, then reads it
 through ``tests/helpers/fault_proxy.py``, which counts every GET per object.
@@ -86,7 +87,7 @@ def test_cache_limit_below_dataset_size(s3_dataset: tuple[str, sk.Manifest], fau
 
 
 def test_range_requests_without_cache(s3_dataset: tuple[str, sk.Manifest], fault_proxy: FaultProxy) -> None:
-    """§P3 / G7 "without a cache dir": blocks stream by range requests; no whole-shard GET."""
+    """T3 / G7 "without a cache dir": blocks stream by range requests; no whole-shard GET."""
     url, manifest = s3_dataset
     indices = _epoch_indices(url, _through(fault_proxy))
     assert sorted(indices) == list(range(NUM_SAMPLES))
@@ -97,7 +98,7 @@ def test_range_requests_without_cache(s3_dataset: tuple[str, sk.Manifest], fault
 
 
 def test_first_batch_is_a_handful_of_requests(s3_dataset: tuple[str, sk.Manifest], fault_proxy: FaultProxy) -> None:
-    """§P3: time to first batch costs a few range requests, not a whole-shard download."""
+    """T3: time to first batch costs a few range requests, not a whole-shard download."""
     url, _ = s3_dataset
     dataset = sk.StreamingDataset(url, batch_size=4, shuffle=False, storage_options=_through(fault_proxy))
     before = len(fault_proxy.records(None))
