@@ -6,9 +6,16 @@ format, the writer and the CLI work without importing torch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
+    from shardkit.format import Manifest
+    from shardkit.loader import DevicePrefetcher, Ragged, ShardLoader, StreamingDataset
+    from shardkit.plan import sample_rng
+    from shardkit.read import ShardReader, open_dataset
+    from shardkit.write import ShardWriter
 
 _LAZY = {
     "ShardReader": "shardkit.read",
@@ -22,7 +29,22 @@ _LAZY = {
     "DevicePrefetcher": "shardkit.loader",
 }
 
-__all__ = sorted(["__version__", *_LAZY])
+__all__ = [
+    "DevicePrefetcher",
+    "Manifest",
+    "Ragged",
+    "ShardLoader",
+    "ShardReader",
+    "ShardWriter",
+    "StreamingDataset",
+    "__version__",
+    "open_dataset",
+    "sample_rng",
+]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def __getattr__(name: str) -> Any:
