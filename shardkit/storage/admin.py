@@ -1,7 +1,7 @@
 """Inspect and clear a cache dir, for ``shardkit cache ls|clear`` (pure functions, no store).
 
 Both are safe while training runs: an entry is "in use" when its lock cannot be taken
-exclusively without waiting, and ``clear_cache`` skips those (C5).
+exclusively without waiting, and ``clear_cache`` skips those (K5).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The same block and shard boundaries as ``ShardWriter`` (one ``BlockCutter``, cuts.py, I10),
 but no manifest: the driver assembles one from every task's ``PartResult``
-(specs/ray-packing.md, R1–R3). Names depend only on the task index and the shard's position in
+(specs/ray-packing.md, Y1–Y3). Names depend only on the task index and the shard's position in
 the task, so a retried task rewrites the same names with the same bytes.
 
 Not thread-safe; one instance per task.

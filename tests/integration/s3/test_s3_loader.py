@@ -60,7 +60,7 @@ def _shard_key(name: str) -> str:
 def test_two_ranks_two_workers_share_one_cache_one_download_per_shard(
     s3_dataset: tuple[str, sk.Manifest], fault_proxy: FaultProxy, tmp_path: Any
 ) -> None:
-    """G2 + G7/C3: 2 gloo ranks × 2 workers, one cache dir: every sample exactly once, and each
+    """G2 + G7/K3: 2 gloo ranks × 2 workers, one cache dir: every sample exactly once, and each
     shard object served exactly once in full by the server (counted at the proxy)."""
     url, manifest = s3_dataset
     spec = {"batch_size": 8, "tail": "pad", "workers": 2, "cache_dir": str(tmp_path / "cache")}
@@ -75,7 +75,7 @@ def test_two_ranks_two_workers_share_one_cache_one_download_per_shard(
 
 def test_cache_limit_below_dataset_size(s3_dataset: tuple[str, sk.Manifest], fault_proxy: FaultProxy,
                                         tmp_path: Any) -> None:
-    """C5/C6: a cache limit of half the dataset or less: exactly once, disk use within the limit."""
+    """K5/K6: a cache limit of half the dataset or less: exactly once, disk use within the limit."""
     url, manifest = s3_dataset
     limit = 3 * max(s.num_bytes for s in manifest.shards)  # room for 2 leases + 1 prefetch
     assert limit <= manifest.num_bytes // 2

@@ -1,4 +1,4 @@
-"""ShardCache in one process, over an in-memory remote store (specs/cache.md C1–C9)."""
+"""ShardCache in one process, over an in-memory remote store (specs/cache.md K1–K9)."""
 
 from __future__ import annotations
 
