@@ -35,7 +35,7 @@ import msgpack
 import numpy as np
 
 from shardkit.errors import FormatError
-from shardkit.format.columns import HEAD, OFFSETS, parse_columns, to_samples
+from shardkit.format.column_parse import HEAD, OFFSETS, parse_columns, to_samples
 from shardkit.format.offsets import offsets_from_lengths
 from shardkit.format.sample_codec import EXT_NDARRAY, decode_block_samples, parse_array
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardkit.errors import PlanError
-from shardkit.read.shard_reader import Samples
+from shardkit.read.shard_reader import SampleChunk
 from shardkit.read.stream import WindowSamples
 
 
@@ -23,7 +23,7 @@ class BatchCut:
     """One batch's samples, not yet collated: ``parts`` in order (sample-dict lists and column
     pieces), and per sample its global index and whether it pads the tail."""
 
-    parts: list[Samples]
+    parts: list[SampleChunk]
     indices: np.ndarray
     padded: np.ndarray
 
@@ -31,7 +31,7 @@ class BatchCut:
 def cut_batches(windows: Iterable[WindowSamples], batch_size: int, consumer: int) -> Iterator[BatchCut]:
     """Every ``batch_size`` samples of ``windows`` as one ``BatchCut``. The plan gives each
     consumer whole batches, so samples left over mean plan and reader disagree: ``PlanError``."""
-    pending: list[Samples] = []  # lists of sample dicts and column pieces, in order
+    pending: list[SampleChunk] = []  # lists of sample dicts and column pieces, in order
     waiting = 0  # samples in pending
     indices: list[np.ndarray] = []
     padded: list[np.ndarray] = []
@@ -50,9 +50,9 @@ def cut_batches(windows: Iterable[WindowSamples], batch_size: int, consumer: int
         raise PlanError(f"consumer {consumer}: {waiting} samples left over; plan and reader disagree")
 
 
-def _take(pending: list[Samples], count: int) -> list[Samples]:
+def _take(pending: list[SampleChunk], count: int) -> list[SampleChunk]:
     """The first ``count`` samples of ``pending`` (removed from it), as whole or cut parts."""
-    parts: list[Samples] = []
+    parts: list[SampleChunk] = []
     while count:
         head = pending[0]
         if len(head) <= count:

@@ -21,12 +21,11 @@ import torch
 from torch.utils.data import IterableDataset
 
 from shardkit.errors import PlanError
-from shardkit.format.columns import ColumnPiece, as_samples
 from shardkit.loader.batcher import BatchCut, cut_batches
 from shardkit.loader.collate import collate_samples
-from shardkit.loader.columns import collate_pieces
+from shardkit.loader.collate_columns import collate_pieces
 from shardkit.loader.emitter import Emitter
-from shardkit.loader.stats import WorkerStats
+from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.topology import Topology, rank_and_world, worker_slot
 from shardkit.loader.transfer.arena import alloc_like
 from shardkit.loader.transfer.control import Control
@@ -35,6 +34,7 @@ from shardkit.loader.transfer.packed import in_groups
 from shardkit.loader.transfer.ring import Ring, find
 from shardkit.plan import Plan, PlanParams, build_plan, worker_consumer
 from shardkit.read import Dataset, ReadOptions, open_dataset
+from shardkit.read.column_pieces import ColumnPiece, as_samples
 from shardkit.read.stream import WindowSamples, iter_consumer
 from shardkit.storage import ShardCache
 from shardkit.units import parse_size
@@ -182,7 +182,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         """The consumer's samples in plan order, transformed if there is a ``transform``."""
         # The default collation copies every value into the batch at once, so large samples may
         # come as views of the (verified) block instead of copies (format/sample_views.py), and
-        # column blocks as their columns (loader/columns.py).
+        # column blocks as their columns (loader/collate_columns.py).
         views = self.transform is None and self.collate_fn is collate_samples
         options = ReadOptions(read_ahead=_spare_core(plan.params.num_workers), views=views)
         windows = iter_consumer(self.dataset, plan, consumer, start, cache, stats.read, options)

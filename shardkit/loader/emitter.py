@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shardkit.loader.batcher import BatchCut
-from shardkit.loader.stats import WorkerStats
+from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.transfer.arena import Arena, allocating, batch_arena
 from shardkit.loader.transfer.meta import META_KEY, BatchMeta
 from shardkit.loader.transfer.packed import PackedBatch, pack_batch

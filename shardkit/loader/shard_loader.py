@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader
 
 from shardkit.errors import StateError
 from shardkit.loader.dataset import StreamingDataset
-from shardkit.loader.stats import LoaderStats
+from shardkit.loader.loader_stats import LoaderStats
 from shardkit.loader.topology import Topology, rank_and_world
 from shardkit.loader.transfer.meta import META_KEY, BatchMeta
 from shardkit.loader.transfer.packed import BatchGroup, PackedBatch

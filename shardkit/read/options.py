@@ -15,7 +15,7 @@ class ReadOptions:
     ``views``: for a consumer that copies every sample out at once (the loader's default
     collation): large bin values and arrays come as views of the verified block
     (``decode_block_samples(views=True)``), column blocks as ``ColumnPiece``s
-    (format/columns.py) instead of sample dicts, and the read-ahead thread also checks raw
+    (read/column_pieces.py) instead of sample dicts, and the read-ahead thread also checks raw
     (stored uncompressed) blocks."""
 
     read_ahead: bool = False

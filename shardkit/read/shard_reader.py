@@ -20,7 +20,7 @@ from shardkit.errors import CorruptShardError, FormatError
 from shardkit.format import BlockDecompressor, ShardInfo, decode_block, decode_sample
 from shardkit.format.checksum import xxh64_int
 from shardkit.format.column_block import LAYOUT_COLUMNS
-from shardkit.format.columns import ColumnPiece, as_samples, parse_columns
+from shardkit.format.column_parse import parse_columns
 from shardkit.format.shard_layout import (
     FOOTER_SIZE,
     HEADER_SIZE,
@@ -29,13 +29,14 @@ from shardkit.format.shard_layout import (
     decode_footer,
     decode_index,
 )
+from shardkit.read.column_pieces import ColumnPiece, as_samples
 from shardkit.read.options import ReadOptions
 from shardkit.read.read_ahead import BlocksAhead
 from shardkit.read.sources import ByteSource
 from shardkit.read.stats import ReadStats
 
 _DEFAULT_SUFFIX = 64 << 10
-Samples = list[dict[str, Any]] | ColumnPiece  # a block's sample dicts, or (with views) a selection of its columns
+SampleChunk = list[dict[str, Any]] | ColumnPiece  # a block's sample dicts, or (with views) a selection of its columns
 
 
 class ShardReader:
@@ -135,7 +136,7 @@ class ShardReader:
     def read_raw_block(self, block_index: int) -> bytes | memoryview:
         return self.decode_stored_block(block_index, self.read_stored_block(block_index))
 
-    def block_samples(self, block_index: int, raw: bytes | memoryview | None = None) -> Samples:
+    def block_samples(self, block_index: int, raw: bytes | memoryview | None = None) -> SampleChunk:
         """Every sample of one block, in order (``raw``: its decompressed bytes, if at hand); a
         ``ColumnPiece`` for a column block if the reader was made with ``views``."""
         started = time.perf_counter()
@@ -148,7 +149,7 @@ class ShardReader:
         record = self.index.blocks[block_index]
         expected, layout = int(record["num_samples"]), int(record["layout"])
         try:
-            samples: Samples
+            samples: SampleChunk
             if self.views and layout == LAYOUT_COLUMNS:
                 samples = ColumnPiece(parse_columns(raw, expected), np.arange(expected, dtype=np.int64))
             else:
@@ -190,8 +191,8 @@ class ShardReader:
         except (FormatError, ValueError) as exc:
             raise CorruptShardError(f"{self.where}: sample {sample_index} does not decode: {exc}") from None
 
-    def sample_chunks(self, start: int = 0, stop: int | None = None) -> Iterator[Samples]:
-        """Samples ``[start, stop)`` in order as one list per block, decoding only those blocks."""
+    def sample_chunks(self, start: int = 0, stop: int | None = None) -> Iterator[SampleChunk]:
+        """SampleChunk ``[start, stop)`` in order as one list per block, decoding only those blocks."""
         start = max(start, 0)
         stop = self.num_samples if stop is None else min(stop, self.num_samples)
         if start >= stop:
@@ -236,7 +237,7 @@ class ShardReader:
         return bool(self.index.blocks[block_index]["codec"]) or self.views
 
     def samples(self, start: int = 0, stop: int | None = None) -> Iterator[dict[str, Any]]:
-        """Samples ``[start, stop)`` in order, decoding only the blocks that hold them."""
+        """SampleChunk ``[start, stop)`` in order, decoding only the blocks that hold them."""
         for chunk in self.sample_chunks(start, stop):
             yield from as_samples(chunk, self.views)
 

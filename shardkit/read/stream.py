@@ -21,11 +21,11 @@ import numpy as np
 
 from shardkit.format import ShardInfo
 from shardkit.format.checksum import xxh64_file
-from shardkit.format.columns import ColumnPiece, as_samples, is_run, join_pieces
 from shardkit.plan import Plan, Window
+from shardkit.read.column_pieces import ColumnPiece, as_samples, is_run, join_pieces
 from shardkit.read.dataset import Dataset
 from shardkit.read.options import ReadOptions
-from shardkit.read.shard_reader import Samples, ShardReader
+from shardkit.read.shard_reader import SampleChunk, ShardReader
 from shardkit.read.sources import LocalFileSource, StoreSource
 from shardkit.read.stats import ReadStats
 from shardkit.storage import CacheItem, Prefetcher, ShardCache
@@ -129,7 +129,7 @@ class ShardOpener:
 class WindowSamples:
     """The output of one plan window: samples in plan order, their global indices, pad flags."""
 
-    samples: Samples  # dicts, or a ColumnPiece from readers made with ``views``
+    samples: SampleChunk  # dicts, or a ColumnPiece from readers made with ``views``
     indices: np.ndarray
     padded: np.ndarray
 

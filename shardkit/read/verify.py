@@ -15,7 +15,7 @@ from typing import Any
 from shardkit.errors import FormatError, StorageError
 from shardkit.format import ShardInfo, check_sample
 from shardkit.format.checksum import xxh64_text
-from shardkit.format.columns import as_samples
+from shardkit.read.column_pieces import as_samples
 from shardkit.read.dataset import Dataset
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.sources import MemorySource

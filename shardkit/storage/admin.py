@@ -10,8 +10,8 @@ import os
 import time
 from typing import Any
 
+from shardkit.storage.cache_layout import dataset_prefix, key_from_name, layout_root, read_meta
 from shardkit.storage.eviction import remove_entry, remove_temps, scan
-from shardkit.storage.layout import dataset_prefix, key_from_name, layout_root, read_meta
 from shardkit.storage.locks import FileLock
 
 

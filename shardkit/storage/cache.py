@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from shardkit.errors import CacheError, StorageError, StorageTimeoutError
+from shardkit.storage.cache_layout import Entry, ensure_root, entry_name, write_meta
 from shardkit.storage.download import download_to
 from shardkit.storage.eviction import SpaceManager, disk_error, remove_temps
-from shardkit.storage.layout import Entry, ensure_root, entry_name, write_meta
 from shardkit.storage.locks import FileLock
 from shardkit.storage.store import Store
 

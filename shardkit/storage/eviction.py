@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from shardkit.errors import CacheError
-from shardkit.storage.layout import (
+from shardkit.storage.cache_layout import (
     DATA_SUFFIX,
     FILE_MODE,
     SPACE_LOCK,

@@ -19,7 +19,7 @@ import os
 import time
 
 from shardkit.errors import StorageTimeoutError
-from shardkit.storage.layout import FILE_MODE
+from shardkit.storage.cache_layout import FILE_MODE
 
 logger = logging.getLogger(__name__)
 

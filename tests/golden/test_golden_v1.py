@@ -12,9 +12,9 @@ import os
 import pytest
 
 from shardkit.format.checksum import xxh64_file
-from shardkit.format.columns import ColumnPiece, as_samples
 from shardkit.format.sample_views import owned
 from shardkit.read import ReadOptions, open_dataset
+from shardkit.read.column_pieces import ColumnPiece, as_samples
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.sources import open_source
 from shardkit.read.verify import verify_dataset

@@ -13,7 +13,7 @@ from shardkit.errors import PlanError
 from shardkit.loader.batcher import BatchCut, cut_batches
 from shardkit.loader.collate import collate_samples
 from shardkit.loader.emitter import Emitter
-from shardkit.loader.stats import WorkerStats
+from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.transfer.meta import META_KEY, BatchMeta
 from shardkit.loader.transfer.packed import PackedBatch
 from shardkit.read.stream import WindowSamples

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shardkit.loader.collate import collate_samples
-from shardkit.loader.stats import LoaderStats
+from shardkit.loader.loader_stats import LoaderStats
 from shardkit.loader.transfer.arena import batch_arena
 from shardkit.loader.transfer.packed import BatchGroup, PackedBatch, in_groups, pack_batch
 from shardkit.loader.transfer.ring import Ring
@@ -66,7 +66,7 @@ def test_a_received_batch_dropped_unopened_frees_its_slot() -> None:
 
 def stall_warnings(caplog: pytest.LogCaptureFixture, waits: list[tuple[float, bool]]) -> int:
     stats = LoaderStats(stall_threshold=0.5, stall_steps=3)
-    with caplog.at_level(logging.WARNING, logger="shardkit.loader.stats"):
+    with caplog.at_level(logging.WARNING, logger="shardkit.loader.loader_stats"):
         for wait, in_group in waits:
             stats.step(wait, 8, None, in_group)
     return sum("data stall" in record.message for record in caplog.records)

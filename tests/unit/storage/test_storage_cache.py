@@ -10,7 +10,7 @@ import pytest
 
 from shardkit.errors import CacheError, CorruptShardError, NotFoundError
 from shardkit.storage import CacheOptions, ShardCache, Store, clear_cache, list_cache, open_store
-from shardkit.storage.layout import entry_name
+from shardkit.storage.cache_layout import entry_name
 from tests.helpers.s3 import memory_store
 
 SIZE = 50_000

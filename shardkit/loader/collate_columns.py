@@ -1,4 +1,4 @@
-"""The default collation of samples that are still columns (format/columns.py ``ColumnPiece``).
+"""The default collation of samples that are still columns (read/column_pieces.py ``ColumnPiece``).
 
 For column blocks the loader never makes a dict and an array view per sample: a batch is
 copied field by field from the blocks' columns into the batch buffer (the ring slot), with one
@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardkit.format.columns import Column, ColumnPiece, copy_rows
+from shardkit.format.column_parse import Column
 from shardkit.format.offsets import offsets_from_lengths
 from shardkit.loader.ragged import Ragged, offsets_tensor
 from shardkit.loader.transfer.arena import alloc
 from shardkit.loader.transfer.dtypes import torch_dtype
+from shardkit.read.column_pieces import ColumnPiece, copy_rows
 
 _SCALAR_TORCH = {"int": torch.int64, "float": torch.float64, "bool": torch.bool}
 
