@@ -33,7 +33,7 @@ from shardkit.loader.transfer.meta import META_KEY
 from shardkit.loader.transfer.packed import in_groups
 from shardkit.loader.transfer.ring import Ring, find
 from shardkit.plan import Plan, PlanParams, build_plan, worker_consumer
-from shardkit.read import Dataset, ReadOptions, open_dataset
+from shardkit.read import ReadOptions, StoredDataset, open_dataset
 from shardkit.read.column_pieces import ColumnPiece, as_samples
 from shardkit.read.stream import WindowSamples, iter_consumer
 from shardkit.storage import ShardCache
@@ -87,7 +87,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
                                      cache_limit=parse_size(cache_limit), storage_options=storage_options)
         self.transform = transform
         self.collate_fn = collate_fn or collate_samples
-        self.dataset: Dataset = open_dataset(path, storage_options)
+        self.dataset: StoredDataset = open_dataset(path, storage_options)
         self.control = Control()
         self._epoch = 0
         self._cache: ShardCache | None = None

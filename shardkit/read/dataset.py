@@ -25,19 +25,20 @@ def split_manifest_path(path: str) -> str:
 
 
 @dataclass
-class Dataset:
-    """A dataset's store and validated manifest."""
+class StoredDataset:
+    """A dataset as stored: its store and validated manifest (what ``open_dataset`` returns).
+    Not the torch-facing ``StreamingDataset`` (shardkit/loader), which streams batches of it."""
 
     store: Store
     manifest: Manifest
     pid: int = field(default_factory=os.getpid)
 
-    def in_this_process(self) -> Dataset:
+    def in_this_process(self) -> StoredDataset:
         """This dataset with a store usable here: after a fork (DataLoader workers) a fresh
         store, since async clients (s3fs) are not fork-safe; the manifest is reused."""
         if self.pid == os.getpid():
             return self
-        return Dataset(open_store(self.store.url, self.store.storage_options, self.store.retry), self.manifest)
+        return StoredDataset(open_store(self.store.url, self.store.storage_options, self.store.retry), self.manifest)
 
     @property
     def url(self) -> str:
@@ -55,7 +56,7 @@ class Dataset:
                 yield from reader
 
 
-def open_dataset(path: str, storage_options: dict[str, Any] | None = None) -> Dataset:
+def open_dataset(path: str, storage_options: dict[str, Any] | None = None) -> StoredDataset:
     """Read and validate the manifest under ``path`` (folder, URL or manifest path)."""
     store = open_store(split_manifest_path(path), storage_options)
     where = store.url_of(MANIFEST_NAME)
@@ -63,4 +64,4 @@ def open_dataset(path: str, storage_options: dict[str, Any] | None = None) -> Da
         data = store.read(MANIFEST_NAME)
     except NotFoundError:
         raise NotFoundError(f"{where}: no manifest (not a shardkit dataset, or packing did not finish)") from None
-    return Dataset(store, decode_manifest(data, where))
+    return StoredDataset(store, decode_manifest(data, where))

@@ -23,7 +23,7 @@ from shardkit.format import ShardInfo
 from shardkit.format.checksum import xxh64_file
 from shardkit.plan import Plan, Window
 from shardkit.read.column_pieces import ColumnPiece, as_samples, is_run, join_pieces
-from shardkit.read.dataset import Dataset
+from shardkit.read.dataset import StoredDataset
 from shardkit.read.options import ReadOptions
 from shardkit.read.shard_reader import SampleChunk, ShardReader
 from shardkit.read.sources import LocalFileSource, StoreSource
@@ -33,7 +33,7 @@ from shardkit.storage import CacheItem, Prefetcher, ShardCache
 log = logging.getLogger(__name__)
 
 
-def cache_item(dataset: Dataset, shard_index: int) -> CacheItem:
+def cache_item(dataset: StoredDataset, shard_index: int) -> CacheItem:
     """The cache entry of a shard: keyed by dataset fingerprint + shard checksum (never a name)."""
     info = dataset.manifest.shards[shard_index]
     fingerprint = dataset.manifest.fingerprint.split(":")[-1][:16]
@@ -59,7 +59,7 @@ class ShardOpener:
 
     def __init__(
         self,
-        dataset: Dataset,
+        dataset: StoredDataset,
         cache: ShardCache | None = None,
         upcoming: list[int] | None = None,
         keep_open: int = 2,
@@ -172,7 +172,7 @@ def _read_run(
 
 
 def iter_consumer(
-    dataset: Dataset,
+    dataset: StoredDataset,
     plan: Plan,
     consumer: int,
     start: int,

@@ -16,7 +16,7 @@ from shardkit.errors import FormatError, StorageError
 from shardkit.format import ShardInfo, check_sample
 from shardkit.format.checksum import xxh64_text
 from shardkit.read.column_pieces import as_samples
-from shardkit.read.dataset import Dataset
+from shardkit.read.dataset import StoredDataset
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.sources import MemorySource
 
@@ -61,7 +61,7 @@ class VerifyReport:
         }
 
 
-def verify_shard(dataset: Dataset, info: ShardInfo, quick: bool = False) -> ShardReport:
+def verify_shard(dataset: StoredDataset, info: ShardInfo, quick: bool = False) -> ShardReport:
     report = ShardReport(info.name)
     url = dataset.store.url_of(info.name)
     try:
@@ -80,7 +80,7 @@ def verify_shard(dataset: Dataset, info: ShardInfo, quick: bool = False) -> Shar
     return report
 
 
-def _check_contents(dataset: Dataset, info: ShardInfo, data: bytes, url: str, report: ShardReport) -> None:
+def _check_contents(dataset: StoredDataset, info: ShardInfo, data: bytes, url: str, report: ShardReport) -> None:
     try:
         reader = ShardReader(MemorySource(data, url), None, info.name)
         reader.check_header()
@@ -107,7 +107,7 @@ def _check_contents(dataset: Dataset, info: ShardInfo, data: bytes, url: str, re
 
 
 def verify_dataset(
-    dataset: Dataset,
+    dataset: StoredDataset,
     quick: bool = False,
     workers: int = 4,
     on_shard: Callable[[ShardReport], None] | None = None,
