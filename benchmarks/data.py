@@ -1,6 +1,6 @@
 """Deterministic benchmark data, generated once into ``bench-data/``.
 
-Two kinds, sized by ``--scale`` (1.0 = the sizes PRODUCT.md §P1 was measured on):
+Two kinds, sized by ``--scale`` (1.0 = the sizes of the T1 reference figures, benchmarks/README.md):
 
 * ``tokens``: ``2_000_000 × scale`` samples ``{"id": int, "tokens": int32[128..1024]}``;
   token values are uniform in ``[0, 50257)`` (GPT-2 vocabulary), so zstd finds the

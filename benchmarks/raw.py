@@ -14,7 +14,7 @@ ceiling a reader of zstd + msgpack blocks can approach. Two block sources:
   (``shardkit.format.decode_block``: msgpack for row blocks, columns for column blocks, arrays
   as numpy views): what shardkit's reader does per block with no loader around it.
 
-PRODUCT.md §P1 defines the raw limit as zstd decompress + msgpack unpack: that is ``own``, the
+Target T1 (benchmarks/README.md) defines the raw limit as zstd decompress + msgpack unpack: that is ``own``, the
 yardstick of the ≥ 50% target; ``shardkit`` shows what shardkit's own blocks cost to decode.
 
 With ``--procs 2`` the block list is cut into two contiguous halves, each read by a forked

@@ -109,7 +109,7 @@ def read_rows(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, 
 
 def _read_table(kind: str, scenario: str, rows: dict[tuple[Any, ...], dict[str, Any]]) -> list[str]:
     mine = {k[2:]: v for k, v in rows.items() if k[0] == kind and k[1] == scenario}
-    # PRODUCT.md §P1's raw limit is zstd + msgpack over row blocks: raw-own (benchmarks/raw.py).
+    # T1's raw limit (benchmarks/README.md) is zstd + msgpack over row blocks: raw-own (benchmarks/raw.py).
     raw_name = "raw-own" if any(c == "raw-own" for c, _ in mine) else "raw-shardkit"
     out = [
         f"| config | W | samples/s median [min–max] | MB/s | first batch s | peak RSS MiB "
@@ -196,7 +196,7 @@ def plot(rows: dict[tuple[Any, ...], dict[str, Any]], path: Path) -> bool:
 
 
 def _targets(records: list[Record], rows: dict[tuple[Any, ...], dict[str, Any]]) -> list[str]:
-    """PRODUCT.md §P1/§P2 targets, checked against this run (local scenario only)."""
+    """Targets T1/T2 (benchmarks/README.md), checked against this run (local scenario only)."""
     out = ["| target | measured | met |", "|---|---|---|"]
 
     def median(kind: str, config: str, workers: int) -> float | None:
@@ -275,7 +275,7 @@ def render(records: list[dict[str, Any]], run_file: str) -> str:
     lines += ["", "![samples/s per configuration](results.png)", ""]
     targets = _targets(records, rows)
     if targets:
-        lines += ["## PRODUCT.md targets (§P1, §P2)", "", *targets, ""]
+        lines += ["## Targets T1, T2 (benchmarks/README.md)", "", *targets, ""]
     for kind in sources:
         for scenario in sorted({k[1] for k in rows if k[0] == kind}):
             lines += [f"## Read: {kind} ({scenario})", "", *_read_table(kind, scenario, rows), ""]

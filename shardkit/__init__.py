@@ -6,9 +6,19 @@ format, the writer and the CLI work without importing torch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
+    from shardkit.format import Manifest
+    from shardkit.loader import DevicePrefetcher, Ragged, ShardLoader, StreamingDataset
+    from shardkit.loader.mixture_dataset import MixtureDataset
+    from shardkit.plan import sample_rng
+    from shardkit.read import ShardReader, open_dataset
+    from shardkit.read.mixture import Mixture, Source, load_mixture
+    from shardkit.write import ShardWriter
+    from shardkit.write.map import pack
 
 _LAZY = {
     "ShardReader": "shardkit.read",
@@ -27,7 +37,27 @@ _LAZY = {
     "load_mixture": "shardkit.read.mixture",
 }
 
-__all__ = sorted(["__version__", *_LAZY])
+__all__ = [
+    "DevicePrefetcher",
+    "Manifest",
+    "Mixture",
+    "MixtureDataset",
+    "Ragged",
+    "ShardLoader",
+    "ShardReader",
+    "ShardWriter",
+    "Source",
+    "StreamingDataset",
+    "__version__",
+    "load_mixture",
+    "open_dataset",
+    "pack",
+    "sample_rng",
+]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def __getattr__(name: str) -> Any:

@@ -1,7 +1,8 @@
 """Write the golden datasets under tests/golden/v1/ (specs/shard-format.md §9).
 
-Run once per format version, commit the output, never regenerate it: tests read these bytes
-forever (tests/golden/test_golden_v1.py). ``python tools/make_golden.py [--out DIR]``.
+Run once per case, commit the output, never regenerate it: tests read these bytes forever
+(tests/golden/test_golden_v1.py). ``python tools/make_golden.py --case NAME [--out DIR]``.
+``basic`` pins format 1.0 (row blocks), ``columns`` format 1.1 (column blocks, §3a).
 """
 
 from __future__ import annotations
@@ -53,19 +54,45 @@ def basic_samples() -> list[dict[str, Any]]:
     ]
 
 
+def column_samples() -> list[dict[str, Any]]:
+    """Uniform small samples, stored as column blocks: every column kind (int narrowed to u8 and
+    i16, float, bool, str, bytes, variable- and fixed-length arrays, 2-D arrays)."""
+    samples = []
+    for i in range(48):
+        samples.append({
+            "id": i,
+            "label": (i * 7) % 5 - 2,
+            "score": i / 8 - 1.0,
+            "keep": i % 3 == 0,
+            "caption": "ünï " * (i % 4) + str(i),
+            "raw": bytes(range(i % 9)),
+            "tokens": np.arange(i, i + 1 + i % 6, dtype=np.int32) * 1000,
+            "box": np.array([i, -i, 2 * i, 3], dtype=np.int16),
+            "grid": np.full((1 + i % 3, 2), i / 4, dtype=np.float32),
+        })
+    return samples
+
+
 CASES = {
     # block_size 200: samples 0 and 1 each seal a block; shard_size 600: shard 0 = blocks 0-1.
     "basic": (basic_samples, {"shard_size": 600, "block_size": 200, "metadata": {"case": "basic"}}),
+    # block_size 2500: column blocks of ~16 samples (fewer would make the columns larger than
+    # the rows, and the block would stay rows); shard_size 5000: two shards.
+    "columns": (column_samples, {"shard_size": 5000, "block_size": 2500,
+                                 "metadata": {"case": "columns"}}),
 }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default=os.path.join(ROOT, "tests", "golden", "v1"))
+    parser.add_argument("--case", choices=sorted(CASES), required=True,
+                        help="the one case to write (committed cases are never rewritten)")
     args = parser.parse_args()
     import shardkit as sk
 
-    for case, (make, options) in CASES.items():
+    for case in [args.case]:
+        make, options = CASES[case]
         folder = os.path.join(args.out, case)
         with sk.ShardWriter(folder, overwrite=True, **options) as writer:
             for sample in make():

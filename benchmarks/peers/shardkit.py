@@ -1,6 +1,6 @@
 """shardkit itself: ShardWriter + StreamingDataset + ShardLoader.
 
-Written against the public surface fixed in PRODUCT.md before shardkit's implementation
+Written against the public surface (README.md) fixed before shardkit's implementation
 existed. What it assumes (checked only once shardkit is importable; if not, the harness
 reports ``shardkit`` as unavailable and runs the peers alone):
 

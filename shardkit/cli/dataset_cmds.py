@@ -10,7 +10,7 @@ import numpy as np
 
 from shardkit.cli.common import Progress, add_storage_options, print_json, storage_options
 from shardkit.errors import ShardkitError, StorageError
-from shardkit.read import Dataset, open_dataset
+from shardkit.read import StoredDataset, open_dataset
 from shardkit.read.verify import verify_dataset
 from shardkit.units import format_bytes
 
@@ -42,7 +42,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_head)
 
 
-def load(args: argparse.Namespace) -> Dataset:
+def load(args: argparse.Namespace) -> StoredDataset:
     """The dataset, or an error carrying exit code 2 (unreadable manifest)."""
     try:
         return open_dataset(args.path, storage_options(args))
@@ -85,7 +85,7 @@ def report_unnamed(names: list[str], url: str, strict: bool) -> None:
     print(f"{label}: {len(names)} file(s) under {url} are not named by its manifest: {shown}", file=sys.stderr)
 
 
-def info_dict(dataset: Dataset) -> dict[str, Any]:
+def info_dict(dataset: StoredDataset) -> dict[str, Any]:
     m = dataset.manifest
     return {
         "url": dataset.url,

@@ -35,7 +35,8 @@ import msgpack
 import numpy as np
 
 from shardkit.errors import FormatError
-from shardkit.format.columns import HEAD, OFFSETS, parse_columns, to_samples
+from shardkit.format.column_parse import HEAD, OFFSETS, parse_columns, to_samples
+from shardkit.format.offsets import offsets_from_lengths
 from shardkit.format.sample_codec import EXT_NDARRAY, decode_block_samples, parse_array
 
 LAYOUT_ROWS = 0
@@ -74,8 +75,7 @@ class _Builder:
 
 
 def _offsets(lengths: Sequence[int]) -> np.ndarray | None:
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    offsets = offsets_from_lengths(lengths)
     return offsets.astype(OFFSETS) if offsets[-1] < 1 << 32 else None
 
 

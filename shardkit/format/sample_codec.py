@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import struct
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -221,22 +221,6 @@ def decode_sample(data: bytes | memoryview) -> dict[str, Any]:
     if not isinstance(sample, dict):
         raise FormatError(f"a sample must decode to a map, got {type(sample).__name__}")
     return sample
-
-
-def iter_samples(block: bytes, expected: int) -> Iterator[dict[str, Any]]:
-    """All samples of a decompressed block, in order; exactly ``expected`` of them."""
-    unpacker = msgpack.Unpacker(
-        ext_hook=_ext_hook, raw=False, strict_map_key=True, max_buffer_size=max(len(block), 1)
-    )
-    unpacker.feed(block)
-    count = 0
-    for sample in unpacker:
-        if not isinstance(sample, dict):
-            raise FormatError(f"sample {count} of block: expected a map, got {type(sample).__name__}")
-        count += 1
-        yield sample
-    if count != expected:
-        raise FormatError(f"block holds {count} samples, index says {expected}")
 
 
 # Above this average sample size a block is unpacked sample by sample from its offsets (no copy

@@ -10,6 +10,7 @@ from shardkit.format.block_codec import BlockCompressor
 from shardkit.format.checksum import StreamingChecksum, xxh64_int
 from shardkit.format.column_block import LAYOUT_COLUMNS, LAYOUT_ROWS, rows_to_columns
 from shardkit.format.manifest import ShardInfo
+from shardkit.format.offsets import offsets_from_lengths
 from shardkit.format.shard_layout import (
     BLOCK_DTYPE,
     HEADER_SIZE,
@@ -42,8 +43,7 @@ class SealedBlock:
 def join_samples(encoded: list[bytes]) -> tuple[bytes, np.ndarray]:
     """A block's raw bytes (the encoded samples back to back) and their u32 offsets (n + 1)."""
     lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
-    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    offsets = offsets_from_lengths(lengths)
     if offsets[-1] >= 1 << 32:
         raise ValueError(f"block of {offsets[-1]} bytes exceeds 4 GiB; lower block_size")
     return b"".join(encoded), offsets.astype("<u4")

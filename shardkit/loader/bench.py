@@ -1,9 +1,9 @@
-"""``shardkit bench``: read a dataset as training would and report what it can feed (§G10).
+"""``shardkit bench``: read a dataset as training would and report what it can feed (G10).
 
 Phase 1 reads ``steps`` batches as fast as possible (time to first batch, samples/s, decoded
 MB/s, wait percentiles, time per worker stage). With ``step_time``, phase 2 simulates a training
 loop that spends ``step_time`` per step and reports whether data keeps up: the rule of thumb
-is loader throughput ≥ 1.2 × consumption (seed 004).
+is loader throughput ≥ 1.2 × consumption (G10 in docs/guarantees.md).
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ import numpy as np
 import torch
 
 from shardkit.format.sample_views import owned
-from shardkit.loader.arena import alloc, alloc_like
-from shardkit.loader.ragged import Ragged, torch_dtype
+from shardkit.loader.ragged import Ragged
+from shardkit.loader.transfer.arena import alloc, alloc_like
+from shardkit.loader.transfer.dtypes import torch_dtype
 
 _NUMBERS = {bool: torch.bool, int: torch.int64, float: torch.float64}
 _BYTES_LIKE = (bytes, memoryview)

@@ -2,44 +2,45 @@
 
 Each ``__iter__`` (in a DataLoader worker, or in the training process when ``num_workers=0``)
 reads the epoch, topology and resume state from the loader's control block, builds the pure
-plan (shardkit.plan) and streams consumer ``rank × W + worker``'s batches (§G2, §G3). Every batch
-carries ``_shardkit`` = (consumer, end position, epoch) so the training process can record what
-it actually received (§G5); ``ShardLoader`` strips it.
+plan (shardkit.plan) and streams consumer ``rank × W + worker``'s batches (G2, G3 in
+docs/guarantees.md): ``cut_batches`` (batcher.py, pure) groups the reader's samples into batches,
+an ``Emitter`` (emitter.py) collates and packs them. Every dict batch carries ``_shardkit`` = a
+``BatchMeta`` (consumer, end position, epoch as ints) so the training process can record what it
+actually received (G5); ``ShardLoader`` strips it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
 from shardkit.errors import PlanError
-from shardkit.format.columns import ColumnPiece, as_samples
-from shardkit.loader.arena import alloc, alloc_like, allocating, batch_arena
+from shardkit.loader.batcher import BatchCut, cut_batches
 from shardkit.loader.collate import collate_samples
-from shardkit.loader.columns import collate_pieces
-from shardkit.loader.control import Control
+from shardkit.loader.collate_columns import collate_pieces
+from shardkit.loader.emitter import Emitter
 from shardkit.loader.env import cache_settings
-from shardkit.loader.packed import in_groups, pack_batch
-from shardkit.loader.recycler import Recycler
-from shardkit.loader.ring import Ring, SlotRef, find
-from shardkit.loader.stats import META_FIELDS, WorkerStats
+from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.topology import Topology, rank_and_world, worker_slot
-from shardkit.plan import Plan, PlanParams, build_plan
-from shardkit.read import Dataset, open_dataset
-from shardkit.read.shard_reader import Samples
-from shardkit.read.stream import iter_consumer
+from shardkit.loader.transfer.arena import alloc_like
+from shardkit.loader.transfer.control import Control
+from shardkit.loader.transfer.meta import META_KEY
+from shardkit.loader.transfer.packed import in_groups
+from shardkit.loader.transfer.ring import Ring, find
+from shardkit.plan import Plan, PlanParams, build_plan, worker_consumer
+from shardkit.read import ReadOptions, StoredDataset, open_dataset
+from shardkit.read.column_pieces import ColumnPiece, as_samples
+from shardkit.read.stream import WindowSamples, iter_consumer
 from shardkit.storage import ShardCache
 
 log = logging.getLogger(__name__)
-META_KEY = "_shardkit"
+__all__ = ["META_KEY", "StreamOptions", "StreamingDataset"]
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
                                      cache_limit=limit, storage_options=storage_options)
         self.transform = transform
         self.collate_fn = collate_fn or collate_samples
-        self.dataset: Dataset = open_dataset(path, storage_options)
+        self.dataset: StoredDataset = open_dataset(path, storage_options)
         self.control = Control()
         self._epoch = 0
         self._cache: ShardCache | None = None
@@ -103,7 +104,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         return self._epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch of the next iteration; reaches persistent workers (§G4)."""
+        """Select the epoch of the next iteration; reaches persistent workers (G4)."""
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
         self._epoch = epoch
@@ -111,13 +112,13 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     def publish(self, topology: Topology, resume: dict[str, Any] | None, generation: int,
                 ring: Ring | None = None, group: int = 1) -> None:
         """Write what the next iteration's workers need into the control block; ``group``:
-        batches a worker sends as one DataLoader item (L10)."""
+        batches a worker sends as one DataLoader item (X8, specs/batch-transport.md)."""
         self.control.write({"epoch": self._epoch, "rank": topology.rank, "world_size": topology.world_size,
                             "resume": resume, "generation": generation, "group": group,
                             "ring": list(ring.key) if ring is not None else None})
 
     def plan(self, epoch: int, world_size: int, num_workers: int, resume: dict[str, Any] | None = None) -> Plan:
-        """The (cached) plan of ``epoch`` for a topology; ``resume`` = a plan state (§G6)."""
+        """The (cached) plan of ``epoch`` for a topology; ``resume`` = a plan state (G6)."""
         params = replace(self.params, epoch=epoch, world_size=world_size, num_workers=num_workers)
         key = repr((params, resume))
         plan = self._plans.get(key)
@@ -165,99 +166,48 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         # Pack batches for the trip to the trainer only where ShardLoader will unpack them.
         pack = topology.num_workers > 0 and "generation" in payload
         group = max(int(payload.get("group", 1)), 1) if pack else 1
-        consumer = self._consumer(plan, topology, group)
+        consumer = worker_consumer(plan, topology.rank, topology.worker, topology.num_workers, group)
         if consumer >= plan.num_consumers:
             raise PlanError(f"consumer {consumer} is outside the plan's {plan.num_consumers} consumers")
         start = plan.start_offsets[consumer]
         ring = find(payload.get("ring")) if pack else None  # inherited from a forking trainer
-        batches = self._batches(plan, consumer, start, epoch, pack, ring, topology.worker)
+        cache = self._shard_cache()
+        stats = WorkerStats(cache=cache.stats if cache else None)
+        emitter = Emitter(self._collate, stats, consumer, epoch, start, pack, ring, topology.worker)
+        batches = map(emitter.emit, cut_batches(self._windows(plan, consumer, start, cache, stats),
+                                                self.params.batch_size, consumer))
         return batches if group == 1 else in_groups(batches, group, start // self.params.batch_size)
 
-    def _consumer(self, plan: Plan, topology: Topology, group: int = 1) -> int:
-        """The global consumer this worker serves (L4, L10).
-
-        DataLoader collects items from workers round-robin, starting at worker 0 on every new
-        iteration; an item is a group of ``group`` batches of one consumer, its boundaries on
-        multiples of ``group`` in the consumer's sequence. After a same-topology resume, worker
-        ``w`` serves consumer ``(w + shift) % W``, shift = whole groups this rank's consumers
-        had consumed, mod W: worker 0 gets the consumer whose group was cut by the checkpoint
-        (or, if none was, the one next in turn), so the resumed rank yields the uninterrupted
-        run's remaining batches in the same order (R2).
-        """
-        width = max(topology.num_workers, 1)
-        first = topology.rank * width
-        batch = self.params.batch_size
-        consumed = sum(offset // batch // group for offset in plan.start_offsets[first : first + width])
-        return first + (topology.worker + consumed) % width
-
-    def _batches(self, plan: Plan, consumer: int, start: int, epoch: int, pack: bool,
-                 ring: Ring | None = None, worker: int = 0) -> Iterator[Any]:
-        batch_size = self.params.batch_size
-        capacity = 64 << 10
-        cache = self._shard_cache()
-        stats = WorkerStats(consumer, epoch, position=start, cache=cache.stats if cache else None)
-        pending: list[Samples] = []  # lists of sample dicts and column pieces, in order
-        waiting = 0  # samples in pending
-        indices: list[np.ndarray] = []
-        padded: list[np.ndarray] = []
-        read_ahead = _spare_core(plan.params.num_workers)
-        recycler = Recycler()  # batches that are not packed into a ring slot reuse large buffers
+    def _windows(self, plan: Plan, consumer: int, start: int, cache: ShardCache | None,
+                 stats: WorkerStats) -> Iterator[WindowSamples]:
+        """The consumer's samples in plan order, transformed if there is a ``transform``."""
         # The default collation copies every value into the batch at once, so large samples may
-        # hand it views of the (verified) block instead of copies (format/sample_views.py), and
-        # column blocks their columns (loader/columns.py).
+        # come as views of the (verified) block instead of copies (format/sample_views.py), and
+        # column blocks as their columns (loader/collate_columns.py).
         views = self.transform is None and self.collate_fn is collate_samples
-        for window in self._read_consumer(plan, consumer, start, cache, stats.read, read_ahead, views):
-            samples = window.samples  # column pieces only with views
-            if self.transform is not None:
-                samples = [self.transform(s) for s in as_samples(samples)]
-            pending.append(samples)
-            waiting += len(samples)
-            indices.append(window.indices)
-            padded.append(window.padded)
-            while waiting >= batch_size:
-                started = time.perf_counter()
-                all_indices, all_padded = np.concatenate(indices), np.concatenate(padded)
-                parts = _take(pending, batch_size)
-                waiting -= batch_size
-                # In a worker, collate straight into the buffer that crosses to the trainer.
-                with batch_arena(capacity, ring, worker) if pack else allocating(recycler) as arena:
-                    batch = self._collate(parts, all_indices[:batch_size], all_padded[:batch_size])
-                    if isinstance(batch, dict):
-                        batch[META_KEY] = alloc_like([0.0] * len(META_FIELDS), torch.float64)
-                if arena is not None:
-                    capacity = max(capacity, arena.wanted + arena.wanted // 8)
-                stats.batch_done(batch_size, time.perf_counter() - started)
-                if isinstance(batch, dict):
-                    stats.fill(batch[META_KEY].numpy())
-                    if arena is not None:
-                        batch = pack_batch(batch, arena)
-                        if ring is not None and not isinstance(batch.buffer, SlotRef):
-                            stats.fresh_buffers += 1  # reported with the next batch
-                elif arena is not None:
-                    arena.discard(reusable=False)
-                yield batch
-                indices, padded = [all_indices[batch_size:]], [all_padded[batch_size:]]
-        if waiting:
-            raise PlanError(f"consumer {consumer}: {waiting} samples left over; plan and reader disagree")
+        options = ReadOptions(read_ahead=_spare_core(plan.params.num_workers), views=views)
+        windows = self._read_consumer(plan, consumer, start, cache, stats, options)
+        if self.transform is None:
+            return windows
+        transform = self.transform
+        return (replace(w, samples=[transform(s) for s in as_samples(w.samples)]) for w in windows)
 
-    def _read_consumer(self, plan: Plan, consumer: int, start: int, cache: ShardCache | None, stats: Any,
-                       read_ahead: bool, views: bool) -> Iterator[Any]:
+    def _read_consumer(self, plan: Plan, consumer: int, start: int, cache: ShardCache | None,
+                       stats: WorkerStats, options: ReadOptions) -> Iterator[WindowSamples]:
         """Consumer ``consumer``'s samples from ``start`` (a mixture dataset reads its sources)."""
-        return iter_consumer(self.dataset, plan, consumer, start, cache, stats, read_ahead, views, columns=views)
+        return iter_consumer(self.dataset, plan, consumer, start, cache, stats.read, options)
 
-    def _collate(self, parts: list[Samples], indices: np.ndarray, padded: np.ndarray) -> Any:
-        batch = None
+    def _collate(self, cut: BatchCut) -> Any:
+        parts, batch = cut.parts, None
         if all(isinstance(part, ColumnPiece) for part in parts):  # only with the default collation
             batch = collate_pieces(parts)  # type: ignore[arg-type]
         if batch is None:
             batch = self.collate_fn([sample for part in parts for sample in as_samples(part, views=True)])
         if isinstance(batch, dict):
             if self.params.tail == "pad":
-                batch["_padded"] = alloc((len(padded),), torch.bool)
-                batch["_padded"].numpy()[:] = padded
+                batch["_padded"] = alloc_like(cut.padded, torch.bool)
             if self.options.with_index:
-                batch["_index"] = alloc((len(indices),), torch.int64)
-                batch["_index"].numpy()[:] = indices
+                batch["_index"] = alloc_like(cut.indices, torch.int64)
         return batch
 
     # ---- pickling for spawn-started workers -----------------------------------------------
@@ -266,21 +216,6 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         state["_cache"] = None
         state["_plans"] = {}
         return state
-
-
-def _take(pending: list[Samples], count: int) -> list[Samples]:
-    """The first ``count`` samples of ``pending`` (removed from it), as whole or cut parts."""
-    parts: list[Samples] = []
-    while count:
-        head = pending[0]
-        if len(head) <= count:
-            parts.append(pending.pop(0))
-            count -= len(head)
-        else:
-            parts.append(head[:count])
-            pending[0] = head[count:]
-            count = 0
-    return parts
 
 
 def _spare_core(num_workers: int) -> bool:

@@ -1,6 +1,6 @@
 """``DevicePrefetcher``: copy batch k+1 to the GPU on a side stream while the model computes on k.
 
-Three relations make the overlap safe (seed 000): the compute stream waits for the copy's event
+Three relations make the overlap safe: the compute stream waits for the copy's event
 before using a batch (data dependency); tensors are ``record_stream``-ed on the compute stream so
 the allocator does not reuse their memory while it may still be read (device lifetime); the host
 batch stays referenced until its copy has completed (source contents — shardkit never refills a
@@ -49,7 +49,7 @@ class DevicePrefetcher:
 
     A ``ShardLoader`` counts a batch as consumed when it hands it over, which here is one batch
     before the training loop sees it; ``DevicePrefetcher.state_dict()`` saves the boundary of the
-    batch the loop last received, so the staged one is not counted (§G5). Collective like
+    batch the loop last received, so the staged one is not counted (G5 in docs/guarantees.md). Collective like
     ``ShardLoader.state_dict``.
     """
 

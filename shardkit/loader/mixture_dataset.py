@@ -14,16 +14,18 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import torch
 
-from shardkit.loader.arena import alloc
+from shardkit.loader.batcher import BatchCut
 from shardkit.loader.dataset import StreamingDataset
+from shardkit.loader.loader_stats import WorkerStats
+from shardkit.loader.transfer.arena import alloc_like
 from shardkit.plan import Plan, PlanParams, shard_offsets
 from shardkit.plan.mixture_state import mixture_plan, mixture_shard_sizes, shard_bases
 from shardkit.read.mixture import Mixture, open_mixture
 from shardkit.read.mixture_stream import iter_mixture_consumer, source_of_indices
-from shardkit.read.shard_reader import Samples
+from shardkit.read.options import ReadOptions
+from shardkit.read.stream import WindowSamples
 from shardkit.storage import ShardCache
 
 
@@ -63,14 +65,12 @@ class MixtureDataset(StreamingDataset):
             self._cache = ShardCache(self.options.cache_dir, self.options.cache_limit)
         return self._cache
 
-    def _read_consumer(self, plan: Plan, consumer: int, start: int, cache: ShardCache | None, stats: Any,
-                       read_ahead: bool, views: bool) -> Iterator[Any]:
-        return iter_mixture_consumer(self.opened, plan, consumer, start, cache, stats, read_ahead, views,
-                                     columns=views)
+    def _read_consumer(self, plan: Plan, consumer: int, start: int, cache: ShardCache | None,
+                       stats: WorkerStats, options: ReadOptions) -> Iterator[WindowSamples]:
+        return iter_mixture_consumer(self.opened, plan, consumer, start, cache, stats.read, options)
 
-    def _collate(self, parts: list[Samples], indices: np.ndarray, padded: np.ndarray) -> Any:
-        batch = super()._collate(parts, indices, padded)
+    def _collate(self, cut: BatchCut) -> Any:
+        batch = super()._collate(cut)
         if isinstance(batch, dict) and self.with_source:
-            batch["_source"] = alloc((len(indices),), torch.int64)
-            batch["_source"].numpy()[:] = source_of_indices(self._sample_bases, indices)
+            batch["_source"] = alloc_like(source_of_indices(self._sample_bases, cut.indices), torch.int64)
         return batch

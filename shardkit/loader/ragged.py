@@ -1,7 +1,8 @@
 """``Ragged``: a batch of variable-length arrays (or byte strings) as one flat tensor + offsets.
 
 A batch crosses from a DataLoader worker to the training process as two tensors (in shared
-memory), never as one Python object per sample (§P1). Sample ``i`` is
+memory), never as one Python object per sample (the cost that targets T1–T2 in
+benchmarks/README.md exist to avoid). Sample ``i`` is
 ``values[offsets[i]:offsets[i+1]]`` — a view, no copy.
 """
 
@@ -14,24 +15,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardkit.loader.arena import alloc
+from shardkit.format.offsets import offsets_from_lengths
+from shardkit.loader.transfer.arena import alloc, alloc_like
+from shardkit.loader.transfer.dtypes import torch_dtype
 
 
 def offsets_tensor(offsets: np.ndarray) -> torch.Tensor:
-    out = alloc((len(offsets),), torch.int64)
-    out.numpy()[:] = offsets
-    return out
-
-
-_TORCH_DTYPES: dict[np.dtype, torch.dtype] = {}
-
-
-def torch_dtype(dtype: np.dtype) -> torch.dtype:
-    """The torch dtype for a numpy dtype (native byte order)."""
-    found = _TORCH_DTYPES.get(dtype)
-    if found is None:
-        found = _TORCH_DTYPES[dtype] = torch.from_numpy(np.empty(0, dtype=dtype.newbyteorder("="))).dtype
-    return found
+    """``offsets`` (int64) in a tensor from the current allocator (the batch's buffer)."""
+    return alloc_like(offsets, torch.int64)
 
 
 @dataclass
@@ -44,9 +35,7 @@ class Ragged:
 
     @classmethod
     def from_arrays(cls, arrays: Sequence[np.ndarray]) -> Ragged:
-        lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
-        offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+        offsets = offsets_from_lengths(np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays)))
         first = arrays[0]
         values = alloc((int(offsets[-1]), *first.shape[1:]), torch_dtype(first.dtype))
         if len(values):
@@ -55,9 +44,7 @@ class Ragged:
 
     @classmethod
     def from_bytes(cls, items: Sequence[bytes]) -> Ragged:
-        lengths = np.fromiter((len(b) for b in items), dtype=np.int64, count=len(items))
-        offsets = np.zeros(len(items) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+        offsets = offsets_from_lengths(np.fromiter(map(len, items), dtype=np.int64, count=len(items)))
         values = alloc((int(offsets[-1]),), torch.uint8)
         out = values.numpy()
         for item, start in zip(items, offsets[:-1].tolist(), strict=False):

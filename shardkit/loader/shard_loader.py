@@ -1,6 +1,6 @@
 """``ShardLoader``: a torch ``DataLoader`` over a ``StreamingDataset`` that records, per global
-consumer, how many samples the training loop has actually received (§G5) and restores from it,
-also on another topology (§G6). Implements the ``Stateful`` protocol of
+consumer, how many samples the training loop has actually received (G5 in docs/guarantees.md)
+and restores from it, also on another topology (G6). Implements the ``Stateful`` protocol of
 ``torch.distributed.checkpoint``.
 
 Loader state (specs/resume-state.md §Loader)::
@@ -25,18 +25,20 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from shardkit.errors import StateError
-from shardkit.loader.dataset import META_KEY, StreamingDataset
-from shardkit.loader.packed import BatchGroup, PackedBatch
-from shardkit.loader.ring import Ring
-from shardkit.loader.stats import LoaderStats
+from shardkit.loader.dataset import StreamingDataset
+from shardkit.loader.loader_stats import LoaderStats
 from shardkit.loader.topology import Topology, rank_and_world
+from shardkit.loader.transfer.meta import META_KEY, BatchMeta
+from shardkit.loader.transfer.packed import BatchGroup, PackedBatch
+from shardkit.loader.transfer.ring import Ring
 from shardkit.plan import plan_to_state, validate_state
 
 log = logging.getLogger(__name__)
 LOADER_STATE_VERSION = 1
 LOADER_STATE_KIND = "shardkit.loader"
-DEFAULT_PREFETCH = 4  # batches in flight per worker: 2 (DataLoader's default) left workers idle at W=2
-DEFAULT_BATCHES_PER_TRANSFER = 4  # batches per DataLoader item (L10); see __init__
+DEFAULT_PREFETCH = 4  # batches asked ahead per worker (rounded up to whole groups, at least 2 groups:
+# 8 batches at the default group of 4); 2 (DataLoader's default) left workers idle at W=2
+DEFAULT_BATCHES_PER_TRANSFER = 4  # batches per DataLoader item (X8); see __init__
 RING_SPARE_SLOTS = 3  # ring slots per worker beyond the batches in flight: ones the loop holds
 
 
@@ -176,18 +178,17 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
                     batch = queued.pop()
             if isinstance(batch, PackedBatch):
                 batch = batch.unpack()
-            meta = batch.pop(META_KEY, None) if isinstance(batch, dict) else None
-            values = meta.numpy().copy() if meta is not None else None  # no view: it would pin the ring slot
-            if values is not None:
-                self._offsets[int(values[0])] = int(values[1])  # received by the training loop (§G5)
+            meta: BatchMeta | None = batch.pop(META_KEY, None) if isinstance(batch, dict) else None
+            if meta is not None:
+                self._offsets[meta.consumer] = meta.position  # received by the training loop (G5, L1)
             self._steps += 1
-            self._stats.step(time.perf_counter() - asked, self.streaming.params.batch_size, values, in_group)
+            self._stats.step(time.perf_counter() - asked, self.streaming.params.batch_size, meta, in_group)
             if self.log_every and self._steps % self.log_every == 0:
                 log.info("shardkit loader: %s", _stats_line(self._stats.summary()))
             yield batch
 
     def stats(self) -> dict[str, Any]:
-        """Wait-time percentiles and throughput of the current iteration (§G10)."""
+        """Wait-time percentiles and throughput of the current iteration (G10)."""
         return self._stats.summary()
 
     # ---- Stateful -----------------------------------------------------------------------------
@@ -196,7 +197,7 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         return dict(self._offsets), self._steps
 
     def state_dict(self, snapshot: tuple[dict[int, int], int] | None = None) -> dict[str, Any]:
-        """The global consumed offsets; collective across ranks when distributed (§G5).
+        """The global consumed offsets; collective across ranks when distributed (G5).
 
         ``snapshot`` (from ``consumed_snapshot``) states an earlier boundary, e.g. the one before a
         batch a device prefetcher has staged but the training loop has not received yet."""
@@ -225,12 +226,15 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
 
 
 def _unprofiled_next(batches: Iterator[Any]) -> Callable[[], Any]:
-    """``next(batches)`` without DataLoader's per-batch ``record_function`` when no profiler is on.
+    """``next(batches)`` without DataLoader's per-item ``record_function`` when no profiler is on.
 
-    That span costs ~20 µs per batch (a quarter of the training process's share of the loader
-    at W=2, measured with py-spy); it only matters to a running torch profiler, and with one on
-    the plain ``__next__`` (span included) is used. Falls back to ``__next__`` whenever the
-    iterator lacks the (private, long-stable) attributes this relies on."""
+    That span only matters to a running torch profiler (with one on, the plain ``__next__``,
+    span included, is used). Measured again with groups of 4 (2026-12-01, shared 2-core machine
+    under load 8–14, 60k token samples, batch 64, paired alternations in one process): at W=0
+    (one batch per item) 63.7k against 50.4k samples/s, paired ratio median 1.27 over 10 pairs
+    (all ≥ 1.04); at W=2 (one span per group of 4) 158k against 149k, paired ratios 0.78–3.7
+    (median 0.96, 8 pairs): lost in the noise. Kept for W=0. Falls back to ``__next__``
+    whenever the iterator lacks the (private, long-stable) attributes this relies on."""
     next_data = getattr(batches, "_next_data", None)
     profiler_on = getattr(getattr(torch._C, "_autograd", None), "_profiler_enabled", None)
     if next_data is None or profiler_on is None or not hasattr(batches, "_num_yielded"):
@@ -256,7 +260,7 @@ def _stats_line(stats: dict[str, Any]) -> str:
 
 
 def check_loader_state(state: Any, fingerprint: str) -> None:
-    """Refuse malformed, newer or foreign states with a clear ``StateError`` (§G6)."""
+    """Refuse malformed, newer or foreign states with a clear ``StateError`` (G6)."""
     if not isinstance(state, dict) or state.get("kind") != LOADER_STATE_KIND:
         raise StateError("not a shardkit loader state (missing kind='shardkit.loader')")
     version = state.get("version")

@@ -1,4 +1,4 @@
-"""Pure partition maths: epoch shuffle, equal-step partition, resume state (§G2-G4, §G6).
+"""Pure partition maths: epoch shuffle, equal-step partition, resume state (G2-G4 in docs/guarantees.md, G6).
 
 Never reads environment variables, torch globals or files; imports only the standard library,
 numpy and :mod:`shardkit.errors`. Specs: specs/partition.md, specs/resume-state.md.
@@ -8,6 +8,7 @@ from shardkit.plan.params import PlanParams
 from shardkit.plan.plan import Plan, shard_order
 from shardkit.plan.quality import ShuffleStats, shuffle_stats
 from shardkit.plan.rng import sample_rng
+from shardkit.plan.rotation import worker_consumer
 from shardkit.plan.spans import Span, Window, global_index, shard_offsets
 from shardkit.plan.state import (
     STATE_VERSION,
@@ -33,4 +34,5 @@ __all__ = [
     "shuffle_stats",
     "state_epoch",
     "validate_state",
+    "worker_consumer",
 ]

@@ -1,4 +1,4 @@
-"""Plan parameters: everything besides shard sizes that a partition depends on (§G2).
+"""Plan parameters: everything besides shard sizes that a partition depends on (G2 in docs/guarantees.md).
 
 A :class:`PlanParams` is validated on construction and is immutable, so a plan built from it can
 be shared between threads. ``to_dict``/``from_dict`` are the resume-state encoding

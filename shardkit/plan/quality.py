@@ -1,4 +1,4 @@
-"""Shuffle quality, measured on a plan (specs/partition.md, "Shuffle quality", §G4).
+"""Shuffle quality, measured on a plan (specs/partition.md, "Shuffle quality", G4 in docs/guarantees.md).
 
 Two numbers trade against I/O locality: how many distinct shards feed a batch (more = better
 mixing, more shards open at once) and the lag-1 correlation of neighbouring samples' manifest

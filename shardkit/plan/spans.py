@@ -50,7 +50,7 @@ class Window:
         return sum(span.num_samples for span in self.spans)
 
     def padded_mask(self) -> np.ndarray:
-        """Bool per output sample: True where the sample is a pad repeat (§G3)."""
+        """Bool per output sample: True where the sample is a pad repeat (G3 in docs/guarantees.md)."""
         flags = np.repeat(
             np.array([span.padded for span in self.spans], dtype=bool),
             [span.num_samples for span in self.spans],

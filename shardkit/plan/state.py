@@ -1,4 +1,4 @@
-"""Resume state: encode a plan's consumed offsets, validate them, rebuild the plan (§G6).
+"""Resume state: encode a plan's consumed offsets, validate them, rebuild the plan (G6 in docs/guarantees.md).
 
 The state is a JSON-able dict (specs/resume-state.md)::
 

@@ -1,14 +1,16 @@
 """Reading datasets: manifests, shard readers, verification."""
 
-from shardkit.read.dataset import Dataset, open_dataset
+from shardkit.read.dataset import StoredDataset, open_dataset
+from shardkit.read.options import ReadOptions
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.sources import ByteSource, LocalFileSource, StoreSource, open_source
 from shardkit.read.stats import ReadStats
 
 __all__ = [
     "ByteSource",
+    "ReadOptions",
     "ReadStats",
-    "Dataset",
+    "StoredDataset",
     "LocalFileSource",
     "ShardReader",
     "StoreSource",

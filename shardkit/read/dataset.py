@@ -10,6 +10,7 @@ from typing import Any
 
 from shardkit.errors import NotFoundError
 from shardkit.format import MANIFEST_NAME, Manifest, decode_manifest
+from shardkit.read.options import ReadOptions
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.sources import open_source
 from shardkit.storage import Store, open_store
@@ -24,19 +25,20 @@ def split_manifest_path(path: str) -> str:
 
 
 @dataclass
-class Dataset:
-    """A dataset's store and validated manifest."""
+class StoredDataset:
+    """A dataset as stored: its store and validated manifest (what ``open_dataset`` returns).
+    Not the torch-facing ``StreamingDataset`` (shardkit/loader), which streams batches of it."""
 
     store: Store
     manifest: Manifest
     pid: int = field(default_factory=os.getpid)
 
-    def in_this_process(self) -> Dataset:
+    def in_this_process(self) -> StoredDataset:
         """This dataset with a store usable here: after a fork (DataLoader workers) a fresh
         store, since async clients (s3fs) are not fork-safe; the manifest is reused."""
         if self.pid == os.getpid():
             return self
-        return Dataset(open_store(self.store.url, self.store.storage_options, self.store.retry), self.manifest)
+        return StoredDataset(open_store(self.store.url, self.store.storage_options, self.store.retry), self.manifest)
 
     @property
     def url(self) -> str:
@@ -44,7 +46,8 @@ class Dataset:
 
     def open_shard(self, shard_index: int, read_ahead: bool = False) -> ShardReader:
         info = self.manifest.shards[shard_index]
-        return ShardReader(open_source(self.store, info.name, info.num_bytes), info, read_ahead=read_ahead)
+        source = open_source(self.store, info.name, info.num_bytes)
+        return ShardReader(source, info, options=ReadOptions(read_ahead=read_ahead))
 
     def samples(self) -> Iterator[dict[str, Any]]:
         """Every sample in manifest order."""
@@ -53,7 +56,7 @@ class Dataset:
                 yield from reader
 
 
-def open_dataset(path: str, storage_options: dict[str, Any] | None = None) -> Dataset:
+def open_dataset(path: str, storage_options: dict[str, Any] | None = None) -> StoredDataset:
     """Read and validate the manifest under ``path`` (folder, URL or manifest path)."""
     store = open_store(split_manifest_path(path), storage_options)
     where = store.url_of(MANIFEST_NAME)
@@ -61,4 +64,4 @@ def open_dataset(path: str, storage_options: dict[str, Any] | None = None) -> Da
         data = store.read(MANIFEST_NAME)
     except NotFoundError:
         raise NotFoundError(f"{where}: no manifest (not a shardkit dataset, or packing did not finish)") from None
-    return Dataset(store, decode_manifest(data, where))
+    return StoredDataset(store, decode_manifest(data, where))

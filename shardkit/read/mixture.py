@@ -21,16 +21,16 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import tomllib
 
 from shardkit.errors import PlanError
 from shardkit.plan.mixture import COMPOSITIONS, MixSource, MixSpec, ScheduleStep
-from shardkit.read.dataset import Dataset, open_dataset, split_manifest_path
+from shardkit.read.dataset import StoredDataset, open_dataset, split_manifest_path
 
 _TOP_KEYS = {"samples_per_epoch", "composition", "sources", "schedule"}
 _SOURCE_KEYS = {"path", "weight", "name"}
@@ -77,7 +77,7 @@ class OpenMixture:
     """A mixture with its datasets opened (manifests read) and its plan description."""
 
     mixture: Mixture
-    datasets: tuple[Dataset, ...]
+    datasets: tuple[StoredDataset, ...]
 
     def spec(self) -> MixSpec:
         sources = tuple(

@@ -18,6 +18,7 @@ import numpy as np
 from shardkit.plan import Plan
 from shardkit.plan.mixture_state import shard_bases
 from shardkit.read.mixture import OpenMixture
+from shardkit.read.options import ReadOptions
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.stats import ReadStats
 from shardkit.read.stream import ShardOpener, WindowSamples, read_window
@@ -30,8 +31,8 @@ class MixtureOpener:
 
     def __init__(self, opened: OpenMixture, bases: np.ndarray, cache: ShardCache | None = None,
                  upcoming: list[int] | None = None, stats: ReadStats | None = None,
-                 read_ahead: bool = False, views: bool = False, columns: bool = False) -> None:
-        self.views = views
+                 options: ReadOptions = ReadOptions()) -> None:
+        self.options = options
         self.stats = stats if stats is not None else ReadStats()
         self._bases = bases
         self._openers = []
@@ -39,7 +40,7 @@ class MixtureOpener:
             lo, hi = int(bases[i]), int(bases[i + 1])
             mine = None if upcoming is None else [s - lo for s in upcoming if lo <= s < hi]
             self._openers.append(ShardOpener(dataset.in_this_process(), cache, mine, stats=self.stats,
-                                             read_ahead=read_ahead, views=views, columns=columns))
+                                             options=options))
 
     def source_of(self, shard_index: int) -> int:
         return int(np.searchsorted(self._bases, shard_index, side="right")) - 1
@@ -61,17 +62,16 @@ def source_of_indices(sample_bases: np.ndarray, indices: np.ndarray) -> np.ndarr
 
 def iter_mixture_consumer(opened: OpenMixture, plan: Plan, consumer: int, start: int,
                           cache: ShardCache | None = None, stats: ReadStats | None = None,
-                          read_ahead: bool = False, views: bool = False,
-                          columns: bool = False) -> Iterator[WindowSamples]:
+                          options: ReadOptions = ReadOptions()) -> Iterator[WindowSamples]:
     """Consumer ``consumer``'s samples of a mixture plan from position ``start`` to its end;
     ``indices`` are global (``source_of_indices`` maps them to sources)."""
     bases = shard_bases(opened.spec())
     upcoming = list(plan.shards_of(consumer, start)) if cache is not None else None
-    opener = MixtureOpener(opened, bases, cache, upcoming, stats, read_ahead, views, columns)
+    opener = MixtureOpener(opened, bases, cache, upcoming, stats, options)
     offsets = plan.shard_offsets
     try:
         for window in plan.consumer_windows(consumer, start):
-            # read_window uses only .reader(shard) and .views of its opener
+            # read_window uses only .reader(shard) and .options of its opener
             yield from read_window(cast(ShardOpener, opener), window, offsets)
     finally:
         opener.close()

@@ -9,10 +9,10 @@ error).
 from __future__ import annotations
 
 from shardkit.format import MANIFEST_NAME
-from shardkit.read.dataset import Dataset
+from shardkit.read.dataset import StoredDataset
 
 
-def unnamed_files(dataset: Dataset) -> list[str]:
+def unnamed_files(dataset: StoredDataset) -> list[str]:
     """Names (relative to the dataset folder, sorted) of files the manifest does not name."""
     named = {info.name for info in dataset.manifest.shards}
     named.add(MANIFEST_NAME)

@@ -4,8 +4,8 @@ Opening costs one suffix read (footer + index; its length is in the manifest, so
 request when the manifest entry is given). Every block read is one range request, checked
 against its xxh64 before it is decompressed, and decompressed within its declared size.
 
-Thread-safety: safe to share between threads only if each thread uses its own reader (the zstd
-context is per reader).
+Thread-safety: not thread-safe; use one reader per thread (its zstd context is its own). The
+reader's own read-ahead helper thread (``ReadOptions.read_ahead``) uses a second context.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from shardkit.errors import CorruptShardError, FormatError
 from shardkit.format import BlockDecompressor, ShardInfo, decode_block, decode_sample
 from shardkit.format.checksum import xxh64_int
 from shardkit.format.column_block import LAYOUT_COLUMNS
-from shardkit.format.columns import ColumnPiece, as_samples, parse_columns
+from shardkit.format.column_parse import parse_columns
 from shardkit.format.shard_layout import (
     FOOTER_SIZE,
     HEADER_SIZE,
@@ -29,12 +29,14 @@ from shardkit.format.shard_layout import (
     decode_footer,
     decode_index,
 )
+from shardkit.read.column_pieces import ColumnPiece, as_samples
+from shardkit.read.options import ReadOptions
 from shardkit.read.read_ahead import BlocksAhead
 from shardkit.read.sources import ByteSource
 from shardkit.read.stats import ReadStats
 
 _DEFAULT_SUFFIX = 64 << 10
-Samples = list[dict[str, Any]] | ColumnPiece  # a block's samples, or a selection of its columns
+SampleChunk = list[dict[str, Any]] | ColumnPiece  # a block's sample dicts, or (with views) a selection of its columns
 
 
 class ShardReader:
@@ -44,19 +46,9 @@ class ShardReader:
         info: ShardInfo | None = None,
         shard_label: str | None = None,
         stats: ReadStats | None = None,
-        read_ahead: bool = False,
-        views: bool = False,
-        columns: bool = False,
+        options: ReadOptions = ReadOptions(),
     ) -> None:
-        """``read_ahead``: while ``sample_chunks`` unpacks one block, a helper thread checks and
-        decompresses the next few (read_ahead.py; xxhash and zstd release the GIL). Only for
-        thread-safe sources (local and cached files); worth it when the process has a spare core
-        (measured: +29% on int32 token blocks at W=0 on 2 cores, one block ahead).
-        ``views``: large samples' bin values and arrays come as views of the block
-        (``decode_block_samples(views=True)``), for a consumer that copies them out at once; the
-        read-ahead thread then also checks raw (stored uncompressed) blocks.
-        ``columns``: a column block comes as a ``ColumnPiece`` (format/columns.py), not as sample
-        dicts, for the loader's default collation (loader/columns.py)."""
+        """``options``: read-ahead and views (``ReadOptions``)."""
         self.source = source
         self.info = info
         self.label = shard_label or (info.name if info else source.where)
@@ -64,8 +56,8 @@ class ShardReader:
         self._decompressor = BlockDecompressor()
         self.stats = stats if stats is not None else ReadStats()
         self.index = self._read_index()
-        self.read_ahead = read_ahead and getattr(source, "thread_safe", False)
-        self.views, self.columns = views, columns
+        self.read_ahead = options.read_ahead and getattr(source, "thread_safe", False)
+        self.views = options.views
         self._ahead_decompressor: BlockDecompressor | None = None
 
     # ---- structure --------------------------------------------------------------------------
@@ -144,9 +136,9 @@ class ShardReader:
     def read_raw_block(self, block_index: int) -> bytes | memoryview:
         return self.decode_stored_block(block_index, self.read_stored_block(block_index))
 
-    def block_samples(self, block_index: int, raw: bytes | memoryview | None = None) -> Samples:
+    def block_samples(self, block_index: int, raw: bytes | memoryview | None = None) -> SampleChunk:
         """Every sample of one block, in order (``raw``: its decompressed bytes, if at hand); a
-        ``ColumnPiece`` for a column block if the reader was made with ``columns``."""
+        ``ColumnPiece`` for a column block if the reader was made with ``views``."""
         started = time.perf_counter()
         if raw is None:
             stored = self.read_stored_block(block_index)
@@ -157,8 +149,8 @@ class ShardReader:
         record = self.index.blocks[block_index]
         expected, layout = int(record["num_samples"]), int(record["layout"])
         try:
-            samples: Samples
-            if self.columns and layout == LAYOUT_COLUMNS:
+            samples: SampleChunk
+            if self.views and layout == LAYOUT_COLUMNS:
                 samples = ColumnPiece(parse_columns(raw, expected), np.arange(expected, dtype=np.int64))
             else:
                 samples = decode_block(raw, expected, layout, self.index.offsets_of(block_index), self.views)
@@ -199,8 +191,8 @@ class ShardReader:
         except (FormatError, ValueError) as exc:
             raise CorruptShardError(f"{self.where}: sample {sample_index} does not decode: {exc}") from None
 
-    def sample_chunks(self, start: int = 0, stop: int | None = None) -> Iterator[Samples]:
-        """Samples ``[start, stop)`` in order as one list per block, decoding only those blocks."""
+    def sample_chunks(self, start: int = 0, stop: int | None = None) -> Iterator[SampleChunk]:
+        """SampleChunk ``[start, stop)`` in order as one list per block, decoding only those blocks."""
         start = max(start, 0)
         stop = self.num_samples if stop is None else min(stop, self.num_samples)
         if start >= stop:
@@ -245,7 +237,7 @@ class ShardReader:
         return bool(self.index.blocks[block_index]["codec"]) or self.views
 
     def samples(self, start: int = 0, stop: int | None = None) -> Iterator[dict[str, Any]]:
-        """Samples ``[start, stop)`` in order, decoding only the blocks that hold them."""
+        """SampleChunk ``[start, stop)`` in order, decoding only the blocks that hold them."""
         for chunk in self.sample_chunks(start, stop):
             yield from as_samples(chunk, self.views)
 

@@ -1,4 +1,5 @@
-"""Counters of where a reader's time goes (stall diagnosis, §G10). Not thread-safe: one per consumer."""
+"""Counters of where a reader's time goes (stall diagnosis, G10 in docs/guarantees.md).
+Not thread-safe: one per consumer."""
 
 from __future__ import annotations
 

@@ -21,10 +21,11 @@ import numpy as np
 
 from shardkit.format import ShardInfo
 from shardkit.format.checksum import xxh64_file
-from shardkit.format.columns import ColumnPiece, as_samples, is_run, join_pieces
 from shardkit.plan import Plan, Window
-from shardkit.read.dataset import Dataset
-from shardkit.read.shard_reader import Samples, ShardReader
+from shardkit.read.column_pieces import ColumnPiece, as_samples, is_run, join_pieces
+from shardkit.read.dataset import StoredDataset
+from shardkit.read.options import ReadOptions
+from shardkit.read.shard_reader import SampleChunk, ShardReader
 from shardkit.read.sources import LocalFileSource, StoreSource
 from shardkit.read.stats import ReadStats
 from shardkit.storage import CacheItem, Prefetcher, ShardCache
@@ -32,7 +33,7 @@ from shardkit.storage import CacheItem, Prefetcher, ShardCache
 log = logging.getLogger(__name__)
 
 
-def cache_item(dataset: Dataset, shard_index: int) -> CacheItem:
+def cache_item(dataset: StoredDataset, shard_index: int) -> CacheItem:
     """The cache entry of a shard: keyed by dataset fingerprint + shard checksum (never a name)."""
     info = dataset.manifest.shards[shard_index]
     fingerprint = dataset.manifest.fingerprint.split(":")[-1][:16]
@@ -58,18 +59,16 @@ class ShardOpener:
 
     def __init__(
         self,
-        dataset: Dataset,
+        dataset: StoredDataset,
         cache: ShardCache | None = None,
         upcoming: list[int] | None = None,
         keep_open: int = 2,
         prefetch_ahead: int = 2,
         stats: ReadStats | None = None,
-        read_ahead: bool = False,
-        views: bool = False,
-        columns: bool = False,
+        options: ReadOptions = ReadOptions(),
     ) -> None:
         self.dataset = dataset
-        self.read_ahead, self.views, self.columns = read_ahead, views, columns
+        self.options = options
         self.stats = stats if stats is not None else ReadStats()
         self.cache = cache if not dataset.store.is_local else None
         # A cached shard stays leased (unevictable) while open: keep only the current one.
@@ -89,8 +88,7 @@ class ShardOpener:
         stack = contextlib.ExitStack()
         started = time.perf_counter()
         try:
-            reader = ShardReader(self._source(shard_index, info, stack), info, stats=self.stats,
-                                 read_ahead=self.read_ahead, views=self.views, columns=self.columns)
+            reader = ShardReader(self._source(shard_index, info, stack), info, stats=self.stats, options=self.options)
         except BaseException as exc:
             stack.close()
             exc.add_note(f"while opening shard {info.name} (index {shard_index}) of {self.dataset.url}")
@@ -131,7 +129,7 @@ class ShardOpener:
 class WindowSamples:
     """The output of one plan window: samples in plan order, their global indices, pad flags."""
 
-    samples: Samples  # dicts, or a ColumnPiece from readers made with ``columns``
+    samples: SampleChunk  # dicts, or a ColumnPiece from readers made with ``views``
     indices: np.ndarray
     padded: np.ndarray
 
@@ -155,7 +153,7 @@ def read_window(opener: ShardOpener, window: Window, offsets: np.ndarray) -> Ite
         if joined is not None:  # one selection of the window's columns, in output order
             yield WindowSamples(joined.select(order), indices, padded)
             return
-    decoded = [sample for chunk in chunks for sample in as_samples(chunk, opener.views)]
+    decoded = [sample for chunk in chunks for sample in as_samples(chunk, opener.options.views)]
     yield WindowSamples([decoded[i] for i in order.tolist()], indices, padded)
 
 
@@ -174,21 +172,17 @@ def _read_run(
 
 
 def iter_consumer(
-    dataset: Dataset,
+    dataset: StoredDataset,
     plan: Plan,
     consumer: int,
     start: int,
     cache: ShardCache | None = None,
     stats: ReadStats | None = None,
-    read_ahead: bool = False,
-    views: bool = False,
-    columns: bool = False,
+    options: ReadOptions = ReadOptions(),
 ) -> Iterator[WindowSamples]:
-    """Consumer ``consumer``'s samples from position ``start`` to the end of its sequence
-    (``read_ahead``, ``views``, ``columns``: see ``ShardReader``)."""
+    """Consumer ``consumer``'s samples from position ``start`` to the end of its sequence."""
     upcoming = list(plan.shards_of(consumer, start)) if cache is not None else None
-    opener = ShardOpener(dataset, cache, upcoming, stats=stats, read_ahead=read_ahead, views=views,
-                         columns=columns)
+    opener = ShardOpener(dataset, cache, upcoming, stats=stats, options=options)
     offsets = plan.shard_offsets
     try:
         for window in plan.consumer_windows(consumer, start):

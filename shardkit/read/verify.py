@@ -1,4 +1,5 @@
-"""Verify a dataset: every shard's size and checksum, every block, every sample (V1–V5).
+"""Verify a dataset: every shard's size and checksum, every block, every sample
+(specs/shard-format.md V1–V3, I5, B5; specs/manifest.md).
 
 A full check reads each shard once, whole; ``quick`` stops after sizes and whole-file
 checksums. Shards are checked in parallel threads (xxhash and zstd release the GIL).
@@ -14,8 +15,8 @@ from typing import Any
 from shardkit.errors import FormatError, StorageError
 from shardkit.format import ShardInfo, check_sample
 from shardkit.format.checksum import xxh64_text
-from shardkit.format.columns import as_samples
-from shardkit.read.dataset import Dataset
+from shardkit.read.column_pieces import as_samples
+from shardkit.read.dataset import StoredDataset
 from shardkit.read.orphans import unnamed_files
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.sources import MemorySource
@@ -63,7 +64,7 @@ class VerifyReport:
         }
 
 
-def verify_shard(dataset: Dataset, info: ShardInfo, quick: bool = False) -> ShardReport:
+def verify_shard(dataset: StoredDataset, info: ShardInfo, quick: bool = False) -> ShardReport:
     report = ShardReport(info.name)
     url = dataset.store.url_of(info.name)
     try:
@@ -82,7 +83,7 @@ def verify_shard(dataset: Dataset, info: ShardInfo, quick: bool = False) -> Shar
     return report
 
 
-def _check_contents(dataset: Dataset, info: ShardInfo, data: bytes, url: str, report: ShardReport) -> None:
+def _check_contents(dataset: StoredDataset, info: ShardInfo, data: bytes, url: str, report: ShardReport) -> None:
     try:
         reader = ShardReader(MemorySource(data, url), None, info.name)
         reader.check_header()
@@ -109,7 +110,7 @@ def _check_contents(dataset: Dataset, info: ShardInfo, data: bytes, url: str, re
 
 
 def verify_dataset(
-    dataset: Dataset,
+    dataset: StoredDataset,
     quick: bool = False,
     workers: int = 4,
     on_shard: Callable[[ShardReport], None] | None = None,

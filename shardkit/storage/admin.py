@@ -1,7 +1,7 @@
 """Inspect and clear a cache dir, for ``shardkit cache ls|clear`` (pure functions, no store).
 
 Both are safe while training runs: an entry is "in use" when its lock cannot be taken
-exclusively without waiting, and ``clear_cache`` skips those (C5).
+exclusively without waiting, and ``clear_cache`` skips those (K5).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import os
 import time
 from typing import Any
 
+from shardkit.storage.cache_layout import dataset_prefix, key_from_name, layout_root, read_meta
 from shardkit.storage.eviction import remove_entry, remove_temps, scan, try_exclusive
-from shardkit.storage.layout import dataset_prefix, key_from_name, layout_root, read_meta
 from shardkit.storage.locks import FileLock
 
 

@@ -6,7 +6,7 @@ specs/cache.md; files in the cache dir are opened as cache_files.py says (K13–
 
 Thread- and process-safety: one ``ShardCache`` may be used by many threads; many processes
 (DataLoader workers, ranks, users) may share one ``cache_dir``. Coordination is by ``flock`` on
-per-entry lock files (C3, C4) plus a per-entry thread lock so threads of one process queue
+per-entry lock files (K3, K4) plus a per-entry thread lock so threads of one process queue
 cheaply instead of polling.
 """
 
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 
 from shardkit.errors import CacheError, StorageError, StorageTimeoutError
 from shardkit.storage.cache_files import regular_stat
+from shardkit.storage.cache_layout import Entry, ensure_root, entry_name, write_meta
 from shardkit.storage.download import download_to
 from shardkit.storage.eviction import SpaceManager, disk_error, remove_temps
-from shardkit.storage.layout import Entry, ensure_root, entry_name, write_meta
 from shardkit.storage.locks import FileLock
 from shardkit.storage.store import Store
 
@@ -40,7 +40,7 @@ Verify = Callable[[str], None]
 
 @dataclass(frozen=True)
 class CacheOptions:
-    """Timeouts (seconds) and tuning of a ``ShardCache``; every wait is bounded (C9)."""
+    """Timeouts (seconds) and tuning of a ``ShardCache``; every wait is bounded (K9)."""
 
     lock_timeout: float = 900.0      # waiting for another process's download of the same entry
     space_timeout: float = 300.0     # waiting for leases to free room under the limit
@@ -110,14 +110,14 @@ class ShardCache:
     @contextlib.contextmanager
     def open(self, store: Store, name: str, *, key: str, num_bytes: int,
              verify: Verify | None = None) -> Iterator[str]:
-        """Lease the local copy of ``name``: download it once per node if needed (C1–C3)."""
+        """Lease the local copy of ``name``: download it once per node if needed (K1–K3)."""
         if store.is_local:
-            yield store.local_path(name)  # C8: local data is never copied or evicted
+            yield store.local_path(name)  # K8: local data is never copied or evicted
             return
         entry = Entry(self.root, entry_name(key))
         lock = self._lease(store, name, entry, key, num_bytes, verify, None)
         try:
-            _touch(entry.data)  # last use, for LRU (C6)
+            _touch(entry.data)  # last use, for LRU (K6)
             yield entry.data
         finally:
             lock.release()
@@ -176,7 +176,7 @@ class ShardCache:
                          f"(limit {self.limit_bytes} bytes) is too small for the working set")
 
     def _valid(self, entry: Entry, num_bytes: int, verify: Verify | None, what: str) -> bool:
-        """Published with the right size and (once per process) passing ``verify`` (C2)."""
+        """Published with the right size and (once per process) passing ``verify`` (K2)."""
         st = regular_stat(entry.data)
         if st is None:  # missing, or a link/special file planted there: replaced by _fill (K13)
             return False
@@ -200,7 +200,7 @@ class ShardCache:
     def _fill(self, store: Store, name: str, entry: Entry, key: str, num_bytes: int,
               verify: Verify | None, cancel: threading.Event | None) -> None:
         """Download, verify and publish ``entry``; the caller holds its exclusive lock."""
-        remove_temps(_own_temps(entry))  # C4: a dead downloader's partial file is never used
+        remove_temps(_own_temps(entry))  # K4: a dead downloader's partial file is never used
         remove_temps([entry.data])  # damaged or wrong size; no lease can hold it while we hold EX
         url = store.url_of(name)
         errors: list[Exception] = []
@@ -226,7 +226,7 @@ class ShardCache:
             except BaseException:
                 remove_temps([tmp])
                 raise
-            os.replace(tmp, entry.data)  # C1: atomic publish
+            os.replace(tmp, entry.data)  # K1: atomic publish
             write_meta(entry, key, url, num_bytes, store.url)
             return
         final = errors[-1] if errors else CacheError(f"{url}: verify_attempts must be >= 1")

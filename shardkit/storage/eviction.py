@@ -1,10 +1,10 @@
 """Space accounting and LRU eviction for the cache (specs/cache.md, "Eviction").
 
 Before a download, ``reserve`` takes the cache-wide ``.space.lock``, counts published entries
-plus in-progress temp files, evicts least-recently-used entries that nobody holds (C5, C6), and
+plus in-progress temp files, evicts least-recently-used entries that nobody holds (K5, K6), and
 creates the temp file already ``num_bytes`` long (so the next process counts it, and a full disk
 fails here, before any byte is fetched). If the bytes in use leave no room it polls until
-``space_timeout``, then raises ``CacheError`` with the numbers (C7).
+``space_timeout``, then raises ``CacheError`` with the numbers (K7).
 
 An entry is "in use" when its lock cannot be taken exclusively without waiting: a lease
 (shared) or a download (exclusive) holds it. Eviction only ever tries non-blocking locks while
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from shardkit.errors import CacheError
 from shardkit.storage.cache_files import create_new, regular_stat
-from shardkit.storage.layout import (
+from shardkit.storage.cache_layout import (
     DATA_SUFFIX,
     SPACE_LOCK,
     TEMP_MARK,

@@ -1,7 +1,7 @@
 """Inter-process locks on lock files with ``fcntl.flock`` (specs/cache.md, "Lock protocol").
 
 Why flock: the kernel drops it when the holder's last descriptor closes — including when the
-process is SIGKILLed — so a crash never leaves a stale lock (C4). flock locks belong to an open
+process is SIGKILLed — so a crash never leaves a stale lock (K4). flock locks belong to an open
 file description, so two threads of one process that each open the file also exclude each other.
 
 Lock files may be unlinked by a holder of the exclusive lock (eviction). An acquirer therefore

@@ -1,4 +1,4 @@
-"""Download the next entries of a consumer's plan in background threads (C10).
+"""Download the next entries of a consumer's plan in background threads (K10).
 
 A ``Prefetcher`` walks ``items`` in order, keeping at most ``max_ahead`` entries and
 ``max_bytes`` bytes fetched-but-not-yet-reached. It holds no leases: a prefetched entry is an

@@ -1,9 +1,8 @@
 """One Ray write task's shards: encoded samples in, ``shards/part-{task}-{n}.sks`` out.
 
-The same block and shard boundaries as ``ShardWriter`` (a block is sealed when its raw bytes
-reach ``block_size``; a shard is closed after the block that brings its raw bytes to
-``shard_size``), but no manifest: the driver assembles one from every task's ``PartResult``
-(specs/ray-packing.md, R1–R3). Names depend only on the task index and the shard's position in
+The same block and shard boundaries as ``ShardWriter`` (one ``BlockCutter``, cuts.py, I10),
+but no manifest: the driver assembles one from every task's ``PartResult``
+(specs/ray-packing.md, Y1–Y3). Names depend only on the task index and the shard's position in
 the task, so a retried task rewrites the same names with the same bytes.
 
 Not thread-safe; one instance per task.
@@ -16,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardkit.format import BlockCompressor, CompressOptions, SchemaBuilder, ShardInfo
-from shardkit.format.shard_builder import SealedBlock, arrange_block, build_shard, seal_block
+from shardkit.format.shard_builder import SealedBlock, build_shard, seal_block
 from shardkit.storage import Store
+from shardkit.write.cuts import BlockCutter
 
 PART_FORMAT = "shards/part-{task_index:05d}-{part_index:04d}.sks"
 #: Names this engine writes (and may delete as orphans): parts and staging files in shards/.
@@ -53,35 +53,26 @@ class PartWriter:
         self.schema = SchemaBuilder()
         self.result = PartResult(task_index=task_index)
         self._compressor = BlockCompressor(options.compress)
-        self._pending: list[bytes] = []
-        self._pending_bytes = 0
+        self._cutter = BlockCutter(options.block_size, options.shard_size, options.layout)
         self._blocks: list[SealedBlock] = []
-        self._shard_raw = 0
 
     def append(self, data: bytes, sample: dict[str, Any]) -> None:
         self.schema.observe(sample)
-        self._pending.append(data)
-        self._pending_bytes += len(data)
         self.result.num_samples += 1
         self.result.raw_bytes += len(data)
-        if self._pending_bytes >= self.options.block_size:
-            self._seal_block()
-            if self._shard_raw >= self.options.shard_size:
+        block = self._cutter.add(data)
+        if block is not None:
+            self._blocks.append(seal_block(*block, self._compressor))
+            if self._cutter.shard_full:
                 self._close_shard()
 
     def finish(self) -> PartResult:
-        self._seal_block()
+        block = self._cutter.flush()
+        if block is not None:
+            self._blocks.append(seal_block(*block, self._compressor))
         self._close_shard()
         self.result.schema = self.schema.fields
         return self.result
-
-    def _seal_block(self) -> None:
-        if not self._pending:
-            return
-        raw, offsets, layout = arrange_block(self._pending, self.options.layout)
-        self._blocks.append(seal_block(raw, offsets, layout, self._compressor))
-        self._shard_raw += len(raw)
-        self._pending, self._pending_bytes = [], 0
 
     def _close_shard(self) -> None:
         if not self._blocks:
@@ -90,7 +81,8 @@ class PartWriter:
         data, info = build_shard(name, self._blocks)
         self.store.write_atomic(name, data)
         self.result.shards.append(info.to_dict())
-        self._blocks, self._shard_raw = [], 0
+        self._blocks = []
+        self._cutter.shard_closed()
 
 
 def shard_infos(result: PartResult, where: str) -> list[ShardInfo]:

@@ -6,7 +6,7 @@ through ``Store.write_atomic`` and returns a ``PartResult``. On the driver,
 ``manifest.json`` last (atomically) and then deletes orphans: part files of this engine that the
 manifest does not list (left by a killed attempt or an earlier, different run) and shards of a
 replaced dataset. A failed job removes its part files and never writes a manifest
-(specs/ray-packing.md R1–R6).
+(specs/ray-packing.md Y1–Y6).
 
 Imports ``ray`` at module level: import it only through ``ray_engine`` (which checks for Ray).
 """

@@ -36,10 +36,11 @@ from shardkit.format import (
     ShardInfo,
     decode_manifest,
 )
-from shardkit.format.shard_builder import LAYOUT_CHOICES, SealedBlock, ShardAssembler, arrange_block, seal_block
+from shardkit.format.shard_builder import LAYOUT_CHOICES, SealedBlock, ShardAssembler, seal_block
 from shardkit.storage import Store, open_store
 from shardkit.storage.store import AtomicWrite
 from shardkit.units import parse_size
+from shardkit.write.cuts import ArrangedBlock, BlockCutter
 from shardkit.write.output import Output
 
 log = logging.getLogger(__name__)
@@ -88,12 +89,10 @@ class ShardWriter:
         self.schema = SchemaBuilder()
         self.shards: list[ShardInfo] = []
         self._encoder = SampleEncoder()
-        self._pending: list[bytes] = []
-        self._pending_bytes = 0
+        self._cutter = BlockCutter(self.options.block_size, self.options.shard_size, self.options.layout)
         self._shard_blocks: deque[Future[SealedBlock]] = deque()  # sealed, not yet in the file
         self._shard: tuple[ShardAssembler, AtomicWrite] | None = None  # the shard being written
         self._commits: list[tuple[Future[None], AtomicWrite]] = []  # at most one in flight
-        self._shard_raw = 0
         self._num_samples = 0
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(self.options.threads, thread_name_prefix="shardkit-compress")
@@ -118,10 +117,11 @@ class ShardWriter:
             self._append(data)
 
     def close(self) -> Manifest:
-        """Flush the last block and shard, then publish the manifest. Idempotent."""
+        """Flush the last block and shard, then publish the manifest. Call once: a second call
+        raises ``ValueError``."""
         if self._closed:
             raise ValueError("ShardWriter is already closed")
-        self._seal_block()
+        self._seal_block(self._cutter.flush())
         self._close_shard()
         self._wait_for_commits()
         self._pool.shutdown()
@@ -165,22 +165,19 @@ class ShardWriter:
 
     # ---- internals --------------------------------------------------------------------------
     def _append(self, data: bytes) -> None:
-        self._pending.append(data)
-        self._pending_bytes += len(data)
         self._num_samples += 1
-        if self._pending_bytes >= self.options.block_size:
-            self._seal_block()
-            if self._shard_raw >= self.options.shard_size:
+        block = self._cutter.add(data)
+        if block is not None:
+            self._seal_block(block)
+            if self._cutter.shard_full:
                 self._close_shard()
 
-    def _seal_block(self) -> None:
-        if not self._pending:
+    def _seal_block(self, block: ArrangedBlock | None) -> None:
+        """Compress an arranged block on the pool (arranged by the cutter, not on the pool: the
+        shard is closed on the raw size of what it holds, I10)."""
+        if block is None:
             return
-        # Arranged here, not on the pool: the shard is closed on the raw size of what it holds (I10).
-        raw, offsets, layout = arrange_block(self._pending, self.options.layout)
-        self._shard_blocks.append(self._pool.submit(self._compress, raw, offsets, layout))
-        self._shard_raw += len(raw)
-        self._pending, self._pending_bytes = [], 0
+        self._shard_blocks.append(self._pool.submit(self._compress, *block))
         self._write_blocks(keep=2 * self.options.threads)
 
     def _compress(self, raw: bytes, offsets: np.ndarray, layout: int) -> SealedBlock:
@@ -213,7 +210,8 @@ class ShardWriter:
         self._wait_for_commits()  # at most one shard being synced at a time
         self._commits = [(self._pool.submit(file.commit), file)]
         self.shards.append(info)
-        self._shard, self._shard_raw = None, 0
+        self._shard = None
+        self._cutter.shard_closed()
 
     def _wait_for_commits(self) -> None:
         for commit, _ in self._commits:

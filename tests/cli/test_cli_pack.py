@@ -274,42 +274,39 @@ def test_pack_workers_2_is_byte_identical_to_workers_1(tmp_path):
 
 @pytest.mark.slow
 def test_sigkill_during_pack_leaves_no_manifest(tmp_path):
-    """W2 / G9: a pack killed after its first shard leaves no manifest; rerunning works."""
+    """W2 / G9: a pack killed after its first shards leaves no manifest; rerunning works.
+
+    Deterministic: the last input is a FIFO nobody writes to, so pack blocks on it for good
+    after sealing the earlier shards; the kill always lands in the middle of the pack."""
     rng = np.random.default_rng(1)
     raw = tmp_path / "raw"
     for i in range(1500):
         write(raw / f"{i:05d}.bin", rng.bytes(4000))
+    last = raw / "99999.bin"
+    os.mkfifo(last)
     out = tmp_path / "out"
-    args = [
-        *SHARDKIT,
-        "pack",
-        str(raw),
-        str(out),
-        "--shard-size",
-        "64KiB",
-        "--block-size",
-        "16KiB",
-        "--no-progress",
-    ]
+    args = [*SHARDKIT, "pack", str(raw), str(out), "--shard-size", "64KiB", "--block-size", "16KiB", "--no-progress"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None:
-            if os.path.isdir(out / "shards") and any(
-                n.endswith(".sks") for n in os.listdir(out / "shards")
-            ):
-                break
-            time.sleep(0.005)
+        deadline = time.monotonic() + 120
+        while not (os.path.isdir(out / "shards") and any(n.endswith(".sks") for n in os.listdir(out / "shards"))):
+            assert proc.poll() is None, f"pack exited ({proc.returncode}) before it could be killed"
+            assert time.monotonic() < deadline, "pack sealed no shard in 120 s"
+            time.sleep(0.01)
+        time.sleep(0.2)  # let it reach the FIFO
+        assert proc.poll() is None, "pack cannot finish while its last input blocks"
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
-    if proc.returncode == 0:
-        pytest.skip("pack finished before it could be killed")
+    assert proc.returncode == -signal.SIGKILL
     assert not os.path.exists(out / "manifest.json")
+    os.unlink(last)
+    write(last, b"the last one")
     subprocess.run(args, check=True, capture_output=True, timeout=120)
     assert not [n for n in os.listdir(out / "shards") if n.startswith(".tmp-")]  # the killed shard's
     got = list(open_dataset(str(out)).samples())
-    assert len(got) == 1500 and got[7]["bin"] == (raw / "00007.bin").read_bytes()
+    assert len(got) == 1501 and got[7]["bin"] == (raw / "00007.bin").read_bytes()
+    assert got[-1]["bin"] == b"the last one"
     assert verify_dataset(open_dataset(str(out))).ok
 
 

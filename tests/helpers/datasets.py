@@ -101,8 +101,8 @@ def _splice_empty_shards(root: str, shard_sizes: Sequence[int]) -> None:
 def check_delivered_sample(batch: dict[str, Any], row: int) -> int:
     """Assert row ``row`` of a loader batch equals what was written; return its sample id.
 
-    Covers every collation kind of ``shardkit.loader.collate`` (§P1: ragged and bytes fields
-    arrive as ``shardkit.Ragged``).
+    Covers every collation kind of ``shardkit.loader.collate`` (target T1 in benchmarks/README.md:
+    ragged and bytes fields arrive as ``shardkit.Ragged``).
     """
     sample_id = int(batch["id"][row])
     want = expected_sample(sample_id)
@@ -123,7 +123,7 @@ def check_delivered_sample(batch: dict[str, Any], row: int) -> int:
 
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """23 samples in shards [5, 0, 7, 3, 8] (seed 000; specs/partition.md worked example)."""
+    """23 samples in shards [5, 0, 7, 3, 8] (specs/partition.md worked example)."""
     return write_dataset(str(tmp_path_factory.mktemp("small") / "ds"), SMALL_SIZES)
 
 

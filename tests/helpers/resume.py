@@ -7,16 +7,16 @@ from the state the previous one saved; then prove what the training loop receive
 segment has one rank, else as real gloo ranks (``tests/helpers/ranks.py``) — and
 ``check_chain(...)`` asserts, per epoch:
 
-- **exactly once** (§G2, §G6, R3): no sample is received as a real sample twice over all
+- **exactly once** (G2 in docs/guarantees.md, G6, R3): no sample is received as a real sample twice over all
   segments; with ``tail="pad"`` every sample exactly once; with ``drop`` the samples never
   received are exactly the last plan's ``num_dropped`` (and, when no segment changed the
   partition, the uninterrupted plan's dropped tail);
 - **plan order per consumer** (P9, R2, R4): every received batch is the next batch of one
   consumer of the segment's plan, starting at the plan's start offsets — so a same-topology
   resume continues each consumer exactly where the uninterrupted run would have;
-- **consumed boundary** (§G5, R9): the saved offsets are the start offsets plus what the loop
+- **consumed boundary** (G5, R9): the saved offsets are the start offsets plus what the loop
   received per consumer, never what workers prefetched;
-- **equal steps** (§G3, P2, R4): every rank received the same number of batches, equal to
+- **equal steps** (G3, P2, R4): every rank received the same number of batches, equal to
   ``len(loader)`` asked before iterating.
 
 Records are plain JSON (lists of ints) so spawned ranks can hand them back through files.
@@ -72,7 +72,7 @@ class Shape:
     prefetch_factor: int | None = None
     pin_memory: bool = False
     in_order: bool = True
-    batches_per_transfer: int = 4  # ShardLoader's default (L10)
+    batches_per_transfer: int = 4  # ShardLoader's default (X8)
 
 
 @dataclass(frozen=True)
@@ -349,7 +349,7 @@ def _check_epoch_of_segment(plan: Plan, result: SegmentResult, epoch: int) -> di
                 f"epoch {epoch} rank {rank}: len(loader) said {record.length}, "
                 f"got {len(record.batches)} batches")
         taken.update(assign_to_consumers(plan, rank, record.batches))
-    assert len(set(steps)) == 1, f"epoch {epoch}: steps per rank differ: {steps} (§G3)"
+    assert len(set(steps)) == 1, f"epoch {epoch}: steps per rank differ: {steps} (G3)"
     lengths = {next(r for r in records if r.epoch == epoch).length for records in result.ranks}
     assert len(lengths) == 1, f"epoch {epoch}: len(loader) differs between ranks: {lengths}"
     return taken
@@ -357,7 +357,7 @@ def _check_epoch_of_segment(plan: Plan, result: SegmentResult, epoch: int) -> di
 
 def _check_saved_offsets(plan: Plan, result: SegmentResult, epoch: int,
                          taken: dict[int, int]) -> None:
-    """§G5/R9: the saved offsets are exactly start + received, per consumer."""
+    """G5/R9: the saved offsets are exactly start + received, per consumer."""
     state = result.state
     assert state["epoch"] == epoch, (state["epoch"], epoch)
     batch = plan.params.batch_size

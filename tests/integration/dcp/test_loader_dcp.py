@@ -1,4 +1,4 @@
-"""``ShardLoader`` is a ``torch.distributed.checkpoint`` Stateful (§G5, specs/resume-state.md)."""
+"""``ShardLoader`` is a ``torch.distributed.checkpoint`` Stateful (G5 in docs/guarantees.md, specs/resume-state.md)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import shardkit as sk
-from shardkit.loader import recycler
+from shardkit.loader.transfer import recycler
 
 NUM_SAMPLES = 96
 
@@ -68,7 +68,7 @@ def test_a_transform_sees_bytes_not_views(large_dataset: str) -> None:
 
 
 def test_kept_batches_stay_intact_and_dropped_ones_are_recycled(large_dataset: str, monkeypatch) -> None:
-    """W=0 collates into reused buffers (loader/recycler.py): a batch the loop keeps is never
+    """W=0 collates into reused buffers (loader/transfer/recycler.py, X6): a batch the loop keeps is never
     written over by later ones, and a loop that drops its batches gets a few buffers back."""
     monkeypatch.setattr(recycler, "RECYCLE_BYTES", 64 << 10)  # these batches are ~200 KB
     loader = sk.ShardLoader(sk.StreamingDataset(large_dataset, batch_size=8, shuffle=False), num_workers=0)

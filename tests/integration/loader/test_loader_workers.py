@@ -1,7 +1,7 @@
 """``ShardLoader`` with real DataLoader worker processes, in one training process.
 
-Cites PRODUCT.md §G2 (exactly once per epoch), §G3 (equal steps, minimal reported tail, pads
-flagged), §G4 (seeded per epoch; ``set_epoch`` reaches persistent workers) and specs/partition.md
+Cites G2 (docs/guarantees.md) (exactly once per epoch), G3 (equal steps, minimal reported tail, pads
+flagged), G4 (seeded per epoch; ``set_epoch`` reaches persistent workers) and specs/partition.md
 P1-P4, P7, P9. Datasets: tests/helpers/datasets.py (23 samples in [5, 0, 7, 3, 8]; 1001 in
 [400, 1, 0, 257, 13, 300, 30]).
 """
@@ -48,7 +48,7 @@ def run_epoch(loader: sk.ShardLoader, epoch: int, check_contents: bool = True) -
             for row in range(batch_size):
                 check_delivered_sample(batch, row)
         records.append(to_record(batch))
-    assert len(records) == expected_steps, "len(loader) must equal the batches yielded (§G3)"
+    assert len(records) == expected_steps, "len(loader) must equal the batches yielded (G3)"
     plan = loader.streaming.plan(epoch, 1, loader.num_workers)
     assert len(records) == plan.steps_per_rank
     taken = assign_to_consumers(plan, 0, records)  # P9: each consumer in plan order
@@ -77,7 +77,8 @@ def check_exactly_once(records: list[Any], num_samples: int, plan: Any, tail: st
 @pytest.mark.parametrize("shuffle", [True, False])
 def test_small_dataset_every_sample_once_per_epoch(small_dataset: str, num_workers: int,
                                                    tail: str, shuffle: bool) -> None:
-    """§G2/§G3 on seed 000's 23 samples (an empty shard among them), B = 3: each sample once,
+    """G2/G3 on specs/partition.md's worked example (23 samples, an empty shard among them), B = 3:
+    each sample once,
     ragged, bytes and str fields intact; unshuffled, the real samples come in manifest order
     per consumer (P7)."""
     loader = loader_for(small_dataset, batch_size=3, num_workers=num_workers, tail=tail,
@@ -94,7 +95,7 @@ def test_small_dataset_every_sample_once_per_epoch(small_dataset: str, num_worke
                          [(0, "drop", 16), (1, "pad", 7), (2, "drop", 5), (3, "pad", 16)])
 def test_uneven_shards_every_sample_once_per_epoch(uneven_dataset: str, num_workers: int,
                                                    tail: str, batch_size: int) -> None:
-    """§G2/§G3 over 7 shards of 400, 1, 0, 257, 13, 300 and 30 samples."""
+    """G2/G3 over 7 shards of 400, 1, 0, 257, 13, 300 and 30 samples."""
     loader = loader_for(uneven_dataset, batch_size=batch_size, num_workers=num_workers, tail=tail)
     records = run_epoch(loader, 0, check_contents=num_workers < 2)
     check_exactly_once(records, 1001, loader.streaming.plan(0, 1, num_workers), tail)
@@ -102,7 +103,7 @@ def test_uneven_shards_every_sample_once_per_epoch(uneven_dataset: str, num_work
 
 @pytest.mark.parametrize("num_workers", [1, 3])
 def test_persistent_workers_follow_set_epoch(small_dataset: str, num_workers: int) -> None:
-    """§G4: the same worker processes serve several epochs and still yield each epoch's own
+    """G4: the same worker processes serve several epochs and still yield each epoch's own
     plan (``set_epoch`` reaches them through the control block); epochs differ (P6)."""
     loader = loader_for(small_dataset, batch_size=2, num_workers=num_workers,
                         persistent_workers=True)
@@ -120,7 +121,7 @@ def test_persistent_workers_follow_set_epoch(small_dataset: str, num_workers: in
 
 
 def test_epoch_order_does_not_depend_on_worker_persistence(small_dataset: str) -> None:
-    """§G4/P5: epoch 2 of a persistent loader equals epoch 2 of a fresh one."""
+    """G4/P5: epoch 2 of a persistent loader equals epoch 2 of a fresh one."""
     persistent = loader_for(small_dataset, batch_size=2, num_workers=2, persistent_workers=True)
     for epoch in range(3):
         got = run_epoch(persistent, epoch)
@@ -131,7 +132,7 @@ def test_epoch_order_does_not_depend_on_worker_persistence(small_dataset: str) -
 @pytest.mark.parametrize("num_workers", [2, 3])
 def test_out_of_order_delivery_still_exactly_once(uneven_dataset: str, num_workers: int) -> None:
     """``in_order=False`` may interleave workers differently; each consumer's batches still
-    come in plan order and every sample exactly once (§G2)."""
+    come in plan order and every sample exactly once (G2)."""
     loader = loader_for(uneven_dataset, batch_size=8, num_workers=num_workers, in_order=False,
                         prefetch_factor=4)
     for epoch in range(2):
@@ -143,7 +144,7 @@ def test_out_of_order_delivery_still_exactly_once(uneven_dataset: str, num_worke
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_pin_memory_on_cpu(small_dataset: str, num_workers: int) -> None:
     """``pin_memory=True`` goes through DataLoader's pin path (``Ragged.pin_memory`` included)
-    and changes nothing about what is delivered (§G2); on a CPU-only host torch warns."""
+    and changes nothing about what is delivered (G2); on a CPU-only host torch warns."""
     loader = loader_for(small_dataset, batch_size=3, num_workers=num_workers, pin_memory=True)
     records = run_epoch(loader, 0)
     check_exactly_once(records, 23, loader.streaming.plan(0, 1, num_workers), "pad")
@@ -151,7 +152,7 @@ def test_pin_memory_on_cpu(small_dataset: str, num_workers: int) -> None:
 
 def test_ragged_and_bytes_fields_arrive_as_ragged(uneven_dataset: str) -> None:
     """Variable-length arrays and bytes cross the worker boundary as ``Ragged`` (one flat tensor
-    plus offsets, §P1); ``to_padded`` gives a dense view with a mask."""
+    plus offsets; target T1 in benchmarks/README.md); ``to_padded`` gives a dense view with a mask."""
     loader = loader_for(uneven_dataset, batch_size=5, num_workers=2, shuffle=False)
     batch = next(iter(loader))  # ids 0..4: token lengths 0, 1, 2, 3, 4
     tokens, blob = batch["tokens"], batch["blob"]
@@ -168,7 +169,7 @@ def test_ragged_and_bytes_fields_arrive_as_ragged(uneven_dataset: str) -> None:
 
 @pytest.mark.parametrize("context", [None, "spawn"])
 def test_batches_the_loop_keeps_stay_intact(uneven_dataset: str, context: str | None) -> None:
-    """specs/resume-state.md L7–L9 end to end: a loop that keeps every batch of an epoch (far
+    """specs/batch-transport.md X3–X5 end to end: a loop that keeps every batch of an epoch (far
     more than the shared ring's slots) gets every one intact — later batches fall back to fresh
     buffers instead of overwriting held ones — and the ring is free again once they are dropped.
     Spawned workers cannot inherit the ring and use fresh buffers throughout."""
@@ -181,7 +182,7 @@ def test_batches_the_loop_keeps_stay_intact(uneven_dataset: str, context: str | 
         assert loader.stats()["fresh_buffers"] == 0  # counted only where a ring exists
     else:
         assert ring is not None and ring.busy() == 2 * ring.slots, "the held batches fill the ring"
-        assert loader.stats()["fresh_buffers"] > 0  # the later batches fell back (L9), and say so
+        assert loader.stats()["fresh_buffers"] > 0  # the later batches fell back (X5), and say so
     for batch in batches:
         for row in range(8):
             check_delivered_sample(batch, row)
@@ -193,7 +194,7 @@ def test_batches_the_loop_keeps_stay_intact(uneven_dataset: str, context: str | 
 
 
 def test_a_loop_that_drops_its_batches_uses_the_ring_for_every_batch(uneven_dataset: str) -> None:
-    """L7/L8 in steady state: batches the loop lets go free their slots, so no batch of the
+    """X3/X4 in steady state: batches the loop lets go free their slots, so no batch of the
     epoch needs a fresh buffer (the transport fast path is actually taken, ragged fields,
     empty arrays, bytes and str lists included)."""
     loader = loader_for(uneven_dataset, batch_size=8, num_workers=2, shuffle=False)
@@ -205,7 +206,7 @@ def test_a_loop_that_drops_its_batches_uses_the_ring_for_every_batch(uneven_data
 
 
 def test_a_loop_that_stops_mid_group_leaves_no_slot_behind(uneven_dataset: str) -> None:
-    """L8/L10 with persistent workers (one ring for life): epochs the loop leaves after 5 steps,
+    """X4/X8 with persistent workers (one ring for life): epochs the loop leaves after 5 steps,
     in the middle of a group of 4, with more groups in flight — the batches it never took give
     their slots back, so a later full epoch still needs no fresh buffer and ends with the ring
     free."""
@@ -226,7 +227,7 @@ def test_a_loop_that_stops_mid_group_leaves_no_slot_behind(uneven_dataset: str) 
 
 
 def test_no_ring_when_the_mapping_cannot_be_made(uneven_dataset: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """L9 when the shared mapping itself fails (e.g. ``vm.overcommit_memory=2`` refusing the
+    """X5 when the shared mapping itself fails (e.g. ``vm.overcommit_memory=2`` refusing the
     virtual reservation): the loader carries on with fresh buffers and delivers every sample."""
     import shardkit.loader.shard_loader as shard_loader
 
@@ -241,10 +242,10 @@ def test_no_ring_when_the_mapping_cannot_be_made(uneven_dataset: str, monkeypatc
 
 
 def test_an_older_iterator_keeps_its_ring(uneven_dataset: str) -> None:
-    """Two live iterators of one loader (fresh workers each, L7): the second makes a new ring
+    """Two live iterators of one loader (fresh workers each, X3): the second makes a new ring
     the first one's workers never inherited. Workers read the control block when they start
     reading, so the first iterator's workers see the newer ring's name, do not find it, and fall
-    back to fresh buffers (L9). Both iterators still deliver intact batches."""
+    back to fresh buffers (X5). Both iterators still deliver intact batches."""
     loader = loader_for(uneven_dataset, batch_size=8, num_workers=2, shuffle=False)
     first = iter(loader)  # not advanced yet: no batch of it exists in this process
     second = iter(loader)

@@ -1,8 +1,8 @@
 """``shardkit pack --engine ray`` and ``shardkit.ray.write`` on a local 2-CPU Ray instance.
 
-Checks specs/ray-packing.md: same samples as the local engine (R4), one verified manifest (R1),
-deterministic names and manifest on rerun (R2), retried tasks and orphans (R3), bad records
-(R5), S3 output. Exactly-once: every id read back once through ``open_dataset(...).samples()``.
+Checks specs/ray-packing.md: same samples as the local engine (Y4), one verified manifest (Y1),
+deterministic names and manifest on rerun (Y2), retried tasks and orphans (Y3), bad records
+(Y5), S3 output. Exactly-once: every id read back once through ``open_dataset(...).samples()``.
 """
 
 from __future__ import annotations

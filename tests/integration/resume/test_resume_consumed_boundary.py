@@ -1,11 +1,11 @@
-"""§G5 consumed boundary: ``state_dict()`` records what the training loop received, never what
-DataLoader workers prefetched (seed 000: saving the dispatch cursor skips the prefetched
+"""G5 in docs/guarantees.md consumed boundary: ``state_dict()`` records what the training loop received, never what
+DataLoader workers prefetched (saving the dispatch cursor instead would skip the prefetched
 batches on resume).
 
 Two workers with ``prefetch_factor=4`` keep up to 8 batches in flight, so after ``k`` steps the
 workers have produced well past ``k``. The saved offsets must still be exactly ``k`` batches'
 worth per consumer (R9), the resumed run must yield exactly the uninterrupted run's remaining
-multiset (§G6, R3), and each consumer must continue where it stopped, in plan order (R2);
+multiset (G6, R3), and each consumer must continue where it stopped, in plan order (R2);
 with ``in_order=True`` the resumed batches come in the uninterrupted run's exact order (L4).
 Loader-state invariants L1-L6 are in specs/resume-state.md §Loader state.
 """
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.filterwarnings(TOO_MANY_WORKERS)
 @pytest.mark.parametrize(("kill_after", "tail"), [(1, "pad"), (9, "drop"), (60, "pad")])
 def test_state_is_what_the_loop_received(uneven_dataset: str, tmp_path: object, pin_memory: bool,
                                          in_order: bool, kill_after: int, tail: str) -> None:
-    """§G5/R2/R9: stop after ``kill_after`` of 125-126 steps; offsets == received; exact rest."""
+    """G5/R2/R9: stop after ``kill_after`` of 125-126 steps; offsets == received; exact rest."""
     data = DataSpec(uneven_dataset, 1001, tail=tail, seed=11, shuffle_window=64)
     shape = Shape(num_workers=2, batch_size=8, prefetch_factor=4, pin_memory=pin_memory,
                   in_order=in_order)
@@ -54,7 +54,7 @@ def test_state_is_what_the_loop_received(uneven_dataset: str, tmp_path: object, 
 @pytest.mark.parametrize("num_workers", [0, 1, 3])
 def test_state_before_the_first_batch_is_the_start(small_dataset: str, tmp_path: object,
                                                    num_workers: int) -> None:
-    """§G5: a state taken right after ``iter(loader)`` (workers already prefetching) has every
+    """G5: a state taken right after ``iter(loader)`` (workers already prefetching) has every
     offset at 0, and resuming it replays the whole epoch."""
     data = DataSpec(small_dataset, 23, tail="pad", shuffle_window=4)
     shape = Shape(num_workers=num_workers, batch_size=2, prefetch_factor=4 if num_workers else None)

@@ -1,10 +1,10 @@
-"""Resume equivalence (§G6) through the real loader: kill at many points and shapes, resume
+"""Resume equivalence (G6 in docs/guarantees.md) through the real loader: kill at many points and shapes, resume
 from ``state_dict()`` on the same or another topology, prove what the loop received.
 
 Every case runs through ``tests/helpers/resume.py`` (``run_chain`` + ``check_chain``), which
-asserts per epoch: no sample twice and, with ``tail="pad"``, none missing (§G2, R3); with
-``drop`` exactly the last plan's reported tail missing (P3, R4); offsets == received (§G5, R9);
-each consumer continues in plan order (R2, R4); equal steps per rank == ``len(loader)`` (§G3);
+asserts per epoch: no sample twice and, with ``tail="pad"``, none missing (G2, R3); with
+``drop`` exactly the last plan's reported tail missing (P3, R4); offsets == received (G5, R9);
+each consumer continues in plan order (R2, R4); equal steps per rank == ``len(loader)`` (G3);
 same-topology resumes keep the exact batch order (L4); refusals (R8, R9, L5).
 Elastic cases use real gloo ranks (one process per rank, W worker processes each).
 """
@@ -76,7 +76,7 @@ def chains(draw: st.DrawFn, /, small: str, uneven: str,
 @given(data=st.data())
 def test_resume_equivalence_at_random_kill_points(small_dataset: str, uneven_dataset: str,
                                                  data: st.DataObject) -> None:
-    """§G6/R2-R5: chained kills and resumes at random points, W and batch size changing."""
+    """G6/R2-R5: chained kills and resumes at random points, W and batch size changing."""
     spec, segments, num_epochs = data.draw(chains(small_dataset, uneven_dataset))
     results = run_chain(spec, segments, num_epochs, "/nonexistent")  # one rank: no workdir
     check_chain(spec, results, num_epochs)
@@ -90,7 +90,7 @@ def test_resume_equivalence_on_gloo_ranks_at_random_kill_points(
     small_dataset: str, uneven_dataset: str, tmp_path_factory: pytest.TempPathFactory,
     data: st.DataObject,
 ) -> None:
-    """§G6/R2-R5 with real gloo ranks: world size 1-4 changing between kills (elastic)."""
+    """G6/R2-R5 with real gloo ranks: world size 1-4 changing between kills (elastic)."""
     spec, segments, num_epochs = data.draw(chains(small_dataset, uneven_dataset, max_world=4))
     workdir = str(tmp_path_factory.mktemp("chain"))
     results = run_chain(spec, segments, num_epochs, workdir, processes=True)
@@ -104,7 +104,7 @@ def test_same_topology_order_holds_for_any_group_size_and_kill_point(
     small_dataset: str, uneven_dataset: str, tmp_path_factory: pytest.TempPathFactory,
     data: st.DataObject,
 ) -> None:
-    """L4/L10/R2: W 1-3 workers sending groups of 1-5 batches, killed 1-2 times anywhere (in the
+    """L4/X8/R2: W 1-3 workers sending groups of 1-5 batches, killed 1-2 times anywhere (in the
     middle of a group included) and resumed on the same topology: the rank yields exactly the
     uninterrupted run's batches, in the same order."""
     use_small = data.draw(st.booleans())
@@ -188,7 +188,7 @@ ELASTIC = {
 @pytest.mark.parametrize("case", sorted(ELASTIC))
 def test_elastic_resume_on_gloo_ranks(case: str, small_dataset: str, uneven_dataset: str,
                                       tmp_path: object) -> None:
-    """§G6 elastic: kill on one world size × workers, resume on another (R3-R5); also a batch
+    """G6 elastic: kill on one world size × workers, resume on another (R3-R5); also a batch
     size change, a chain over four topologies and a same-topology resume (R2)."""
     name, tail, steps, num_epochs = ELASTIC[case]
     path, num_samples = (small_dataset, 23) if name == "small" else (uneven_dataset, 1001)
@@ -231,7 +231,7 @@ def fresh_loader(small_dataset: str) -> sk.ShardLoader:
 
 
 def test_resume_on_a_changed_dataset_is_refused(saved_state: dict, small_dataset: str) -> None:
-    """§G6/R8: a state of another dataset fingerprint is refused, naming both fingerprints."""
+    """G6/R8: a state of another dataset fingerprint is refused, naming both fingerprints."""
     other = tempfile.mkdtemp()
     try:
         write_dataset(f"{other}/ds", (5, 0, 7, 3, 9))  # one more sample: another fingerprint

@@ -1,4 +1,4 @@
-"""§G6 under real preemption: ``examples/train_ddp.py`` under ``torchrun``, SIGKILLed as a whole
+"""G6 in docs/guarantees.md under real preemption: ``examples/train_ddp.py`` under ``torchrun``, SIGKILLed as a whole
 job (torchrun, every rank, every DataLoader worker) at chosen points, restarted with
 ``--resume`` — sometimes on another ``--nproc_per_node`` / ``--workers`` / ``--batch-size`` — and
 audited with ``tools/audit.py``: every sample of every epoch trained exactly once.
@@ -231,7 +231,7 @@ def finish(job: Job, launch: Launch) -> None:
 
 
 def check_audit(job: Job) -> dict[str, Any]:
-    """tools/audit.py: each epoch exactly once; committed steps equal across ranks (§G3)."""
+    """tools/audit.py: each epoch exactly once; committed steps equal across ranks (G3)."""
     report = load_audit().audit(str(job.audit), NUM_SAMPLES, NUM_EPOCHS)
     assert report["ok"], json.dumps(report, indent=1)
     for epoch in report["epochs"]:
@@ -259,7 +259,7 @@ def test_sigkill_and_resume_trains_every_sample_once(
     uneven_dataset: str, tmp_path_factory: pytest.TempPathFactory, first: Launch, first_kill: str,
     second: Launch, second_kill: str, third: Launch, extra: int,
 ) -> None:
-    """§G6: kill -9 twice at chosen points, resume on possibly other topologies (elastic),
+    """G6: kill -9 twice at chosen points, resume on possibly other topologies (elastic),
     finish; every sample of both epochs trained exactly once (pad tail)."""
     job = Job(uneven_dataset, tmp_path_factory.mktemp("sigkill"))
     kill_at(job, first, first_kill, extra)
@@ -269,7 +269,7 @@ def test_sigkill_and_resume_trains_every_sample_once(
 
 
 def test_sigkill_at_an_epoch_boundary_with_drop_tail(uneven_dataset: str, tmp_path: Path) -> None:
-    """§G6 with ``tail="drop"``, same topology: the trained multiset of each epoch equals the
+    """G6 with ``tail="drop"``, same topology: the trained multiset of each epoch equals the
     uninterrupted run's (its plan), killed at the end of epoch 0."""
     job = Job(uneven_dataset, tmp_path, tail="drop")
     launch = Launch(2, 2, 8)

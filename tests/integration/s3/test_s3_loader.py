@@ -1,4 +1,5 @@
-"""Streaming from a real S3 HTTP server (moto) through the fault-injecting proxy (§G7, §G8, §P3).
+"""Streaming from a real S3 HTTP server (moto) through the fault-injecting proxy
+(G7, G8 in docs/guarantees.md; target T3 in benchmarks/README.md).
 
 Every test packs a dataset into a fresh bucket with ``ShardWriter("s3://…")``, then reads it
 through ``tests/helpers/fault_proxy.py``, which counts every GET per object.
@@ -59,7 +60,7 @@ def _shard_key(name: str) -> str:
 def test_two_ranks_two_workers_share_one_cache_one_download_per_shard(
     s3_dataset: tuple[str, sk.Manifest], fault_proxy: FaultProxy, tmp_path: Any
 ) -> None:
-    """G2 + G7/C3: 2 gloo ranks × 2 workers, one cache dir: every sample exactly once, and each
+    """G2 + G7/K3: 2 gloo ranks × 2 workers, one cache dir: every sample exactly once, and each
     shard object served exactly once in full by the server (counted at the proxy)."""
     url, manifest = s3_dataset
     spec = {"batch_size": 8, "tail": "pad", "workers": 2, "cache_dir": str(tmp_path / "cache")}
@@ -74,7 +75,7 @@ def test_two_ranks_two_workers_share_one_cache_one_download_per_shard(
 
 def test_cache_limit_below_dataset_size(s3_dataset: tuple[str, sk.Manifest], fault_proxy: FaultProxy,
                                         tmp_path: Any) -> None:
-    """C5/C6: a cache limit of half the dataset or less: exactly once, disk use within the limit."""
+    """K5/K6: a cache limit of half the dataset or less: exactly once, disk use within the limit."""
     url, manifest = s3_dataset
     limit = 3 * max(s.num_bytes for s in manifest.shards)  # room for 2 leases + 1 prefetch
     assert limit <= manifest.num_bytes // 2
@@ -86,7 +87,7 @@ def test_cache_limit_below_dataset_size(s3_dataset: tuple[str, sk.Manifest], fau
 
 
 def test_range_requests_without_cache(s3_dataset: tuple[str, sk.Manifest], fault_proxy: FaultProxy) -> None:
-    """§P3 / G7 "without a cache dir": blocks stream by range requests; no whole-shard GET."""
+    """T3 / G7 "without a cache dir": blocks stream by range requests; no whole-shard GET."""
     url, manifest = s3_dataset
     indices = _epoch_indices(url, _through(fault_proxy))
     assert sorted(indices) == list(range(NUM_SAMPLES))
@@ -97,7 +98,7 @@ def test_range_requests_without_cache(s3_dataset: tuple[str, sk.Manifest], fault
 
 
 def test_first_batch_is_a_handful_of_requests(s3_dataset: tuple[str, sk.Manifest], fault_proxy: FaultProxy) -> None:
-    """§P3: time to first batch costs a few range requests, not a whole-shard download."""
+    """T3: time to first batch costs a few range requests, not a whole-shard download."""
     url, _ = s3_dataset
     dataset = sk.StreamingDataset(url, batch_size=4, shuffle=False, storage_options=_through(fault_proxy))
     before = len(fault_proxy.records(None))

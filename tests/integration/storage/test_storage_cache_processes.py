@@ -14,7 +14,7 @@ import pytest
 
 from shardkit.errors import CacheError
 from shardkit.storage import CacheOptions, ShardCache, open_store
-from shardkit.storage.layout import entry_name
+from shardkit.storage.cache_layout import entry_name
 from tests.helpers.fault_proxy import Fault, FaultProxy
 from tests.helpers.s3 import storage_options
 from tests.integration.storage import storage_workers as workers

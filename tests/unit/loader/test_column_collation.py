@@ -1,4 +1,4 @@
-"""Batches collated straight from column blocks (loader/columns.py, specs/shard-format.md B6).
+"""Batches collated straight from column blocks (loader/collate_columns.py, specs/shard-format.md B6).
 
 The property: for any uniform block and any way a batch can be cut from one or more pieces of
 it — consecutive runs (an unshuffled stream), permutations and repeats (a shuffled or padded
@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 
 from shardkit.format import SampleEncoder
 from shardkit.format.column_block import rows_to_columns
-from shardkit.format.columns import ColumnPiece, join_pieces, parse_columns
+from shardkit.format.column_parse import parse_columns
 from shardkit.loader.collate import collate_samples
-from shardkit.loader.columns import collate_pieces
+from shardkit.loader.collate_columns import collate_pieces
+from shardkit.read.column_pieces import ColumnPiece, join_pieces
 from tests.helpers.columns import uniform_blocks
 from tests.unit.loader.test_view_collation import assert_batch_equal
 

@@ -1,4 +1,4 @@
-"""``DevicePrefetcher`` and ``to_device`` (pinned host → device overlap; §G5 boundary kept).
+"""``DevicePrefetcher`` and ``to_device`` (pinned host → device overlap; G5 in docs/guarantees.md boundary kept).
 
 The CUDA path (side stream, events, record_stream) runs only where a GPU is present."""
 

@@ -1,36 +1,31 @@
-"""L4/L10 without processes: the worker → consumer rotation after a same-topology resume,
+"""L4/X8 without processes: the worker → consumer rotation after a same-topology resume,
 checked against a model of DataLoader's delivery order over many plans and every cut point.
 
 DataLoader (``in_order=True``) takes items from its workers round-robin starting at worker 0,
 skipping workers that are exhausted. An item is a group of up to ``k`` batches of one consumer,
 its boundaries on multiples of ``k`` in the consumer's sequence (``in_groups``). Resumed after
 any prefix of the uninterrupted run's batches, the rotation chosen by
-``StreamingDataset._consumer`` must deliver exactly the rest, in the same order. The partition
+``shardkit.plan.worker_consumer`` must deliver exactly the rest, in the same order. The partition
 (P2: a rank's consumers differ by at most one batch, longer ones first) is what makes a single
 rotation enough; real plans from ``build_plan`` provide it."""
 
 from __future__ import annotations
 
 from collections import Counter
-from types import SimpleNamespace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit.loader.dataset import StreamingDataset
-from shardkit.loader.packed import in_groups
-from shardkit.loader.topology import Topology
-from shardkit.plan import Plan, PlanParams, build_plan, plan_to_state
+from shardkit.loader.transfer.packed import in_groups
+from shardkit.plan import Plan, PlanParams, build_plan, plan_to_state, worker_consumer
 
 
 def delivered(plan: Plan, rank: int, workers: int, group: int) -> list[tuple[int, int]]:
     """(consumer, batch number) in the order DataLoader hands one rank's batches over."""
     batch = plan.params.batch_size
-    fake = SimpleNamespace(params=SimpleNamespace(batch_size=batch))
     queues = []
     for worker in range(workers):
-        consumer = StreamingDataset._consumer(fake, plan, Topology(rank, plan.params.world_size, worker, workers),
-                                              group)  # type: ignore[arg-type]
+        consumer = worker_consumer(plan, rank, worker, workers, group)
         first = plan.start_offsets[consumer] // batch
         numbers = iter(range(first, plan.num_batches(consumer)))
         queues.append([[(consumer, n) for n in g.batches] for g in in_groups(numbers, group, first)])

@@ -1,4 +1,4 @@
-"""Groups of batches per DataLoader item (specs/resume-state.md L10) and what the training
+"""Groups of batches per DataLoader item (specs/batch-transport.md X8) and what the training
 process makes of them: group boundaries on multiples of the group size in each consumer's
 sequence, unopened batches giving their ring slot back, and stall counting per item."""
 
@@ -13,16 +13,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardkit.loader.arena import batch_arena
 from shardkit.loader.collate import collate_samples
-from shardkit.loader.packed import BatchGroup, PackedBatch, in_groups, pack_batch
-from shardkit.loader.ring import Ring
-from shardkit.loader.stats import LoaderStats
+from shardkit.loader.loader_stats import LoaderStats
+from shardkit.loader.transfer.arena import batch_arena
+from shardkit.loader.transfer.packed import BatchGroup, PackedBatch, in_groups, pack_batch
+from shardkit.loader.transfer.ring import Ring
 
 
 @given(total=st.integers(0, 60), size=st.integers(1, 9), first=st.integers(0, 40))
 def test_groups_start_on_multiples_of_the_size(total: int, size: int, first: int) -> None:
-    """L10: batches ``first … first+total-1`` of a consumer come in order, every group ends on a
+    """X8: batches ``first … first+total-1`` of a consumer come in order, every group ends on a
     multiple of ``size`` (the last group may end early), and none is longer than ``size`` — so a
     run resumed at batch ``first`` groups exactly like the uninterrupted run did from there."""
     groups = list(in_groups(iter(range(first, first + total)), size, first))
@@ -46,7 +46,7 @@ def packed_in(ring: Ring) -> PackedBatch:
 
 
 def test_a_received_batch_dropped_unopened_frees_its_slot() -> None:
-    """L8/L10: the rest of a group the loop never took (it stopped mid-group) holds no slot."""
+    """X4/X8: the rest of a group the loop never took (it stopped mid-group) holds no slot."""
     ring = Ring(num_workers=1, slots=3, slot_bytes=1 << 16)
     sent = [packed_in(ring) for _ in range(3)]
     assert ring.busy() == 3
@@ -66,7 +66,7 @@ def test_a_received_batch_dropped_unopened_frees_its_slot() -> None:
 
 def stall_warnings(caplog: pytest.LogCaptureFixture, waits: list[tuple[float, bool]]) -> int:
     stats = LoaderStats(stall_threshold=0.5, stall_steps=3)
-    with caplog.at_level(logging.WARNING, logger="shardkit.loader.stats"):
+    with caplog.at_level(logging.WARNING, logger="shardkit.loader.loader_stats"):
         for wait, in_group in waits:
             stats.step(wait, 8, None, in_group)
     return sum("data stall" in record.message for record in caplog.records)
@@ -82,6 +82,6 @@ def stall_warnings(caplog: pytest.LogCaptureFixture, waits: list[tuple[float, bo
 ])
 def test_stall_warning_counts_items_not_the_batches_inside_them(
         caplog: pytest.LogCaptureFixture, waits: list[tuple[float, bool]], warnings: int) -> None:
-    """§G10 item 5: one warning after ``stall_steps`` slow steps in a row; batches that arrived
+    """G10 in docs/guarantees.md: one warning after ``stall_steps`` slow steps in a row; batches that arrived
     with their group neither count as stalls nor break a run of them."""
     assert stall_warnings(caplog, waits) == warnings

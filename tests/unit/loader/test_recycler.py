@@ -1,6 +1,6 @@
-"""Reused batch buffers (loader/recycler.py): a buffer goes out again only when nothing of an
-earlier batch can still see it — not the tensor, a slice of it, its ``.numpy()``, a ``Ragged``
-or a batch dict holding it — and then it does go out again."""
+"""Reused batch buffers (loader/transfer/recycler.py, X6 in specs/batch-transport.md): a buffer
+goes out again only when nothing of an earlier batch can still see it — not the tensor, a slice
+of it, its ``.numpy()``, a ``Ragged`` or a batch dict holding it — and then it does go out again."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit.loader import recycler as recycler_module
 from shardkit.loader.ragged import Ragged
-from shardkit.loader.recycler import RECYCLE_BYTES, Recycler
+from shardkit.loader.transfer import recycler as recycler_module
+from shardkit.loader.transfer.recycler import RECYCLE_BYTES, Recycler
 
 DTYPES = (torch.uint8, torch.int32, torch.float64)
 
@@ -99,7 +99,7 @@ def test_small_huge_and_all_busy_tensors_fall_back_to_torch_empty(monkeypatch):
     assert huge.numel() == 3 * RECYCLE_BYTES and not recycler._buffers
     held = [recycler.empty((RECYCLE_BYTES,), torch.uint8) for _ in range(3)]
     assert len(recycler._buffers) == 2
-    owned = {int(b.ctypes.data) for b in recycler._buffers}
+    owned = set(recycler.addresses())
     assert held[0].data_ptr() in owned and held[1].data_ptr() in owned
     assert held[2].data_ptr() not in owned
 
@@ -110,4 +110,4 @@ def test_a_larger_batch_replaces_a_free_buffer_that_is_too_small():
     del first
     large = recycler.empty((4 * RECYCLE_BYTES,), torch.uint8)
     assert len(recycler._buffers) == 1 and len(recycler._buffers[0]) >= 4 * RECYCLE_BYTES
-    assert large.data_ptr() == int(recycler._buffers[0].ctypes.data)
+    assert large.data_ptr() == recycler.addresses()[0]

@@ -1,9 +1,9 @@
-"""The shared batch ring (shardkit/loader/ring.py; specs/resume-state.md L7–L9).
+"""The shared batch ring (shardkit/loader/transfer/ring.py; specs/batch-transport.md X3–X5).
 
-L7: only the worker takes a slot (FREE → BUSY), only the trainer frees it (BUSY → FREE).
-L8: a slot is freed only when nothing in the trainer views it any more; a batch the loop holds is
+X3: only the worker takes a slot (FREE → BUSY), only the trainer frees it (BUSY → FREE).
+X4: a slot is freed only when nothing in the trainer views it any more; a batch the loop holds is
 never overwritten, however many batches follow.
-L9: no free slot (or a batch too big for one) means a fresh buffer, never a wait.
+X5: no free slot (or a batch too big for one) means a fresh buffer, never a wait.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit.loader.arena import batch_arena
 from shardkit.loader.collate import collate_samples
-from shardkit.loader.packed import PackedBatch, pack_batch
-from shardkit.loader.ring import Ring, SlotRef, find
+from shardkit.loader.transfer.arena import batch_arena
+from shardkit.loader.transfer.packed import PackedBatch, pack_batch
+from shardkit.loader.transfer.ring import Ring, SlotRef, find
 
 
 def make_batch(seed: int, arena_ring: Ring | None, worker: int = 0) -> tuple[PackedBatch, dict[str, list]]:
@@ -69,11 +69,11 @@ def test_a_ring_slot_crosses_as_a_name_not_bytes() -> None:
     check(batch, expected)
     del batch, packed
     gc.collect()
-    assert ring.busy() == 0, "L8: the slot is freed once nothing views it"
+    assert ring.busy() == 0, "X4: the slot is freed once nothing views it"
 
 
 def test_views_keep_the_slot_busy_until_the_last_one_dies() -> None:
-    """L8 with the views a training loop keeps: a Ragged item, a torch slice, a numpy view."""
+    """X4 with the views a training loop keeps: a Ragged item, a torch slice, a numpy view."""
     ring = Ring(num_workers=1, slots=2, slot_bytes=1 << 16)
     packed, expected = make_batch(2, ring)
     batch = cross(packed).unpack()
@@ -89,7 +89,7 @@ def test_views_keep_the_slot_busy_until_the_last_one_dies() -> None:
 
 
 def test_no_free_slot_falls_back_to_a_fresh_buffer() -> None:
-    """L9: with every slot held by the trainer, the next batch does not wait and is intact."""
+    """X5: with every slot held by the trainer, the next batch does not wait and is intact."""
     ring = Ring(num_workers=1, slots=2, slot_bytes=1 << 16)
     held = [cross(make_batch(seed, ring)[0]).unpack() for seed in range(2)]
     assert ring.busy() == 2
@@ -105,7 +105,7 @@ def test_a_batch_bigger_than_a_slot_is_copied_and_the_slot_given_back() -> None:
     ring = Ring(num_workers=1, slots=1, slot_bytes=256)
     packed, expected = make_batch(3, ring)
     assert not isinstance(packed.buffer, SlotRef)
-    assert ring.busy() == 0, "L9: the worker gives back a slot it could not use"
+    assert ring.busy() == 0, "X5: the worker gives back a slot it could not use"
     check(cross(packed).unpack(), expected)
 
 
@@ -125,14 +125,14 @@ def test_only_the_process_holding_the_ring_can_resolve_it() -> None:
     actions=st.lists(st.tuples(st.booleans(), st.integers(0, 7)), min_size=1, max_size=30),
 )
 def test_held_batches_are_never_overwritten(slots: int, actions: list[tuple[bool, int]]) -> None:
-    """L7/L8/L9 as a property: any interleaving of new batches, kept batches and dropped batches
+    """X3/X4/X5 as a property: any interleaving of new batches, kept batches and dropped batches
     leaves every kept batch equal to what was written, and frees every slot at the end."""
     ring = Ring(num_workers=1, slots=slots, slot_bytes=1 << 14)
     kept: list[tuple[dict, dict[str, list], bool]] = []
     for seed, (keep, drop_index) in enumerate(actions):
         packed, expected = make_batch(seed, ring)
         in_ring = isinstance(packed.buffer, SlotRef)
-        assert in_ring == (sum(k[2] for k in kept) < slots), "a free slot must be used (L9)"
+        assert in_ring == (sum(k[2] for k in kept) < slots), "a free slot must be used (X5)"
         batch = cross(packed).unpack()
         del packed
         if keep:

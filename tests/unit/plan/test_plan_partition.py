@@ -176,7 +176,7 @@ def test_other_epoch_other_order_small() -> None:
 
 
 def test_worked_example_23_samples() -> None:
-    """P2, P3: seed 000's case, 23 samples on 2 ranks x 2 workers, batch 3 (partition.md)."""
+    """P2, P3: the worked example's case, 23 samples on 2 ranks x 2 workers, batch 3 (partition.md)."""
     sizes = [5, 0, 7, 3, 8]
     drop = build_plan(sizes, PlanParams(world_size=2, num_workers=2, batch_size=3))
     assert drop.steps_per_rank == 3

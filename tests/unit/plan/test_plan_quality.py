@@ -33,7 +33,7 @@ def test_bigger_window_mixes_more_shards() -> None:
     assert large["mean_shards_per_batch"] > small["mean_shards_per_batch"]
     assert abs(large["neighbour_correlation"]) < 0.1 < small["neighbour_correlation"]
     assert large["mean_shards_per_window"] >= 8
-    json.dumps(large)
+    assert json.loads(json.dumps(large)) == large  # plain JSON: what `shardkit plan --json` prints
 
 
 def test_bad_arguments() -> None:

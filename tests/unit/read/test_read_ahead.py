@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import shardkit as sk
 from shardkit.errors import CorruptShardError
-from shardkit.read import open_dataset
+from shardkit.read import ReadOptions, open_dataset
 from shardkit.read import read_ahead as read_ahead_module
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.sources import open_source
@@ -76,7 +76,8 @@ def test_stopping_early_leaves_the_reader_usable(tmp_path) -> None:
 def open_reader(folder: str, views: bool = False) -> ShardReader:
     dataset = open_dataset(folder)
     info = dataset.manifest.shards[0]
-    return ShardReader(open_source(dataset.store, info.name, info.num_bytes), info, read_ahead=True, views=views)
+    source = open_source(dataset.store, info.name, info.num_bytes)
+    return ShardReader(source, info, options=ReadOptions(read_ahead=True, views=views))
 
 
 def write_mixed(folder: str, count: int) -> None:

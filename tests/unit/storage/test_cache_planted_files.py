@@ -14,7 +14,7 @@ import pytest
 from shardkit.cli.cache_cmd import warm
 from shardkit.errors import CacheError, CorruptShardError
 from shardkit.storage import CacheItem, CacheOptions, ShardCache, Store, clear_cache, list_cache
-from shardkit.storage.layout import SPACE_LOCK, Entry, entry_name
+from shardkit.storage.cache_layout import SPACE_LOCK, Entry, entry_name
 from tests.helpers.s3 import memory_store
 
 SIZE = 4096

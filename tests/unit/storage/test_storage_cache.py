@@ -1,4 +1,4 @@
-"""ShardCache in one process, over an in-memory remote store (specs/cache.md C1–C9)."""
+"""ShardCache in one process, over an in-memory remote store (specs/cache.md K1–K9)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from shardkit.errors import CacheError, CorruptShardError, NotFoundError
 from shardkit.storage import CacheOptions, ShardCache, Store, clear_cache, list_cache, open_store
-from shardkit.storage.layout import entry_name
+from shardkit.storage.cache_layout import entry_name
 from tests.helpers.modes import file_modes, umask
 from tests.helpers.s3 import memory_store
 

@@ -53,10 +53,32 @@ def test_warm_command_reads_the_manifest(tmp_path: object,
     assert entries and f"warmed {len(entries)} shards" in capsys.readouterr().out
 
 
-def test_parser_has_the_three_actions() -> None:
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["cache", "warm", "s3://b/ds", "--cache-dir", "/tmp/x", "--threads", "8"],
+         {"cache_command": "warm", "url": "s3://b/ds", "threads": 8, "cache_limit": "200GiB"}),
+        (["cache", "ls", "--cache-dir", "/tmp/x", "--json"], {"cache_command": "ls", "json": True}),
+        (["cache", "clear", "--cache-dir", "/tmp/x", "--older-than", "12h"],
+         {"cache_command": "clear", "older_than": "12h", "json": False}),
+    ],
+)
+def test_parser_has_the_three_actions(argv: list[str], expected: dict[str, object]) -> None:
     import argparse
 
     parser = argparse.ArgumentParser()
     add_cache_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["cache", "clear", "--cache-dir", "/tmp/x", "--older-than", "12h"])
-    assert (args.cache_command, args.older_than) == ("clear", "12h")
+    args = vars(parser.parse_args(argv))
+    assert {key: args[key] for key in expected} == expected
+    assert args["cache_dir"] == "/tmp/x" and callable(args["handler"])
+
+
+def test_the_cache_parser_refuses_an_unknown_or_missing_action(capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_cache_parser(parser.add_subparsers(dest="command"))
+    for argv in (["cache"], ["cache", "purge", "--cache-dir", "/tmp/x"]):
+        with pytest.raises(SystemExit) as exited:
+            parser.parse_args(argv)
+        assert exited.value.code == 2

@@ -1,4 +1,4 @@
-"""Prefetcher (C10) and cache-less range read-ahead, over an in-memory remote store."""
+"""Prefetcher (K10) and cache-less range read-ahead, over an in-memory remote store."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Loader statistics (§G10): where the time goes and whether data keeps up.
+"""Loader statistics (G10, docs/guarantees.md): where the time goes and whether data keeps up.
 
 Workers: ``WorkerStats`` counts, per consumer, the time spent opening shards (cache downloads,
 index reads), reading blocks, decoding them and collating, plus cache counters; every batch
-carries a snapshot (``fill()`` writes it into a small float64 tensor of the batch) to the
-training process.
+carries a ``snapshot()`` of them to the training process (in its ``BatchMeta``, beside the
+consumed boundary, which is not a statistic and never travels in here).
 Training process: ``LoaderStats`` records each step's wait for the next batch, keeps the latest
 snapshot per consumer, and warns once when the loop stalls for several steps in a row, naming
 the likely stage. Cheap by design: a few ``perf_counter`` calls per batch.
@@ -18,38 +18,32 @@ from typing import Any
 
 import numpy as np
 
+from shardkit.loader.transfer.meta import BatchMeta
 from shardkit.read import ReadStats
 from shardkit.storage import CacheStats
 
 log = logging.getLogger(__name__)
 
-# Layout of the per-batch snapshot tensor (float64).
-META_FIELDS = (
-    "consumer", "position", "epoch", "done_time", "fetch_s", "io_s", "decode_s", "collate_s",
+# Layout of a worker's per-batch snapshot (``WorkerStats.snapshot``).
+SNAPSHOT_FIELDS = (
+    "done_time", "fetch_s", "io_s", "decode_s", "collate_s",
     "raw_bytes", "cache_hits", "cache_misses", "download_bytes", "download_s", "fresh_buffers",
 )
-_COUNTERS = META_FIELDS[4:]
+_COUNTERS = SNAPSHOT_FIELDS[1:]
 
 
 @dataclass
 class WorkerStats:
-    consumer: int
-    epoch: int
-    position: int = 0
     cache: CacheStats | None = None
     read: ReadStats = field(default_factory=ReadStats)
     collate_seconds: float = 0.0
-    fresh_buffers: int = 0  # batches that could not use a slot of the shared ring (ring.py, L9)
+    fresh_buffers: int = 0  # batches that could not use a slot of the shared ring (X5)
 
-    def batch_done(self, num_samples: int, collate_seconds: float) -> None:
-        self.position += num_samples
-        self.collate_seconds += collate_seconds
-
-    def fill(self, out: np.ndarray) -> None:
-        """Write the snapshot into ``out`` (float64, ``len(META_FIELDS)``), e.g. the batch's own slot."""
+    def snapshot(self) -> tuple[float, ...]:
+        """The counters now, in ``SNAPSHOT_FIELDS`` order."""
         cache = self.cache
-        out[:] = (
-            self.consumer, self.position, self.epoch, time.monotonic(),
+        return (
+            time.monotonic(),
             self.read.fetch_seconds, self.read.io_seconds, self.read.decode_seconds, self.collate_seconds,
             self.read.raw_bytes,
             cache.hits if cache else 0, cache.misses if cache else 0,
@@ -68,7 +62,7 @@ class LoaderStats:
     transfers: list[float] = field(default_factory=list)
     samples: int = 0
     started: float = field(default_factory=time.perf_counter)
-    consumers: dict[int, np.ndarray] = field(default_factory=dict)
+    consumers: dict[int, tuple[float, ...]] = field(default_factory=dict)  # latest snapshot of each
     _stalls_in_row: int = 0
     _warned: bool = False
 
@@ -81,15 +75,15 @@ class LoaderStats:
         self._stalls_in_row = 0
         self._warned = False
 
-    def step(self, wait: float, num_samples: int, meta: np.ndarray | None, in_group: bool = False) -> None:
-        """``in_group``: the batch arrived with the previous one (a group, L10); its wait says
+    def step(self, wait: float, num_samples: int, meta: BatchMeta | None, in_group: bool = False) -> None:
+        """``in_group``: the batch arrived with the previous one (a group, X8); its wait says
         nothing about stalls, so it neither counts as one nor breaks a run of them."""
         self.waits.append(wait)
         self.samples += num_samples
-        if meta is not None:
-            self.consumers[int(meta[0])] = meta
+        if meta is not None and meta.stats:
+            self.consumers[meta.consumer] = meta.stats
             if not in_group:  # a batch behind the first of its group also waited for the others
-                self.transfers.append(max(0.0, time.monotonic() - float(meta[3])))
+                self.transfers.append(max(0.0, time.monotonic() - meta.stats[0]))
         if in_group:
             return
         if wait < self.stall_threshold:
@@ -107,9 +101,9 @@ class LoaderStats:
     def stages(self) -> dict[str, float]:
         """Seconds per stage summed over consumers (worker-side), plus transfer to this process."""
         totals = dict.fromkeys(_COUNTERS, 0.0)
-        for meta in self.consumers.values():
-            for i, name in enumerate(_COUNTERS, start=4):
-                totals[name] += float(meta[i])
+        for snapshot in self.consumers.values():
+            for i, name in enumerate(_COUNTERS, start=1):
+                totals[name] += snapshot[i]
         return totals
 
     def likely_stage(self) -> str:

@@ -7,8 +7,8 @@ times. ``pack_batch`` lays every tensor of a collated batch (and the two tensors
 ``Ragged``) into one 64-byte-aligned buffer, in order of preference:
 
 * a slot of the loader's shared ring (``ring.py``): only the slot's name crosses the pipe;
-* a plain ``bytearray`` below ``INLINE_BYTES``, sent inline through the result pipe;
-* a single fresh shared-memory segment otherwise.
+* a fresh buffer (``buffers.py``): a ``bytearray`` inline through the pipe below 1 MiB, one
+  shared-memory segment above.
 
 ``unpack`` rebuilds the dict as zero-copy views. Non-tensor values (lists of str …) travel as
 they are.
@@ -25,9 +25,11 @@ import numpy as np
 import torch
 from torch.utils.data._utils.pin_memory import pin_memory as pin_any
 
-from shardkit.loader.arena import INLINE_BYTES, Arena, aligned, numpy_dtype
 from shardkit.loader.ragged import Ragged
-from shardkit.loader.ring import SlotRef, forget, resolve
+from shardkit.loader.transfer.arena import Arena
+from shardkit.loader.transfer.buffers import aligned, fresh_buffer
+from shardkit.loader.transfer.dtypes import dtype_by_name, dtype_name, numel
+from shardkit.loader.transfer.ring import SlotRef, forget, resolve
 
 
 @dataclass
@@ -68,9 +70,9 @@ class PackedBatch:
     def unpack(self) -> dict[str, Any]:
         root = self._root()
         views: dict[str, torch.Tensor] = {}
-        for path, dtype_name, shape, offset in self.tensors:
-            dtype, itemsize, np_dtype = _dtype_of(dtype_name)
-            nbytes = _numel(shape) * itemsize
+        for path, name, shape, offset in self.tensors:
+            dtype, itemsize, np_dtype = dtype_by_name(name)
+            nbytes = numel(shape) * itemsize
             if isinstance(root, np.ndarray) and np_dtype is not None:  # numpy views: a few times cheaper
                 views[path] = torch.from_numpy(root[offset : offset + nbytes].view(np_dtype).reshape(shape))
             else:
@@ -91,7 +93,7 @@ class BatchGroup:
 
     DataLoader's own cost per item (index queue, result queue, feeder thread, unpickling) is
     paid once per group instead of once per batch; ``ShardLoader`` hands the batches to the
-    loop one by one, each with its own consumed boundary (L1, L10)."""
+    loop one by one, each with its own consumed boundary (X8)."""
 
     batches: list[Any]
 
@@ -102,7 +104,7 @@ class BatchGroup:
 def in_groups(batches: Iterator[Any], size: int, first_index: int) -> Iterator[BatchGroup]:
     """``batches`` (of one consumer, the first being its batch number ``first_index``) in groups
     whose boundaries fall on multiples of ``size`` batches of the consumer's whole sequence, so
-    a resumed run's groups line up with the uninterrupted run's (L10): the first group of a
+    a resumed run's groups line up with the uninterrupted run's (X8): the first group of a
     resumed consumer may be short, as may its last."""
     group: list[Any] = []
     want = size - first_index % size
@@ -130,31 +132,6 @@ def _has_tensor(value: Any) -> bool:
     return False
 
 
-_DTYPES: dict[str, tuple[torch.dtype, int, np.dtype | None]] = {}
-
-
-def _dtype_of(name: str) -> tuple[torch.dtype, int, np.dtype | None]:
-    """torch dtype, item size and the numpy dtype (None where numpy has none, e.g. bfloat16)."""
-    found = _DTYPES.get(name)
-    if found is None:
-        dtype = getattr(torch, name)
-        if not isinstance(dtype, torch.dtype):
-            raise TypeError(f"not a torch dtype: {name!r}")
-        found = _DTYPES[name] = (dtype, dtype.itemsize, numpy_dtype(dtype))
-    return found
-
-
-def _dtype_name(tensor: torch.Tensor) -> str:
-    return str(tensor.dtype).removeprefix("torch.")
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count
-
-
 def pack_batch(batch: dict[str, Any], arena: Arena | None = None) -> PackedBatch:
     """The tensors of ``batch`` in one buffer: the ``arena`` they were collated into when all of
     them are there (no copy), else a new buffer they are copied into."""
@@ -173,21 +150,16 @@ def pack_batch(batch: dict[str, Any], arena: Arena | None = None) -> PackedBatch
         offsets = [arena.offset_of(tensor) for _, tensor in leaves]
         if all(offset is not None for offset in offsets):
             layout = [
-                (path, _dtype_name(t), tuple(t.shape), int(o or 0))
+                (path, dtype_name(t.dtype), tuple(t.shape), int(o or 0))
                 for (path, t), o in zip(leaves, offsets, strict=True)
             ]
             return PackedBatch(arena.sealed(), layout, ragged, extras)
         arena.discard(reusable=not any(_has_tensor(value) for value in extras.values()))
     layout, total = [], 0
     for path, tensor in leaves:
-        layout.append((path, _dtype_name(tensor), tuple(tensor.shape), total))
+        layout.append((path, dtype_name(tensor.dtype), tuple(tensor.shape), total))
         total = aligned(total + tensor.numel() * tensor.element_size())
-    packed: torch.Tensor | bytearray
-    if total < INLINE_BYTES:
-        packed = bytearray(total)
-        buffer = torch.frombuffer(packed, dtype=torch.uint8) if total else torch.empty(0, dtype=torch.uint8)
-    else:
-        packed = buffer = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(total))
+    packed, buffer = fresh_buffer(total)
     for (_, tensor), (_, _, shape, offset) in zip(leaves, layout, strict=True):
         nbytes = tensor.numel() * tensor.element_size()
         buffer[offset : offset + nbytes].view(tensor.dtype).view(shape).copy_(tensor)

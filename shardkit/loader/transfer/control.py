@@ -1,7 +1,7 @@
 """A small shared-memory mailbox from the training process to its DataLoader workers.
 
 Persistent workers keep their copy of the dataset across epochs, so attributes set in the main
-process never reach them (seed 000). Before each iteration ``ShardLoader`` writes the epoch, the
+process never reach them (L6, specs/resume-state.md). Before each iteration ``ShardLoader`` writes the epoch, the
 topology and any pending resume state here; every worker reads it at the start of ``__iter__``.
 The buffer is a shared-memory tensor, so it is inherited by fork and passed by handle to spawn.
 """

@@ -9,14 +9,14 @@ worker decodes the next one).
 A ``Ring`` is one anonymous ``MAP_SHARED`` mapping made by the training process *before* it
 forks its workers, so every worker inherits it: no names in ``/dev/shm`` (its size limit in
 containers does not apply, nothing can leak after a crash), no descriptor passing. Worker ``w``
-owns ``slots`` fixed-size slots; a one-byte flag per slot says who owns it (invariants L7–L9,
-specs/resume-state.md §Loader):
+owns ``slots`` fixed-size slots; a one-byte flag per slot says who owns it (X3–X5,
+specs/batch-transport.md):
 
 * only the worker sets a flag FREE → BUSY (``acquire``), only the trainer sets it BUSY → FREE
   (``release``), so no lock is needed;
-* the trainer frees a slot when the last tensor viewing it is garbage (a ``weakref.finalize``
-  on the array every view of the batch keeps alive), so a batch the training loop still holds
-  is never overwritten;
+* the trainer lends the slot out as one array and frees it when that array is garbage
+  (``lending.py``, the one release rule, X2), so a batch the training loop still holds is never
+  overwritten;
 * when no slot is free (the loop keeps batches) or a batch does not fit, the worker falls back
   to a fresh buffer; nothing waits.
 
@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from shardkit.loader.transfer.lending import lend
 
 SLOT_BYTES = 64 << 20  # virtual; only pages a batch touches become memory
 HEADER_BYTES = 4096
@@ -109,9 +111,8 @@ class Ring:
         if not self._inside(ref):
             raise RuntimeError(f"batch names slot {ref.slot} of worker {ref.worker} ({ref.nbytes} bytes), "
                                f"outside ring {self.key}: {self.num_workers} workers × {self.slots} slots")
-        array = np.frombuffer(self._map, dtype=np.uint8, count=ref.nbytes, offset=self._offset(ref.worker, ref.slot))
-        weakref.finalize(array, self._release, self._index(ref.worker, ref.slot))
-        return array
+        return lend(self._map, self._offset(ref.worker, ref.slot), ref.nbytes, self._release,
+                    self._index(ref.worker, ref.slot))
 
     def drop(self, ref: SlotRef) -> None:
         """Free the slot of a batch the training process lets go without ever receiving it."""

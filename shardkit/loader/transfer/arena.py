@@ -3,11 +3,10 @@ to the training process (``packed.py``) instead of into tensors that are copied 
 
 ``with Arena(capacity) as arena:`` makes ``alloc`` hand out 64-byte-aligned views of one
 buffer: a slot of the loader's shared ring when one is free (``ring.py``, reused batch after
-batch), else a fresh ``bytearray`` below ``INLINE_BYTES`` or one fresh shared-memory segment
-above. When the buffer is full, ``alloc`` falls back to ``torch.empty`` and the packer copies
-those tensors. Outside an arena, ``alloc`` takes from the allocator made current with
-``allocating`` (the training process's ``Recycler``, recycler.py), else it is ``torch.empty``.
-One arena or allocator per thread.
+batch), else a fresh buffer (``buffers.py``). When the buffer is full, ``alloc`` falls back
+to ``torch.empty`` and the packer copies those tensors. Outside an arena, ``alloc`` takes from
+the allocator made current with ``allocating`` (the training process's ``Recycler``,
+recycler.py), else it is ``torch.empty``. One arena or allocator per thread.
 """
 
 from __future__ import annotations
@@ -17,18 +16,13 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 
-from shardkit.loader.ring import Ring, SlotRef
+from shardkit.loader.transfer.buffers import ALIGN, aligned, fresh_buffer
+from shardkit.loader.transfer.dtypes import numel, numpy_dtype
+from shardkit.loader.transfer.ring import Ring, SlotRef
 
-ALIGN = 64
-INLINE_BYTES = 1 << 20
 _local = threading.local()
-
-
-def aligned(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
 class Arena:
@@ -40,22 +34,15 @@ class Arena:
         if slot is not None:
             self.buffer = slot[0].buffer(slot[1], slot[2])
             self.storage = self.buffer
-        elif self.capacity < INLINE_BYTES:
-            self.storage = bytearray(self.capacity)
-            self.buffer = torch.frombuffer(self.storage, dtype=torch.uint8)
         else:
-            self.buffer = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(self.capacity))
-            self.storage = self.buffer
+            self.storage, self.buffer = fresh_buffer(self.capacity)
         self.used = 0
         self.wanted = 0  # bytes every alloc asked for, for sizing the next arena
         self._base = self.buffer.data_ptr()
         self._array = self.buffer.numpy()  # numpy views are several times cheaper than torch's
 
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        count = 1
-        for dim in shape:
-            count *= dim
-        nbytes = count * dtype.itemsize
+        nbytes = numel(shape) * dtype.itemsize
         self.wanted += aligned(nbytes)
         if self.used + nbytes > self.capacity:
             return torch.empty(shape, dtype=dtype)
@@ -96,22 +83,6 @@ class Arena:
         _local.arena = None
         if exc_type is not None:  # collation failed: nothing of this batch goes anywhere
             self.discard(reusable=True)
-
-
-_NUMPY_DTYPES: dict[torch.dtype, np.dtype | None] = {}
-
-
-def numpy_dtype(dtype: torch.dtype) -> np.dtype | None:
-    """numpy's twin of a torch dtype, or None where numpy has none (bfloat16, float8 …)."""
-    try:
-        return _NUMPY_DTYPES[dtype]
-    except KeyError:
-        try:
-            found: np.dtype | None = torch.empty(0, dtype=dtype).numpy().dtype
-        except TypeError:
-            found = None
-        _NUMPY_DTYPES[dtype] = found
-        return found
 
 
 def batch_arena(capacity: int, ring: Ring | None, worker: int) -> Arena:

@@ -1,4 +1,4 @@
-"""The default collation of samples that are still columns (format/columns.py ``ColumnPiece``).
+"""The default collation of samples that are still columns (read/column_pieces.py ``ColumnPiece``).
 
 For column blocks the loader never makes a dict and an array view per sample: a batch is
 copied field by field from the blocks' columns into the batch buffer (the ring slot), with one
@@ -16,9 +16,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardkit.format.columns import Column, ColumnPiece, copy_rows
-from shardkit.loader.arena import alloc
-from shardkit.loader.ragged import Ragged, offsets_tensor, torch_dtype
+from shardkit.format.column_parse import Column
+from shardkit.format.offsets import offsets_from_lengths
+from shardkit.loader.ragged import Ragged, offsets_tensor
+from shardkit.loader.transfer.arena import alloc
+from shardkit.loader.transfer.dtypes import torch_dtype
+from shardkit.read.column_pieces import ColumnPiece, copy_rows
 
 _SCALAR_TORCH = {"int": torch.int64, "float": torch.float64, "bool": torch.bool}
 
@@ -58,8 +61,7 @@ def _field(column: Column, parts: list[tuple[Column, np.ndarray]]) -> Any:
         out = alloc((len(lengths), int(lengths[0]), *tail), dtype)
         _copy_rows(ragged, out.numpy().reshape(-1, *tail) if out.numel() else None)
         return out
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    offsets = offsets_from_lengths(lengths)
     values = alloc((int(offsets[-1]), *tail), dtype)
     _copy_rows(ragged, values.numpy() if len(values) else None)
     return Ragged(values, offsets_tensor(offsets), "bytes" if kind == "bytes" else "array")

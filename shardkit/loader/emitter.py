@@ -1,0 +1,61 @@
+"""The effectful half of a consumer's stream: a ``BatchCut`` → the object that leaves
+``StreamingDataset.__iter__`` (specs/batch-transport.md, X1).
+
+Per batch: collate into the right memory (a ring slot or fresh buffer via an ``Arena`` in a
+worker whose batches ``ShardLoader`` unpacks; the ``Recycler`` elsewhere), attach the
+``BatchMeta`` (consumed boundary as ints + stats snapshot, X9), and pack the batch into one
+buffer for the trip (X7).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from shardkit.loader.batcher import BatchCut
+from shardkit.loader.loader_stats import WorkerStats
+from shardkit.loader.transfer.arena import Arena, allocating, batch_arena
+from shardkit.loader.transfer.meta import META_KEY, BatchMeta
+from shardkit.loader.transfer.packed import PackedBatch, pack_batch
+from shardkit.loader.transfer.recycler import Recycler
+from shardkit.loader.transfer.ring import Ring, SlotRef
+
+FIRST_ARENA_BYTES = 64 << 10  # grows to what batches ask for, plus 1/8
+
+
+class Emitter:
+    """Collates, labels and packs the batches of one consumer, in order.
+
+    ``position``: where the consumer's sequence stands before the first batch; ``pack``: the
+    batches go to ``ShardLoader`` through a worker's result pipe (packed, X7), else they are
+    dicts collated with the ``Recycler`` (X6)."""
+
+    def __init__(self, collate: Callable[[BatchCut], Any], stats: WorkerStats, consumer: int, epoch: int,
+                 position: int, pack: bool, ring: Ring | None = None, worker: int = 0) -> None:
+        self.collate, self.stats = collate, stats
+        self.consumer, self.epoch, self.position = consumer, epoch, position
+        self.pack, self.ring, self.worker = pack, ring, worker
+        self.capacity = FIRST_ARENA_BYTES
+        self.recycler = Recycler()
+
+    def emit(self, cut: BatchCut) -> Any:
+        started = time.perf_counter()
+        arena: Arena | None
+        with batch_arena(self.capacity, self.ring, self.worker) if self.pack else allocating(self.recycler) as arena:
+            batch = self.collate(cut)
+        if arena is not None:
+            self.capacity = max(self.capacity, arena.wanted + arena.wanted // 8)
+        self.position += len(cut.indices)
+        self.stats.collate_seconds += time.perf_counter() - started
+        if not isinstance(batch, dict):  # a custom collate_fn's batch: no boundary to carry
+            if arena is not None:
+                arena.discard(reusable=False)
+            return batch
+        batch[META_KEY] = BatchMeta(self.consumer, self.position, self.epoch, self.stats.snapshot())
+        if arena is None:
+            return batch
+        packed: PackedBatch = pack_batch(batch, arena)
+        if self.ring is not None and not isinstance(packed.buffer, SlotRef):
+            self.stats.fresh_buffers += 1  # reported with the next batch
+        return packed

@@ -1,0 +1,19 @@
+"""What travels beside a batch's tensors (X9): its consumed boundary, as exact integers, and a
+snapshot of its worker's stats. Under ``META_KEY`` in the batch dict; ``ShardLoader`` takes it
+out before the training loop sees the batch."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+META_KEY = "_shardkit"
+
+
+class BatchMeta(NamedTuple):
+    """``consumer`` delivered its samples up to ``position`` (of its epoch ``epoch`` sequence)
+    with this batch; ``stats``: the worker's ``WorkerStats.snapshot()`` when it was made."""
+
+    consumer: int
+    position: int
+    epoch: int
+    stats: tuple[float, ...] = ()

@@ -1,0 +1,46 @@
+"""Where blocks and shards end (I10, specs/shard-format.md), written once for every writer
+(``ShardWriter`` and the Ray engine's ``PartWriter``).
+
+A block is sealed as soon as its samples' encoded bytes reach ``block_size``; it is arranged
+here (rows or columns, ``arrange_block``) because a shard is closed after the block that brings
+its *raw* bytes — what the arranged blocks hold — to ``shard_size``. Not thread-safe.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardkit.format.shard_builder import arrange_block
+
+ArrangedBlock = tuple[bytes, np.ndarray, int]  # raw bytes, sample offsets, layout
+
+
+class BlockCutter:
+    def __init__(self, block_size: int, shard_size: int, layout: str = "auto") -> None:
+        self.block_size, self.shard_size, self.layout = block_size, shard_size, layout
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._shard_raw = 0
+
+    def add(self, data: bytes) -> ArrangedBlock | None:
+        """Append one encoded sample; the arranged block when this sample filled it."""
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        return self.flush() if self._pending_bytes >= self.block_size else None
+
+    def flush(self) -> ArrangedBlock | None:
+        """The pending samples as an arranged block (None if there are none)."""
+        if not self._pending:
+            return None
+        block = arrange_block(self._pending, self.layout)
+        self._shard_raw += len(block[0])
+        self._pending, self._pending_bytes = [], 0
+        return block
+
+    @property
+    def shard_full(self) -> bool:
+        """Whether the blocks handed out since the last ``shard_closed`` fill a shard."""
+        return self._shard_raw >= self.shard_size
+
+    def shard_closed(self) -> None:
+        self._shard_raw = 0
