@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from shardkit.cli.common import add_storage_options, print_json, storage_options
+from shardkit.cli.common import add_storage_options, dataset_path, int_at_least, print_json, storage_options
 from shardkit.plan import PlanParams, build_plan
 from shardkit.read import open_dataset
 
@@ -13,15 +13,15 @@ _MAX_ROWS = 32
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="show an epoch's partition: steps per rank, per-consumer samples")
-    p.add_argument("path", help="dataset folder/URL or its manifest.json")
-    p.add_argument("--world-size", type=int, default=1)
-    p.add_argument("--workers", type=int, default=0, help="DataLoader workers per rank")
-    p.add_argument("--batch-size", type=int, required=True)
-    p.add_argument("--epoch", type=int, default=0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("path", type=dataset_path, help="dataset folder/URL or its manifest.json")
+    p.add_argument("--world-size", type=int_at_least(1), default=1)
+    p.add_argument("--workers", type=int_at_least(0), default=0, help="DataLoader workers per rank")
+    p.add_argument("--batch-size", type=int_at_least(1), required=True)
+    p.add_argument("--epoch", type=int_at_least(0), default=0)
+    p.add_argument("--seed", type=int_at_least(0), default=0)
     p.add_argument("--tail", default="drop", choices=("drop", "pad"))
     p.add_argument("--no-shuffle", action="store_true")
-    p.add_argument("--shuffle-window", type=int, default=8192)
+    p.add_argument("--shuffle-window", type=int_at_least(1), default=8192)
     p.add_argument("--json", action="store_true")
     add_storage_options(p)
     p.set_defaults(handler=run)

@@ -58,4 +58,4 @@ def test_parser_has_the_three_actions() -> None:
     parser = argparse.ArgumentParser()
     add_cache_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["cache", "clear", "--cache-dir", "/tmp/x", "--older-than", "12h"])
-    assert (args.cache_command, args.older_than) == ("clear", "12h")
+    assert (args.cache_command, args.older_than) == ("clear", 12 * 3600.0)
