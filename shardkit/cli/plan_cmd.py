@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from shardkit.cli.common import add_storage_options, dataset_path, int_at_least, print_json, storage_options
 from shardkit.plan import PlanParams, build_plan
@@ -36,9 +37,11 @@ def run(args: argparse.Namespace) -> int:
     )
     summary = build_plan(dataset.manifest.shard_sizes, params).summary()
     summary["fingerprint"] = dataset.manifest.fingerprint
+    # An epoch with no batch is a problem found (exit 1); a large dropped share only a warning.
+    code = 1 if summary["steps_per_rank"] == 0 and summary["num_source_samples"] > 0 else 0
     if args.json:
         print_json(summary)
-        return 0
+        return _warn(summary["warnings"], code)
     n = summary["num_source_samples"]
     print(f"dataset {dataset.url}: {n} samples in {summary['num_shards']} shards")
     print(
@@ -52,4 +55,11 @@ def run(args: argparse.Namespace) -> int:
               f"{row['samples']:>8} {row['num_shards']:>7}")
     if len(summary["consumers"]) > _MAX_ROWS:
         print(f"… {len(summary['consumers']) - _MAX_ROWS} more consumers (--json for all)")
-    return 0
+    return _warn(summary["warnings"], code)
+
+
+def _warn(warnings: list[str], code: int) -> int:
+    sys.stdout.flush()  # after the table, not inside it
+    for warning in warnings:
+        print(f"{'error' if code else 'warning'}: {warning}", file=sys.stderr)
+    return code

@@ -26,6 +26,7 @@ from shardkit.loader.arena import alloc, alloc_like, allocating, batch_arena
 from shardkit.loader.collate import collate_samples
 from shardkit.loader.columns import collate_pieces
 from shardkit.loader.control import Control
+from shardkit.loader.epoch_check import check_dataset, check_plan
 from shardkit.loader.packed import in_groups, pack_batch
 from shardkit.loader.recycler import Recycler
 from shardkit.loader.ring import Ring, SlotRef, find
@@ -87,6 +88,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         self.transform = transform
         self.collate_fn = collate_fn or collate_samples
         self.dataset: Dataset = open_dataset(path, storage_options)
+        check_dataset(self.dataset.manifest.num_samples, self.params)  # fewer samples than a batch (P13)
         self.control = Control()
         self._epoch = 0
         self._cache: ShardCache | None = None
@@ -122,6 +124,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         plan = self._plans.get(key)
         if plan is None:
             plan = build_plan(self.dataset.manifest.shard_sizes, params, resume)
+            check_plan(plan)  # no batch for this topology: raise; a large drop: log once (P13, P14)
             self._plans = {key: plan}
         return plan
 
