@@ -118,7 +118,10 @@ def input_files(path: str, fmt: str, auto: bool = False) -> list[str]:
         ignored = docs if auto and len(docs) < len(files) else []
     else:
         ignored = [f for f in files if kind_of(f) != fmt]
-    if ignored:
+    if ignored and fmt == "files":
+        log.warning("%s: ignoring %d documentation file(s) (%s); pass --format files to pack them too",
+                    shown(path), len(ignored), _examples(ignored))
+    elif ignored:
         log.warning("%s: ignoring %d file(s) that are not %s input (%s); pass --format to choose",
                     shown(path), len(ignored), fmt, _examples(ignored))
     left_out = set(ignored)

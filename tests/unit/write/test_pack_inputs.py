@@ -142,13 +142,15 @@ def test_explicit_format_packs_only_its_files_with_a_notice(tmp_path, capsys, ca
     assert "ignoring 1 file(s) that are not jsonl input" in caplog.text and "0001.jpg" in caplog.text
 
 
-def test_image_folder_leaves_its_readme_out_unless_format_files(tmp_path, capsys):
+def test_image_folder_leaves_its_readme_out_unless_format_files(tmp_path, capsys, caplog):
     """PI3: with auto, documentation beside other files is left out of ``files`` too; an
     explicit --format files packs every file."""
     for i in range(3):
         write(tmp_path / "raw" / f"{i:04d}.jpg", bytes([i]) * 10)
     write(tmp_path / "raw" / "README.md", b"# images\n")
-    assert pack(capsys, tmp_path / "raw", tmp_path / "auto")[0] == 0
+    with caplog.at_level(logging.WARNING, logger="shardkit.write.inputs"):
+        assert pack(capsys, tmp_path / "raw", tmp_path / "auto")[0] == 0
+    assert "ignoring 1 documentation file(s)" in caplog.text and "README.md" in caplog.text
     assert [s["__key__"] for s in read_back(tmp_path / "auto")] == ["0000", "0001", "0002"]
     assert pack(capsys, tmp_path / "raw", tmp_path / "all", "--format", "files")[0] == 0
     assert [s["__key__"] for s in read_back(tmp_path / "all")] == ["0000", "0001", "0002", "README"]
@@ -248,3 +250,13 @@ def test_non_utf8_jsonl_file_name_in_skip_list_and_errors(tmp_path, capsys):
 
 def test_shown_escapes_only_what_is_not_utf8():
     assert shown(os.fsdecode(b"caf\xc3\xa9/\xff\xfe.jsonl")) == "café/\\xff\\xfe.jsonl"
+
+
+def test_the_cli_prints_the_notice(tmp_path):
+    """PI3: a real ``shardkit pack`` shows what it left out on stderr."""
+    hub_download(tmp_path / "raw", {"train.jsonl.gz": gzip.compress(jsonl(ROWS))})
+    got = run_pack(tmp_path / "raw", tmp_path / "out")
+    stderr = got.stderr.decode()
+    assert got.returncode == 0, stderr
+    assert "ignoring 2 file(s) that are not jsonl input" in stderr and "README.md" in stderr
+    assert "packed 40 samples" in got.stdout.decode()
