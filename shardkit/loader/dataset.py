@@ -124,7 +124,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         plan = self._plans.get(key)
         if plan is None:
             plan = build_plan(self.dataset.manifest.shard_sizes, params, resume)
-            check_plan(plan)  # no batch for this topology: raise; a large drop: log once (P13, P14)
+            check_plan(plan)  # no batch for this topology, or a large drop: logged once (P13, P14)
             self._plans = {key: plan}
         return plan
 

@@ -1,9 +1,11 @@
 """Surface ``shardkit.plan.check_epoch_yield`` to the person training (specs/partition.md P13, P14).
 
-An epoch that yields no batch raises ``PlanError`` where the plan is first built: in
-``StreamingDataset`` (when the dataset is smaller than one batch) or at ``iter``/``len`` of the
-loader (when the ranks' share is). A large dropped share is logged once per training process,
-never from DataLoader workers.
+A dataset smaller than one batch (``tail="drop"``) yields no batch on any topology:
+``StreamingDataset`` raises ``PlanError`` at construction. What depends on the topology, known
+only when the plan is built (an epoch with no batch because the ranks' share is below a batch,
+or a large dropped share), is logged once per training process, never from DataLoader workers:
+the remainder after an elastic resume, or a deliberately tiny smoke run, may legitimately be
+empty, and every rank of a job would otherwise stop on it.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ log = logging.getLogger("shardkit.loader")
 
 
 def check_plan(plan: Plan) -> None:
-    """Raise if ``plan``'s fresh epoch yields no batch; log a large dropped share once."""
-    _surface(plan.num_source_samples, plan.params, plan.level)
+    """Log once (training process only) when ``plan``'s fresh epoch yields no batch or drops a
+    large share."""
+    problem = check_epoch_yield(plan.num_source_samples, plan.params, plan.level)
+    if problem is not None and worker_slot() == (0, 0):  # workers would repeat it
+        _log_once(problem.message)
 
 
 def check_dataset(num_samples: int, params: PlanParams) -> None:
@@ -28,16 +33,6 @@ def check_dataset(num_samples: int, params: PlanParams) -> None:
     problem = check_epoch_yield(num_samples, params)
     if problem is not None and problem.empty:
         raise PlanError(problem.message)
-
-
-def _surface(num_source: int, params: PlanParams, level: int) -> None:
-    problem = check_epoch_yield(num_source, params, level)
-    if problem is None:
-        return
-    if problem.empty:
-        raise PlanError(problem.message)
-    if worker_slot() == (0, 0):  # the training process: workers would repeat it
-        _log_once(problem.message)
 
 
 @functools.cache
