@@ -20,6 +20,7 @@ from tqdm import tqdm
 from shardkit.errors import ShardkitError
 from shardkit.format import MANIFEST_NAME, CompressOptions
 from shardkit.units import parse_duration, parse_size
+from shardkit.write.inputs import shown as _shown  # bytes that are not UTF-8 shown as \xNN
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -148,11 +149,6 @@ def _is_utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _shown(text: str) -> str:
-    """``text`` printable: bytes that were not UTF-8 on the command line become ``\\xNN``."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 class Progress:

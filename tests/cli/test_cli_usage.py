@@ -23,6 +23,7 @@ BAD_ARGUMENTS = [
     (["pack", ROWS, "{tmp}/o", "--level", "three"], "expected an integer, got 'three'"),
     (["pack", ROWS, "{tmp}/o", "--metadata", "foo"], "--metadata: expected KEY=VALUE, got 'foo'"),
     (["pack", ROWS, "{tmp}/o", "--metadata", "=1"], "expected KEY=VALUE"),
+    (["pack", ROWS, "{tmp}/o", "--metadata", "k=caf\udcff"], "k=caf\\xff is not valid UTF-8"),
     (["pack", ROWS, "{tmp}/o", "--storage-option", "foo"], "--storage-option: expected KEY=VALUE"),
     (["pack", ROWS, "{tmp}/o", "--workers", "-2"], "--workers: expected an integer >= 0, got -2"),
     (["pack", ROWS, "{tmp}/o", "--format", "csv"], "invalid choice: 'csv'"),
