@@ -30,7 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("src", type=existing_path, help="raw folder or file")
     p.add_argument("out", help="output folder or URL (s3://bucket/prefix)")
-    p.add_argument("--format", default="auto", choices=("auto", *FORMATS), help="source format (default: detect)")
+    p.add_argument("--format", default="auto", choices=("auto", *FORMATS),
+                   help="source format (default: detect from the file names; specs/pack-inputs.md)")
     p.add_argument("--workers", type=int_at_least(0), default=1,
                    help="parallel encoding processes (same output for any N)")
     p.add_argument("--shard-size", type=size, default="64MiB", help="uncompressed bytes per shard (default 64MiB)")

@@ -68,13 +68,26 @@ def check_regular(path: str) -> None:
 
 
 def walk(root: str) -> list[str]:
-    """Regular files under ``root``, sorted; names starting with ``.`` are skipped (PI1)."""
+    """Regular files under ``root``, sorted; names starting with ``.`` are skipped, and so are
+    symlinks to folders (as ``os.walk`` does); anything else that is not a regular file is
+    refused (PI1). The file type comes from the directory entry, so a folder of a million
+    images costs no extra ``stat`` per file on any filesystem that reports types."""
+    if not os.path.isdir(root):
+        raise SourceError(f"{shown(root)}: not a folder (files grouped by key are read from a folder)")
     out: list[str] = []
-    for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        out.extend(os.path.join(folder, n) for n in sorted(names) if not n.startswith("."))
-    for path in out:
-        check_regular(path)
+    folders = [root]
+    while folders:
+        with os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                if entry.is_dir():
+                    if not entry.is_symlink():
+                        folders.append(entry.path)
+                elif entry.is_file():
+                    out.append(entry.path)
+                else:
+                    check_regular(entry.path)  # raises, naming what it is
     return sorted(out)
 
 
