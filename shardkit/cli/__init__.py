@@ -1,25 +1,30 @@
 """The ``shardkit`` command line. Never imports torch at module level (bench/plan import lazily).
 
 Exit codes: 0 ok; 1 the command ran and found a problem (verification failed, bad input while
-packing); 2 usage error or an unreadable dataset/manifest.
+packing); 2 usage error or an unreadable dataset/manifest — one line on stderr, no traceback;
+141 when the reader of its output went away (``shardkit cache ls --json | head``), quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from shardkit import __version__
 from shardkit.cli import dataset_cmds, pack_cmd
+from shardkit.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Parser
 from shardkit.errors import ShardkitError
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a process ended by SIGPIPE
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="shardkit",
         description="Pack, verify, inspect and stream sharded training datasets.",
     )
@@ -54,7 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     try:
-        return int(args.handler(args))
+        code = int(args.handler(args))
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        return _output_closed()
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -63,6 +72,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         for note in getattr(exc, "__notes__", ()):
             print(f"  {note}", file=sys.stderr)
         return getattr(exc, "exit_code", EXIT_FAILED)
+
+
+def _output_closed() -> int:
+    """The reader of stdout went away (``| head``): stop quietly, as Python's documentation on
+    SIGPIPE advises — point stdout at /dev/null so the exit-time flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass  # stdout is not a file descriptor (captured in tests): nothing to redirect
+    return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -5,17 +5,23 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from shardkit.cli.common import add_storage_options, print_json, storage_options
-from shardkit.units import parse_duration
+from shardkit.cli.common import (
+    add_storage_options,
+    dataset_path,
+    duration,
+    int_at_least,
+    print_json,
+    storage_options,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="read a dataset as training would and report what it can feed")
-    p.add_argument("path", help="dataset folder/URL or its manifest.json")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--steps", type=int, default=200, help="batches to read (per phase)")
-    p.add_argument("--step-time", default=None, help="simulate a training step of this long, e.g. 50ms")
+    p.add_argument("path", type=dataset_path, help="dataset folder/URL or its manifest.json")
+    p.add_argument("--workers", type=int_at_least(0), default=2)
+    p.add_argument("--batch-size", type=int_at_least(1), default=64)
+    p.add_argument("--steps", type=int_at_least(1), default=200, help="batches to read (per phase)")
+    p.add_argument("--step-time", type=duration, default=None, help="simulate a training step of this long, e.g. 50ms")
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--no-shuffle", action="store_true")
     p.add_argument("--json", action="store_true")
@@ -28,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     options = BenchOptions(
         workers=args.workers, batch_size=args.batch_size, steps=args.steps,
-        step_time=parse_duration(args.step_time) if args.step_time else None,
+        step_time=args.step_time,
         cache_dir=args.cache_dir, shuffle=not args.no_shuffle, storage_options=storage_options(args) or None,
     )
     report = run_bench(args.path, options)

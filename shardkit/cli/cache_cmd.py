@@ -21,7 +21,15 @@ from typing import Any
 
 from tqdm import tqdm
 
-from shardkit.cli.common import add_storage_options, print_json, storage_options
+from shardkit.cli.common import (
+    add_storage_options,
+    dataset_path,
+    duration,
+    int_at_least,
+    print_json,
+    size,
+    storage_options,
+)
 from shardkit.storage import CacheItem, ShardCache, Store, clear_cache, list_cache
 from shardkit.units import parse_duration, parse_size
 
@@ -101,11 +109,11 @@ def add_cache_parser(subparsers: Any) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cache_command", required=True, metavar="ACTION")
 
     p_warm = sub.add_parser("warm", help="download every shard of a dataset into the cache")
-    p_warm.add_argument("url", help="dataset folder or manifest URL (local path, s3://...)")
+    p_warm.add_argument("url", type=dataset_path, help="dataset folder or manifest URL (local path, s3://...)")
     _add_cache_dir(p_warm)
-    p_warm.add_argument("--cache-limit", default=os.environ.get(CACHE_LIMIT_VAR, DEFAULT_CACHE_LIMIT),
+    p_warm.add_argument("--cache-limit", type=size, default=os.environ.get(CACHE_LIMIT_VAR, DEFAULT_CACHE_LIMIT),
                         help=f"cache size limit (default: ${CACHE_LIMIT_VAR} or {DEFAULT_CACHE_LIMIT})")
-    p_warm.add_argument("--threads", type=int, default=4, help="parallel downloads (4)")
+    p_warm.add_argument("--threads", type=int_at_least(1), default=4, help="parallel downloads (4)")
     p_warm.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_storage_options(p_warm)
     p_warm.set_defaults(handler=run_warm)
@@ -117,7 +125,7 @@ def add_cache_parser(subparsers: Any) -> argparse.ArgumentParser:
 
     p_clear = sub.add_parser("clear", help="remove cache entries not in use")
     _add_cache_dir(p_clear)
-    p_clear.add_argument("--older-than", metavar="AGE", default=None,
+    p_clear.add_argument("--older-than", type=duration, metavar="AGE", default=None,
                          help="only entries unused for AGE (e.g. 7d, 12h, 30m)")
     p_clear.add_argument("--json", action="store_true", help="print JSON")
     p_clear.set_defaults(handler=run_clear)

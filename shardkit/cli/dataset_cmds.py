@@ -8,7 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from shardkit.cli.common import Progress, add_storage_options, print_json, storage_options
+from shardkit.cli.common import (
+    Progress,
+    add_storage_options,
+    dataset_path,
+    int_at_least,
+    print_json,
+    storage_options,
+)
 from shardkit.errors import ShardkitError, StorageError
 from shardkit.read import StoredDataset, open_dataset
 from shardkit.read.verify import verify_dataset
@@ -19,9 +26,9 @@ EXIT_USAGE = 2
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="check every byte and sample of a dataset")
-    p.add_argument("path", help="dataset folder/URL or its manifest.json")
+    p.add_argument("path", type=dataset_path, help="dataset folder/URL or its manifest.json")
     p.add_argument("--quick", action="store_true", help="sizes and whole-file checksums only")
-    p.add_argument("--workers", type=int, default=4, help="shards checked in parallel")
+    p.add_argument("--workers", type=int_at_least(1), default=4, help="shards checked in parallel")
     p.add_argument("--strict", action="store_true", help="files the manifest does not name are an error")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")
@@ -29,14 +36,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_verify)
 
     p = sub.add_parser("info", help="counts, sizes, schema and metadata of a dataset")
-    p.add_argument("path")
+    p.add_argument("path", type=dataset_path, help="dataset folder/URL or its manifest.json")
     p.add_argument("--json", action="store_true")
     add_storage_options(p)
     p.set_defaults(handler=run_info)
 
     p = sub.add_parser("head", help="print the first samples of a dataset")
-    p.add_argument("path")
-    p.add_argument("-n", type=int, default=5, help="number of samples (default 5)")
+    p.add_argument("path", type=dataset_path, help="dataset folder/URL or its manifest.json")
+    p.add_argument("-n", type=int_at_least(0), default=5, help="number of samples (default 5)")
     p.add_argument("--json", action="store_true")
     add_storage_options(p)
     p.set_defaults(handler=run_head)

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import argparse
 
-from shardkit.cli.common import Progress, add_storage_options, key_values, print_json, storage_options
+from shardkit.cli.common import (
+    Progress,
+    add_storage_options,
+    existing_path,
+    int_at_least,
+    key_value,
+    key_values,
+    print_json,
+    size,
+    storage_options,
+    zstd_level,
+)
 from shardkit.units import format_bytes
 from shardkit.write.pack import PackOptions, pack
 from shardkit.write.sources import FORMATS
@@ -17,17 +28,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Pack raw data (files grouped by key, JSONL, Parquet, WebDataset tars) into "
         "zstd-compressed, checksummed shards with a manifest.",
     )
-    p.add_argument("src", help="raw folder or file")
+    p.add_argument("src", type=existing_path, help="raw folder or file")
     p.add_argument("out", help="output folder or URL (s3://bucket/prefix)")
-    p.add_argument("--format", default="auto", choices=("auto", *FORMATS), help="source format (default: detect)")
-    p.add_argument("--workers", type=int, default=1, help="parallel encoding processes (same output for any N)")
-    p.add_argument("--shard-size", default="64MiB", help="uncompressed bytes per shard (default 64MiB)")
-    p.add_argument("--block-size", default="1MiB", help="uncompressed bytes per block (default 1MiB)")
-    p.add_argument("--level", type=int, default=3, help="zstd level (default 3)")
+    p.add_argument("--format", default="auto", choices=("auto", *FORMATS),
+                   help="source format (default: detect from the file names; specs/pack-inputs.md)")
+    p.add_argument("--workers", type=int_at_least(0), default=1,
+                   help="parallel encoding processes (same output for any N)")
+    p.add_argument("--shard-size", type=size, default="64MiB", help="uncompressed bytes per shard (default 64MiB)")
+    p.add_argument("--block-size", type=size, default="1MiB", help="uncompressed bytes per block (default 1MiB)")
+    p.add_argument("--level", type=zstd_level, default=3, help="zstd level (default 3)")
     p.add_argument("--compression", default="auto", choices=("auto", "zstd", "none"))
     p.add_argument("--layout", default="auto", choices=("auto", "rows"),
                    help="auto: blocks of uniform small samples are stored as columns (default); rows: never")
-    p.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="user metadata, repeatable")
+    p.add_argument("--metadata", action="append", type=key_value, metavar="KEY=VALUE", help="user metadata, repeatable")
     p.add_argument("--label-from-dir", action="store_true", help="raw/<class>/<file>: add an int 'label'")
     p.add_argument("--skip-bad", action="store_true", help="skip unreadable items and list them")
     p.add_argument("--overwrite", action="store_true", help="replace an existing dataset at OUT")
@@ -49,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         level=args.level,
         compression=args.compression,
         layout=args.layout,
-        metadata=key_values(args.metadata, "--metadata"),
+        metadata=key_values(args.metadata),
         overwrite=args.overwrite,
         skip_bad=args.skip_bad,
         label_from_dir=args.label_from_dir,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from shardkit.cli import mix_cmd
-from shardkit.cli.common import add_storage_options, print_json, storage_options
+from shardkit.cli.common import add_storage_options, dataset_path, int_at_least, print_json, storage_options
 from shardkit.plan import PlanParams, build_plan
 from shardkit.read import open_dataset
 from shardkit.read.mixture import is_mixture_file
@@ -15,18 +16,24 @@ _MAX_ROWS = 32
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="show an epoch's partition: steps per rank, per-consumer samples")
-    p.add_argument("path", help="dataset folder/URL, its manifest.json, or a mixture .toml/.json")
-    p.add_argument("--world-size", type=int, default=1)
-    p.add_argument("--workers", type=int, default=0, help="DataLoader workers per rank")
-    p.add_argument("--batch-size", type=int, required=True)
-    p.add_argument("--epoch", type=int, default=0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("path", type=_dataset_or_mixture,
+                   help="dataset folder/URL, its manifest.json, or a mixture .toml/.json")
+    p.add_argument("--world-size", type=int_at_least(1), default=1)
+    p.add_argument("--workers", type=int_at_least(0), default=0, help="DataLoader workers per rank")
+    p.add_argument("--batch-size", type=int_at_least(1), required=True)
+    p.add_argument("--epoch", type=int_at_least(0), default=0)
+    p.add_argument("--seed", type=int_at_least(0), default=0)
     p.add_argument("--tail", default="drop", choices=("drop", "pad"))
     p.add_argument("--no-shuffle", action="store_true")
-    p.add_argument("--shuffle-window", type=int, default=8192)
+    p.add_argument("--shuffle-window", type=int_at_least(1), default=8192)
     p.add_argument("--json", action="store_true")
     add_storage_options(p)
     p.set_defaults(handler=run)
+
+
+def _dataset_or_mixture(text: str) -> str:
+    """A dataset (see :func:`dataset_path`) or a mixture description file."""
+    return text if is_mixture_file(text) else dataset_path(text)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,9 +47,11 @@ def run(args: argparse.Namespace) -> int:
     )
     summary = build_plan(dataset.manifest.shard_sizes, params).summary()
     summary["fingerprint"] = dataset.manifest.fingerprint
+    # An epoch with no batch is a problem found (exit 1); a large dropped share only a warning.
+    code = 1 if summary["steps_per_rank"] == 0 and summary["num_source_samples"] > 0 else 0
     if args.json:
         print_json(summary)
-        return 0
+        return _warn(summary["warnings"], code)
     n = summary["num_source_samples"]
     print(f"dataset {dataset.url}: {n} samples in {summary['num_shards']} shards")
     print(
@@ -56,4 +65,11 @@ def run(args: argparse.Namespace) -> int:
               f"{row['samples']:>8} {row['num_shards']:>7}")
     if len(summary["consumers"]) > _MAX_ROWS:
         print(f"… {len(summary['consumers']) - _MAX_ROWS} more consumers (--json for all)")
-    return 0
+    return _warn(summary["warnings"], code)
+
+
+def _warn(warnings: list[str], code: int) -> int:
+    sys.stdout.flush()  # after the table, not inside it
+    for warning in warnings:
+        print(f"{'error' if code else 'warning'}: {warning}", file=sys.stderr)
+    return code

@@ -26,6 +26,7 @@ from shardkit.loader.collate import collate_samples
 from shardkit.loader.collate_columns import collate_pieces
 from shardkit.loader.emitter import Emitter
 from shardkit.loader.env import cache_settings
+from shardkit.loader.epoch_check import check_dataset, check_plan
 from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.topology import Topology, rank_and_world, worker_slot
 from shardkit.loader.transfer.arena import alloc_like
@@ -89,6 +90,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         self.transform = transform
         self.collate_fn = collate_fn or collate_samples
         self.dataset: StoredDataset = open_dataset(path, storage_options)
+        check_dataset(self.dataset.manifest.num_samples, self.params)  # fewer samples than a batch (P13)
         self.control = Control()
         self._epoch = 0
         self._cache: ShardCache | None = None
@@ -124,6 +126,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         plan = self._plans.get(key)
         if plan is None:
             plan = build_plan(self.dataset.manifest.shard_sizes, params, resume)
+            check_plan(plan)  # no batch for this topology, or a large drop: logged once (P13, P14)
             self._plans = {key: plan}
         return plan
 

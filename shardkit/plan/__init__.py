@@ -4,6 +4,7 @@ Never reads environment variables, torch globals or files; imports only the stan
 numpy and :mod:`shardkit.errors`. Specs: specs/partition.md, specs/resume-state.md.
 """
 
+from shardkit.plan.epoch_yield import YieldProblem, check_epoch_yield
 from shardkit.plan.params import PlanParams
 from shardkit.plan.plan import Plan, shard_order
 from shardkit.plan.quality import ShuffleStats, shuffle_stats
@@ -25,7 +26,9 @@ __all__ = [
     "ShuffleStats",
     "Span",
     "Window",
+    "YieldProblem",
     "build_plan",
+    "check_epoch_yield",
     "global_index",
     "plan_to_state",
     "sample_rng",

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import PlanError
+from shardkit.plan.epoch_yield import check_epoch_yield
 from shardkit.plan.params import PlanParams
 from shardkit.plan.partition import Partition, equal_steps
 from shardkit.plan.rng import SALT_SHARD_ORDER, SALT_WINDOW, permutation, philox_key
@@ -185,6 +186,7 @@ class Plan:
     def summary(self) -> dict[str, Any]:
         """JSON-able overview for ``shardkit plan``: steps, per-consumer counts, drop/pad."""
         workers = self._params.workers_per_rank
+        problem = check_epoch_yield(self.num_source_samples, self._params, self.level)  # P13, P14
         consumers = []
         for consumer in range(self.num_consumers):
             shards = self.shards_of(consumer)
@@ -210,6 +212,7 @@ class Plan:
             "num_consumers": self.num_consumers,
             "num_dropped": self.num_dropped,
             "num_padded": self.num_padded,
+            "warnings": [problem.message] if problem else [],
             "consumers": consumers,
         }
 

@@ -82,7 +82,7 @@ def encode_chunk(args: tuple[str, bool, list[sources.Item]]) -> _Chunk:
         except (SourceError, EncodeError) as exc:
             if not skip_bad:
                 raise SourceError(f"{item.origin}: {exc}") if isinstance(exc, EncodeError) else exc from None
-            skipped.append({"origin": item.origin, "error": str(exc)})
+            skipped.append(sources.skip_entry(item.origin, exc))
             continue
         schema.observe(sample)
         encoded.append(data)
@@ -93,7 +93,7 @@ def _items(src: str, options: PackOptions) -> tuple[str, Iterator[sources.Item],
     fmt = sources.detect_format(src) if options.fmt == "auto" else options.fmt
     extra: dict[str, Any] = {}
     if fmt == "files":
-        items, classes = sources.iter_files(src, options.label_from_dir)
+        items, classes = sources.iter_files(src, options.label_from_dir, auto=options.fmt == "auto")
         if classes:
             extra["classes"] = classes
     elif fmt == "jsonl":

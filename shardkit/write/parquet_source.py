@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import SourceError
-from shardkit.write.sources import Item, _inputs
+from shardkit.write.inputs import check_regular, input_files, shown
+from shardkit.write.sources import Item
 
 
 def _pyarrow() -> Any:
@@ -21,15 +22,16 @@ def _pyarrow() -> Any:
 
 def iter_parquet(path: str, batch_rows: int = 4096) -> Iterator[Item]:
     pq = _pyarrow()
-    for file in _inputs(path, ".parquet"):
+    for file in input_files(path, "parquet"):
+        check_regular(file)  # pyarrow opens the file itself: a FIFO would block it
         try:
             reader = pq.ParquetFile(file)
         except Exception as exc:  # pyarrow raises its own ArrowInvalid/OSError family
-            raise SourceError(f"{file}: not a readable Parquet file: {exc}") from None
+            raise SourceError(f"{shown(file)}: not a readable Parquet file: {exc}") from None
         row = 0
         for batch in reader.iter_batches(batch_size=batch_rows):
             for sample in _batch_rows(batch):
-                yield Item(origin=f"{file}:row {row}", key=str(row), row=sample)
+                yield Item(origin=f"{shown(file)}:row {row}", key=str(row), row=sample)
                 row += 1
 
 

@@ -131,7 +131,7 @@ def _source_dataset(src: str, options: PackOptions) -> tuple[Any, Any, dict[str,
 
     fmt = sources.detect_format(src) if options.fmt == "auto" else options.fmt
     if fmt == "files":
-        items, classes = sources.iter_files(os.path.abspath(src), options.label_from_dir)
+        items, classes = sources.iter_files(os.path.abspath(src), options.label_from_dir, auto=options.fmt == "auto")
         rows = [{"item": encode_item(item)} for item in items]
         if not rows:
             raise SourceError(f"{src}: no samples to pack")
@@ -139,8 +139,7 @@ def _source_dataset(src: str, options: PackOptions) -> tuple[Any, Any, dict[str,
         extra = {"classes": classes} if classes else {}
         return ray.data.from_items(rows, override_num_blocks=blocks), ItemRows(), extra
     if fmt in ("jsonl", "wds", "parquet"):
-        suffix = {"jsonl": ".jsonl", "wds": ".tar", "parquet": ".parquet"}[fmt]
-        files = [os.path.abspath(f) for f in sources._inputs(src, suffix)]
+        files = [os.path.abspath(f) for f in sources.input_files(src, fmt)]
         per_file = ray.data.from_items([{"file": f} for f in files], override_num_blocks=len(files))
         return per_file, FileRows(fmt), {}
     raise SourceError(f"unknown format {fmt!r}; choose one of {sources.FORMATS}")

@@ -27,6 +27,7 @@ from shardkit.format import MANIFEST_NAME, Manifest, SampleEncoder, SchemaBuilde
 from shardkit.storage import Store, open_store
 from shardkit.write.ray_parts import PART_PATTERN, PartOptions, PartResult, PartWriter, shard_infos
 from shardkit.write.ray_rows import check_no_samples
+from shardkit.write.sources import skip_entry
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class ShardkitDatasink(Datasink[PartResult]):
                 except (SourceError, EncodeError) as exc:
                     if not self.options.skip_bad:
                         raise SourceError(_with_origin(origin, exc)) from None
-                    writer.result.skipped.append({"origin": origin, "error": str(exc)})
+                    writer.result.skipped.append(skip_entry(origin, exc))
                     continue
                 writer.append(data, sample)
             first_row += table.num_rows

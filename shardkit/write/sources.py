@@ -2,7 +2,9 @@
 order, and a pure ``to_sample(item)`` turns one item into a sample dict (may run in a worker).
 
 Formats: ``files`` (WebDataset-style groups by key: ``a/0001.jpg`` + ``a/0001.json``),
-``jsonl``, ``parquet`` (extra ``parquet``) and ``wds`` (WebDataset ``.tar`` shards).
+``jsonl`` (also gzip/zstd compressed), ``parquet`` (extra ``parquet``) and ``wds`` (WebDataset
+``.tar`` shards). Which files are read, and how the format is detected: ``inputs.py``
+(specs/pack-inputs.md).
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import SourceError
+from shardkit.format.stream_codec import ZSTD_STREAM_ERRORS
+from shardkit.write.inputs import detect_format as detect_format  # re-exported for the engines
+from shardkit.write.inputs import input_files, open_input, shown, walk
 
 FORMATS = ("files", "jsonl", "parquet", "wds")
 _INT_EXTS = {"cls", "cls2", "index", "inx", "id"}
 _TEXT_EXTS = {"txt", "text", "transcript"}
 _JSON_EXTS = {"json", "jsn"}
+_READ_ERRORS: tuple[type[Exception], ...] = (OSError, EOFError, *ZSTD_STREAM_ERRORS)
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,11 @@ class Item:
     paths: dict[str, str] = field(default_factory=dict)  # read in to_sample (in the worker)
     label: int | None = None
     row: dict[str, Any] | None = None
+
+
+def skip_entry(origin: str, exc: BaseException) -> dict[str, str]:
+    """One entry of the manifest's ``skipped`` list: always valid UTF-8 (PI5)."""
+    return {"origin": shown(origin), "error": shown(str(exc))}
 
 
 def decode_part(ext: str, data: bytes, origin: str) -> Any:
@@ -58,9 +69,11 @@ def to_sample(item: Item) -> dict[str, Any]:
     """The sample for one item. Pure; raises ``SourceError`` naming the file."""
     if item.row is not None:
         return item.row
+    if shown(item.key) != item.key:
+        raise SourceError(f"{item.origin}: the file name is not valid UTF-8, so it cannot be a key; rename it")
     sample: dict[str, Any] = {"__key__": item.key}
     for ext, path in item.paths.items():
-        sample[ext] = decode_part(ext, _read_file(path), path)
+        sample[ext] = decode_part(ext, _read_file(path), shown(path))
     for ext, data in item.parts.items():
         sample[ext] = decode_part(ext, data, f"{item.origin}.{ext}")
     if item.label is not None:
@@ -68,86 +81,59 @@ def to_sample(item: Item) -> dict[str, Any]:
     return sample
 
 
-def detect_format(path: str) -> str:
-    """Guess the source format of a file or folder."""
-    if os.path.isfile(path):
-        for suffix, fmt in ((".jsonl", "jsonl"), (".parquet", "parquet"), (".tar", "wds")):
-            if path.endswith(suffix):
-                return fmt
-        raise SourceError(f"{path}: cannot tell the format from the name; pass --format")
-    files = _walk(path)
-    if not files:
-        raise SourceError(f"{path}: no input files (empty folder?)")
-    for suffix, fmt in ((".jsonl", "jsonl"), (".parquet", "parquet"), (".tar", "wds")):
-        if all(f.endswith(suffix) for f in files):
-            return fmt
-    return "files"
-
-
-def _walk(root: str) -> list[str]:
-    out: list[str] = []
-    for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        out.extend(os.path.join(folder, n) for n in sorted(names) if not n.startswith("."))
-    return sorted(out)
-
-
-def _inputs(path: str, suffix: str) -> list[str]:
-    files = [path] if os.path.isfile(path) else [f for f in _walk(path) if f.endswith(suffix)]
-    if not files:
-        raise SourceError(f"{path}: no *{suffix} files")
-    return files
-
-
-def iter_files(root: str, label_from_dir: bool = False) -> tuple[Iterator[Item], dict[str, int]]:
-    """File groups by key (relative path up to the first dot of the basename), sorted by key."""
+def iter_files(root: str, label_from_dir: bool = False, auto: bool = False) -> tuple[Iterator[Item], dict[str, int]]:
+    """File groups by key (relative path up to the first dot of the basename), sorted by key.
+    ``auto``: the format was detected, so documentation files are left out (``input_files``)."""
     groups: dict[str, dict[str, str]] = {}
-    for path in _walk(root):
+    for path in input_files(root, "files", auto) if auto else walk(root):
         rel = os.path.relpath(path, root)
         folder, base = os.path.split(rel)
         stem, dot, ext = base.partition(".")
         if not dot or not ext:
-            raise SourceError(f"{path}: file has no extension; cannot group it by key")
+            raise SourceError(f"{shown(path)}: file has no extension; cannot group it by key")
         key = os.path.join(folder, stem) if folder else stem
         group = groups.setdefault(key, {})
         if ext in group:
-            raise SourceError(f"{path}: duplicate .{ext} for key {key!r}")
+            raise SourceError(f"{shown(path)}: duplicate .{shown(ext)} for key {shown(key)!r}")
         group[ext] = path
     classes: dict[str, int] = {}
     if label_from_dir:
         names = sorted({k.split(os.sep)[0] for k in groups if os.sep in k})
         if not names:
-            raise SourceError(f"{root}: --label-from-dir needs a <class>/<file> layout")
+            raise SourceError(f"{shown(root)}: --label-from-dir needs a <class>/<file> layout")
+        for name in names:
+            if shown(name) != name:
+                raise SourceError(f"{shown(os.path.join(root, name))}: a class folder name must be valid UTF-8")
         classes = {name: i for i, name in enumerate(names)}
 
     def items() -> Iterator[Item]:
         for key in sorted(groups):
             paths = dict(sorted(groups[key].items()))
             label = classes.get(key.split(os.sep)[0]) if label_from_dir else None
-            yield Item(origin=os.path.join(root, key), key=key, paths=paths, label=label)
+            yield Item(origin=shown(os.path.join(root, key)), key=key, paths=paths, label=label)
 
     return items(), classes
 
 
 def _read_file(path: str) -> bytes:
     try:
-        with open(path, "rb") as fh:
+        with open_input(path) as fh:
             return fh.read()
     except OSError as exc:
-        raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
+        raise SourceError(f"{shown(path)}: cannot read: {exc.strerror}") from None
 
 
 def iter_jsonl(path: str) -> Iterator[Item]:
-    """One item per non-empty line; the row is parsed in ``parse_jsonl_item``."""
-    for file in _inputs(path, ".jsonl"):
+    """One item per non-empty line (of the decompressed file); parsed in ``parse_jsonl_item``."""
+    for file in input_files(path, "jsonl"):
+        number = 0
         try:
-            fh = open(file, "rb")
-        except OSError as exc:
-            raise SourceError(f"{file}: cannot read: {exc.strerror}") from None
-        with fh:
-            for number, line in enumerate(fh, 1):
-                if line.strip():
-                    yield Item(origin=f"{file}:{number}", key=f"{number}", parts={"": line})
+            with open_input(file) as fh:
+                for number, line in enumerate(fh, 1):
+                    if line.strip():
+                        yield Item(origin=f"{shown(file)}:{number}", key=f"{number}", parts={"": line})
+        except _READ_ERRORS as exc:
+            raise SourceError(f"{shown(file)}: cannot read after line {number}: {exc}") from None
 
 
 def parse_jsonl_item(item: Item) -> dict[str, Any]:
@@ -162,15 +148,15 @@ def parse_jsonl_item(item: Item) -> dict[str, Any]:
 
 def iter_wds(path: str) -> Iterator[Item]:
     """Groups of consecutive tar members sharing a key, from each ``.tar`` in order."""
-    for file in _inputs(path, ".tar"):
+    for file in input_files(path, "wds"):
         try:
             yield from _tar_items(file)
         except (OSError, EOFError, tarfile.TarError) as exc:
-            raise SourceError(f"{file}: not a readable tar: {exc}") from None
+            raise SourceError(f"{shown(file)}: not a readable tar: {exc}") from None
 
 
 def _tar_items(file: str) -> Iterator[Item]:
-    with tarfile.open(file, "r:*") as tar:
+    with open_input(file) as fh, tarfile.open(fileobj=fh, mode="r:*") as tar:
         key: str | None = None
         parts: dict[str, bytes] = {}
         for member in tar:
@@ -180,10 +166,10 @@ def _tar_items(file: str) -> Iterator[Item]:
             stem, _, ext = base.partition(".")
             member_key = os.path.join(folder, stem) if folder else stem
             if member_key != key and parts:
-                yield Item(origin=f"{file}:{key}", key=str(key), parts=parts)
+                yield Item(origin=f"{shown(file)}:{shown(str(key))}", key=str(key), parts=parts)
                 parts = {}
             key = member_key
             handle = tar.extractfile(member)
             parts[ext] = handle.read() if handle else b""
         if parts:
-            yield Item(origin=f"{file}:{key}", key=str(key), parts=parts)
+            yield Item(origin=f"{shown(file)}:{shown(str(key))}", key=str(key), parts=parts)

@@ -57,10 +57,10 @@ def test_warm_command_reads_the_manifest(tmp_path: object,
     ("argv", "expected"),
     [
         (["cache", "warm", "s3://b/ds", "--cache-dir", "/tmp/x", "--threads", "8"],
-         {"cache_command": "warm", "url": "s3://b/ds", "threads": 8, "cache_limit": "200GiB"}),
+         {"cache_command": "warm", "url": "s3://b/ds", "threads": 8, "cache_limit": 200 << 30}),
         (["cache", "ls", "--cache-dir", "/tmp/x", "--json"], {"cache_command": "ls", "json": True}),
         (["cache", "clear", "--cache-dir", "/tmp/x", "--older-than", "12h"],
-         {"cache_command": "clear", "older_than": "12h", "json": False}),
+         {"cache_command": "clear", "older_than": 12 * 3600.0, "json": False}),
     ],
 )
 def test_parser_has_the_three_actions(argv: list[str], expected: dict[str, object]) -> None:

@@ -1,0 +1,40 @@
+"""Surface ``shardkit.plan.check_epoch_yield`` to the person training (specs/partition.md P13, P14).
+
+A dataset smaller than one batch (``tail="drop"``) yields no batch on any topology:
+``StreamingDataset`` raises ``PlanError`` at construction. What depends on the topology, known
+only when the plan is built (an epoch with no batch because the ranks' share is below a batch,
+or a large dropped share), is logged once per training process, never from DataLoader workers:
+the remainder after an elastic resume, or a deliberately tiny smoke run, may legitimately be
+empty, and every rank of a job would otherwise stop on it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from shardkit.errors import PlanError
+from shardkit.loader.topology import worker_slot
+from shardkit.plan import Plan, PlanParams, check_epoch_yield
+
+log = logging.getLogger("shardkit.loader")
+
+
+def check_plan(plan: Plan) -> None:
+    """Log once (training process only) when ``plan``'s fresh epoch yields no batch or drops a
+    large share."""
+    problem = check_epoch_yield(plan.num_source_samples, plan.params, plan.level)
+    if problem is not None and worker_slot() == (0, 0):  # workers would repeat it
+        _log_once(problem.message)
+
+
+def check_dataset(num_samples: int, params: PlanParams) -> None:
+    """Raise if fewer samples than one batch (no batch on any topology, with ``tail="drop"``)."""
+    problem = check_epoch_yield(num_samples, params)
+    if problem is not None and problem.empty:
+        raise PlanError(problem.message)
+
+
+@functools.cache
+def _log_once(message: str) -> None:
+    log.warning(message)
