@@ -55,6 +55,7 @@ class PackSummary:
     seconds: float = 0.0
     fingerprint: str = ""
     skipped: list[dict[str, str]] = field(default_factory=list)
+    shuffle_temp_bytes: int = 0  # bytes the pack-time shuffle wrote to temp files (PS4)
 
     def to_dict(self) -> dict[str, Any]:
         rate = self.num_samples / self.seconds if self.seconds else 0.0
@@ -132,7 +133,7 @@ def pack(src: str, out: str, options: PackOptions, progress: Any = None) -> Pack
         overwrite=options.overwrite,
     ) as writer:
         chunks = _run_chunks(_chunks(fmt, options.skip_bad, items), options.workers)
-        write_chunks(writer, _observed(chunks, summary, progress), options.shuffle)
+        summary.shuffle_temp_bytes = write_chunks(writer, _observed(chunks, summary, progress), options.shuffle)
         if writer.num_samples == 0:
             raise SourceError(f"{src}: no samples to pack" + (" (all skipped)" if summary.skipped else ""))
         if summary.skipped:

@@ -245,14 +245,14 @@ class _Chunk(Protocol):
     schema: dict[str, Any]
 
 
-def write_chunks(writer: ShardWriter, chunks: Iterable[_Chunk], shuffle: ShuffleOptions | None) -> None:
+def write_chunks(writer: ShardWriter, chunks: Iterable[_Chunk], shuffle: ShuffleOptions | None) -> int:
     """Write encoded chunks (source order) to ``writer``: as they come, or sorted by key (PS1),
-    and record which in the manifest's ``order`` (M9)."""
+    and record which in the manifest's ``order`` (M9). Returns the temp bytes written (PS4)."""
     if shuffle is None:
         for chunk in chunks:
             writer.write_encoded(chunk.encoded, chunk.schema)
         writer.order = {"shuffled": False}
-        return
+        return 0
     with ExternalShuffle(shuffle) as external:
         for chunk in chunks:
             writer.observe_schema(chunk.schema, len(chunk.encoded))
@@ -261,3 +261,4 @@ def write_chunks(writer: ShardWriter, chunks: Iterable[_Chunk], shuffle: Shuffle
             writer.write_encoded(piece, None)
         log.info("shuffle: %d samples, %d bytes of temp files", external.num_samples, external.spilled_bytes)
     writer.order = shuffle.describe()
+    return external.spilled_bytes
