@@ -32,6 +32,7 @@ from shardkit.loader.ring import Ring, SlotRef, find
 from shardkit.loader.stats import META_FIELDS, WorkerStats
 from shardkit.loader.topology import Topology, rank_and_world, worker_slot
 from shardkit.plan import Plan, PlanParams, build_plan
+from shardkit.plan.quality import warn_if_unshuffled
 from shardkit.read import Dataset, open_dataset
 from shardkit.read.shard_reader import Samples
 from shardkit.read.stream import iter_consumer
@@ -72,6 +73,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         seed: int = 0,
         tail: str = "drop",
         shuffle_window: int = 8192,
+        interleave: int = 1,
         with_index: bool = False,
         cache_dir: str | None = None,
         cache_limit: int | str = "200GiB",
@@ -81,7 +83,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     ) -> None:
         self.path = path
         self.params = PlanParams(seed=seed, batch_size=batch_size, tail=tail, shuffle=shuffle,
-                                 shuffle_window=shuffle_window)
+                                 shuffle_window=shuffle_window, interleave=interleave)
         self.options = StreamOptions(with_index=with_index, cache_dir=cache_dir,
                                      cache_limit=parse_size(cache_limit), storage_options=storage_options)
         self.transform = transform
@@ -122,6 +124,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         plan = self._plans.get(key)
         if plan is None:
             plan = build_plan(self.dataset.manifest.shard_sizes, params, resume)
+            warn_if_unshuffled(self.dataset.manifest, params)  # P14: once per dataset and process
             self._plans = {key: plan}
         return plan
 

@@ -7,15 +7,19 @@ positions (1.0 = sequential read, about 0 = well mixed).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from math import lgamma
+from typing import Any
 
 import numpy as np
 
 from shardkit.errors import PlanError
 from shardkit.plan.params import PlanParams
 from shardkit.plan.plan import Plan
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -190,3 +194,17 @@ def unshuffled_warning(order: dict[str, object] | None, labelled: Sequence[str],
         f"labels. Measure with `shardkit plan DATASET --batch-size {params.batch_size} --quality "
         f"{labelled[0]}`; re-pack without --no-shuffle to fix it"
     )
+
+
+LABEL_FIELDS = ("label", "labels", "cls", "class", "target")
+_warned: set[str] = set()
+
+
+def warn_if_unshuffled(manifest: Any, params: PlanParams) -> None:
+    """Log :func:`unshuffled_warning` once per dataset (by fingerprint) in this process; the
+    declared label fields are the schema's fields named like labels (``LABEL_FIELDS``)."""
+    labelled = [name for name in LABEL_FIELDS if name in manifest.schema]
+    message = unshuffled_warning(manifest.order, labelled, params)
+    if message is not None and manifest.fingerprint not in _warned:
+        _warned.add(manifest.fingerprint)
+        log.warning("%s", message)
