@@ -15,6 +15,7 @@ beyond one window.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import cached_property
 
 import numpy as np
 
@@ -40,11 +41,21 @@ class InterleavedRange(SampleSequence):
         epoch.check_range(lo, hi)
         length = hi - lo
         self._epoch, self._length, self._key_words = epoch, length, key_words
+        self._lo = lo
         self._lanes = max(1, min(lanes, window, length))  # k * q <= window
         self._run = max(1, window // self._lanes)  # q: samples per lane per window
-        self._bounds = lo + (np.arange(self._lanes + 1, dtype=np.int64) * length) // self._lanes
-        self._lengths = np.diff(self._bounds)
-        self._full = int(self._lengths.min()) // self._run if length else 0  # windows of k*q
+        self._full = (length // self._lanes) // self._run  # windows of exactly k*q (shortest lane)
+
+    @cached_property
+    def _bounds(self) -> np.ndarray:
+        """Lane ``l`` is epoch positions ``bounds[l]:bounds[l+1]`` (built on first use: a plan
+        makes one range per consumer and most are only measured, never read)."""
+        k = self._lanes
+        return self._lo + (np.arange(k + 1, dtype=np.int64) * self._length) // k
+
+    @cached_property
+    def _lengths(self) -> np.ndarray:
+        return np.diff(self._bounds)
 
     def __len__(self) -> int:
         return self._length
