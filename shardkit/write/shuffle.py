@@ -31,6 +31,7 @@ from typing import Any, BinaryIO, Protocol
 import numpy as np
 
 from shardkit.errors import ShardkitError
+from shardkit.format import Manifest, SampleEncoder, SchemaBuilder
 from shardkit.plan.rng import philox_key
 from shardkit.units import parse_size
 from shardkit.write.writer import ShardWriter
@@ -262,3 +263,61 @@ def write_chunks(writer: ShardWriter, chunks: Iterable[_Chunk], shuffle: Shuffle
         log.info("shuffle: %d samples, %d bytes of temp files", external.num_samples, external.spilled_bytes)
     writer.order = shuffle.describe()
     return external.spilled_bytes
+
+
+class ShuffledWriter:
+    """A ``ShardWriter`` front that writes its samples in the pack-time shuffle order (PS1):
+    ``write`` encodes and collects (at most ``options.memory`` held, PS3), ``close`` sorts them
+    into ``writer`` and publishes the manifest with its ``order``. The order is the one
+    ``shardkit pack`` gives the same samples with the same seed. Not thread-safe.
+
+    Usage::
+
+        with ShuffledWriter(ShardWriter("out/"), ShuffleOptions(seed=0)) as writer:
+            for sample in samples:
+                writer.write(sample)
+    """
+
+    CHUNK = 256
+
+    def __init__(self, writer: ShardWriter, options: ShuffleOptions | None = None) -> None:
+        self.writer, self.options = writer, options or ShuffleOptions()
+        self._external = ExternalShuffle(self.options)
+        self._encoder, self._schema = SampleEncoder(), SchemaBuilder()
+        self._chunk: list[bytes] = []
+
+    def write(self, sample: dict[str, Any]) -> None:
+        """Append one sample (``EncodeError`` names the field and the sample's index)."""
+        self._chunk.append(self._encoder.encode(sample, self._external.num_samples + len(self._chunk)))
+        self._schema.observe(sample)
+        if len(self._chunk) >= self.CHUNK:
+            self._flush()
+
+    def close(self) -> Manifest:
+        """Sort what was written into the writer, then publish the manifest."""
+        self._flush()
+        try:
+            for piece in self._external.drain():
+                self.writer.write_encoded(piece, None)
+        finally:
+            self._external.close()
+        self.writer.order = self.options.describe()
+        return self.writer.close()
+
+    def _flush(self) -> None:
+        if self._chunk:
+            self.writer.observe_schema(self._schema.fields, len(self._chunk))
+            self._external.add(self._chunk)
+            self._chunk, self._schema = [], SchemaBuilder()
+
+    def __enter__(self) -> ShuffledWriter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is not None:
+            self._external.close()
+            self.writer.abort()
+        else:
+            self.close()

@@ -158,3 +158,24 @@ def test_shuffle_memory_is_bounded_on_a_source_larger_than_the_budget(tmp_path: 
     assert big - base < 32, (base, big)
     assert os.listdir(tmp_path / "tmp") == []
     assert open_dataset(str(tmp_path / "o2")).manifest.num_samples == 80_000
+
+
+def test_shuffled_writer_writes_in_key_order_and_leaves_nothing_on_error(tmp_path: Path) -> None:
+    """PS1 for the ShardWriter front: key order, the order recorded; an error inside ``with``
+    leaves no manifest, no shard and no temp file (W2, PS4)."""
+    from shardkit.write import ShardWriter, ShuffledWriter
+
+    options = ShuffleOptions(seed=9, memory="2KiB", tmp_dir=str(tmp_path))
+    with ShuffledWriter(ShardWriter(str(tmp_path / "out"), shard_size="4KiB", block_size="1KiB"), options) as writer:
+        for i in range(1000):
+            writer.write({"id": i, "text": "x" * (i % 7)})
+    dataset = open_dataset(str(tmp_path / "out"))
+    assert [s["id"] for s in dataset.samples()] == np.argsort(sort_keys(9, 0, 1000)).tolist()
+    assert dataset.manifest.order == options.describe() and len(dataset.manifest.shards) > 2
+    with pytest.raises(RuntimeError, match="stop"):
+        with ShuffledWriter(ShardWriter(str(tmp_path / "bad"), shard_size="4KiB"), options) as writer:
+            for i in range(1000):
+                writer.write({"id": i})
+            raise RuntimeError("stop")
+    assert not (tmp_path / "bad" / "manifest.json").exists()
+    assert not [n for n in os.listdir(tmp_path) if n.startswith("shardkit-shuffle-")]  # PS4
