@@ -35,6 +35,7 @@ from shardkit.loader.transfer.meta import META_KEY
 from shardkit.loader.transfer.packed import in_groups
 from shardkit.loader.transfer.ring import Ring, find
 from shardkit.plan import Plan, PlanParams, build_plan, worker_consumer
+from shardkit.plan.quality import warn_if_unshuffled
 from shardkit.read import ReadOptions, StoredDataset, open_dataset
 from shardkit.read.column_pieces import ColumnPiece, as_samples
 from shardkit.read.stream import WindowSamples, iter_consumer
@@ -74,6 +75,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         seed: int = 0,
         tail: str = "drop",
         shuffle_window: int = 8192,
+        interleave: int = 1,
         with_index: bool = False,
         cache_dir: str | None = None,
         cache_limit: int | str | None = None,  # None: $SHARDKIT_CACHE_LIMIT or 200GiB (loader/env.py)
@@ -83,14 +85,14 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     ) -> None:
         self.path = path
         self.params = PlanParams(seed=seed, batch_size=batch_size, tail=tail, shuffle=shuffle,
-                                 shuffle_window=shuffle_window)
+                                 shuffle_window=shuffle_window, interleave=interleave)
         cache_dir, limit = cache_settings(cache_dir, cache_limit)  # None: $SHARDKIT_CACHE_DIR
         self.options = StreamOptions(with_index=with_index, cache_dir=cache_dir,
                                      cache_limit=limit, storage_options=storage_options)
         self.transform = transform
         self.collate_fn = collate_fn or collate_samples
         self.dataset: StoredDataset = open_dataset(path, storage_options)
-        check_dataset(self.dataset.manifest.num_samples, self.params)  # fewer samples than a batch (P13)
+        check_dataset(self.dataset.manifest.num_samples, self.params)  # fewer samples than a batch (P16)
         self.control = Control()
         self._epoch = 0
         self._cache: ShardCache | None = None
@@ -126,7 +128,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         plan = self._plans.get(key)
         if plan is None:
             plan = build_plan(self.dataset.manifest.shard_sizes, params, resume)
-            check_plan(plan)  # no batch for this topology, or a large drop: logged once (P13, P14)
+            check_plan(plan)  # no batch for this topology, or a large drop: logged once (P16, P17)
+            warn_if_unshuffled(self.dataset.manifest, params)  # P14: once per dataset and process
             self._plans = {key: plan}
         return plan
 

@@ -1,4 +1,4 @@
-"""Surface ``shardkit.plan.check_epoch_yield`` to the person training (specs/partition.md P13, P14).
+"""Surface ``shardkit.plan.check_epoch_yield`` to the person training (specs/partition.md P16, P17).
 
 A dataset smaller than one batch (``tail="drop"``) yields no batch on any topology:
 ``StreamingDataset`` raises ``PlanError`` at construction. What depends on the topology, known

@@ -1,4 +1,4 @@
-"""Does a fresh epoch yield what its caller expects? (specs/partition.md P13, P14)
+"""Does a fresh epoch yield what its caller expects? (specs/partition.md P16, P17)
 
 A batch size larger than a rank's share gives ``tail="drop"`` an epoch of zero steps: nothing to
 train on, and nothing said. Pure: returns what is wrong; the loader raises or logs it and
@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from shardkit.plan.params import PlanParams
 from shardkit.plan.partition import steps_per_rank
 
-#: ``tail="drop"`` dropping more than this share of an epoch's samples is reported (P14).
+#: ``tail="drop"`` dropping more than this share of an epoch's samples is reported (P17).
 DROP_WARNING_FRACTION = 0.1
 
 
 @dataclass(frozen=True)
 class YieldProblem:
-    """``empty``: no rank gets a single batch (P13); else a large share is dropped (P14)."""
+    """``empty``: no rank gets a single batch (P16); else a large share is dropped (P17)."""
 
     empty: bool
     message: str

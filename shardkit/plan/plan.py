@@ -15,6 +15,7 @@ import numpy as np
 
 from shardkit.errors import PlanError
 from shardkit.plan.epoch_yield import check_epoch_yield
+from shardkit.plan.interleave import InterleavedRange
 from shardkit.plan.params import PlanParams
 from shardkit.plan.partition import Partition, equal_steps
 from shardkit.plan.rng import SALT_SHARD_ORDER, SALT_WINDOW, permutation, philox_key
@@ -169,6 +170,8 @@ class Plan:
         source, params = self._source, self._params
         if self._parent is None and params.shuffle and isinstance(source, EpochSequence):
             key = (SALT_WINDOW, params.seed, params.epoch, self.level, consumer)
+            if params.interleave > 1:
+                return InterleavedRange(source, lo, hi, params.shuffle_window, params.interleave, key)
             return ShuffledRange(source, lo, hi, params.shuffle_window, key)
         return Slice(source, lo, hi)
 
@@ -186,7 +189,7 @@ class Plan:
     def summary(self) -> dict[str, Any]:
         """JSON-able overview for ``shardkit plan``: steps, per-consumer counts, drop/pad."""
         workers = self._params.workers_per_rank
-        problem = check_epoch_yield(self.num_source_samples, self._params, self.level)  # P13, P14
+        problem = check_epoch_yield(self.num_source_samples, self._params, self.level)  # P16, P17
         consumers = []
         for consumer in range(self.num_consumers):
             shards = self.shards_of(consumer)

@@ -1,4 +1,4 @@
-"""``shardkit plan`` says when an epoch yields no batch (exit 1) or drops a large share (P13, P14)."""
+"""``shardkit plan`` says when an epoch yields no batch (exit 1) or drops a large share (P16, P17)."""
 
 from __future__ import annotations
 

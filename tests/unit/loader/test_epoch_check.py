@@ -1,4 +1,4 @@
-"""P13, P14 from the loader: a dataset smaller than a batch raises at construction; an epoch
+"""P16, P17 from the loader: a dataset smaller than a batch raises at construction; an epoch
 that only this topology empties, or a large dropped share, is logged once by the trainer."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_pad_fills_the_one_batch_instead(ten):
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_ranks_share_below_a_batch_is_logged_once_by_the_trainer(ten, caplog, num_workers):
     """Four ranks of batch 4 need 16 samples per step: the training process says so once, with
-    ranks and workers, and the epoch yields nothing (P13)."""
+    ranks and workers, and the epoch yields nothing (P16)."""
     ds = sk.StreamingDataset(ten, batch_size=4)
     ds.options = dataclasses.replace(ds.options, rank=1, world_size=4)
     loader = sk.ShardLoader(ds, num_workers=num_workers)

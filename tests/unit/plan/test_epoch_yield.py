@@ -1,4 +1,4 @@
-"""P13, P14: a fresh epoch that yields no batch is an error; a large dropped share a warning."""
+"""P16, P17: a fresh epoch that yields no batch is an error; a large dropped share a warning."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tests.helpers.plan_strategies import plan_params, shard_sizes
 @settings(deadline=None)
 @given(st.data())
 def test_empty_exactly_when_a_fresh_epoch_of_samples_has_no_step(data):
-    """P13: ``empty`` iff N > 0 and steps_per_rank == 0; never with tail='pad'; P14: a
+    """P16: ``empty`` iff N > 0 and steps_per_rank == 0; never with tail='pad'; P17: a
     warning iff tail='drop' drops more than the documented share."""
     sizes = data.draw(shard_sizes(max_samples=5000))
     params = data.draw(plan_params(sum(sizes)))
