@@ -6,6 +6,7 @@ import argparse
 
 from shardkit.cli.common import Progress, add_storage_options, key_values, print_json, storage_options
 from shardkit.units import format_bytes
+from shardkit.write.imports import FORMATS as PEER_FORMATS
 from shardkit.write.pack import PackOptions, pack
 from shardkit.write.sources import FORMATS
 
@@ -19,7 +20,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("src", help="raw folder or file")
     p.add_argument("out", help="output folder or URL (s3://bucket/prefix)")
-    p.add_argument("--format", default="auto", choices=("auto", *FORMATS), help="source format (default: detect)")
+    p.add_argument("--format", default="auto", choices=("auto", *FORMATS, *PEER_FORMATS),
+                   help="source format (default: detect); mds, litdata, hf read those libraries' folders")
+    p.add_argument("--split", default=None, help="with a Hugging Face dataset of several splits: the one to pack")
     p.add_argument("--workers", type=int, default=1, help="parallel encoding processes (same output for any N)")
     p.add_argument("--shard-size", default="64MiB", help="uncompressed bytes per shard (default 64MiB)")
     p.add_argument("--block-size", default="1MiB", help="uncompressed bytes per block (default 1MiB)")
@@ -53,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         skip_bad=args.skip_bad,
         label_from_dir=args.label_from_dir,
         storage_options=storage_options(args),
+        split=args.split,
     )
     if args.engine == "ray":
         from shardkit.write.ray_engine import pack_with_ray

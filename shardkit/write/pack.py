@@ -17,7 +17,7 @@ from typing import Any
 
 from shardkit.errors import EncodeError, SourceError
 from shardkit.format import SampleEncoder, SchemaBuilder
-from shardkit.write import sources
+from shardkit.write import imports, sources
 from shardkit.write.parquet_source import iter_parquet
 from shardkit.write.writer import ShardWriter
 
@@ -40,6 +40,7 @@ class PackOptions:
     skip_bad: bool = False
     label_from_dir: bool = False
     storage_options: dict[str, Any] = field(default_factory=dict)
+    split: str | None = None  # Hugging Face datasets with several splits
 
 
 @dataclass
@@ -90,9 +91,11 @@ def encode_chunk(args: tuple[str, bool, list[sources.Item]]) -> _Chunk:
 
 
 def _items(src: str, options: PackOptions) -> tuple[str, Iterator[sources.Item], dict[str, Any]]:
-    fmt = sources.detect_format(src) if options.fmt == "auto" else options.fmt
+    fmt = (imports.detect(src) or sources.detect_format(src)) if options.fmt == "auto" else options.fmt
     extra: dict[str, Any] = {}
-    if fmt == "files":
+    if fmt in imports.FORMATS:
+        items = imports.iter_items(fmt, src, options.split)
+    elif fmt == "files":
         items, classes = sources.iter_files(src, options.label_from_dir)
         if classes:
             extra["classes"] = classes
