@@ -5,12 +5,14 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test lint bench clean
 
-$(BIN)/shardkit: pyproject.toml
+$(BIN)/shardkit: pyproject.toml benchmarks/requirements-nodeps.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev,s3,parquet]'
 	$(BIN)/pip install --quiet -e '.[ray]'
+	$(BIN)/pip install --quiet -c benchmarks/constraints.txt -e '.[peers]'
+	$(BIN)/pip install --quiet --no-deps -r benchmarks/requirements-nodeps.txt
 	touch $(BIN)/shardkit
 
 demo: $(BIN)/shardkit
