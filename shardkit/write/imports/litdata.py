@@ -33,6 +33,7 @@ from shardkit.write.sources import Item
 
 INDEX_NAME = "index.json"
 _MAGIC = b"LDFZ01\0\0"
+_ARROW_MAGIC = b"LDARW01\0"
 _PREFIX = struct.Struct("<8sHHIII")
 _FRAME = struct.Struct("<IIQII")
 _INFLATE_LIMIT = 1 << 34
@@ -71,14 +72,49 @@ def iter_litdata(root: str) -> Iterator[Item]:
             raise SourceError(f"{origin}: not an object")
         path = inside(root, chunk.get("filename"), origin)
         count = as_int(chunk.get("chunk_size"), "chunk_size", origin)
-        items = _chunk_items(read_bytes(path), config, path)
-        if len(items) != count:
-            raise SourceError(f"{path}: holds {len(items)} items, {index_path} says {count}")
-        for i, payload in enumerate(items):
-            where = f"{path}: item {i}"
-            leaves = _leaves(payload, formats, where)
-            yield Item(origin=where, key=str(number), row=_as_sample(_unflatten(spec, iter(leaves), where)))
+        rows = _chunk_rows(read_bytes(path), config, (formats, spec), path)
+        if len(rows) != count:
+            raise SourceError(f"{path}: holds {len(rows)} items, {index_path} says {count}")
+        for i, row in enumerate(rows):
+            yield Item(origin=f"{path}: item {i}", key=str(number), row=row)
             number += 1
+
+
+def _chunk_rows(data: bytes, config: dict[str, Any], layout: tuple[list[str], Any], path: str) -> list[dict[str, Any]]:
+    """The chunk's items as samples: from the leaves, or from the Arrow table that replaces them."""
+    formats, spec = layout
+    compression = str(config.get("compression") or "")
+    if compression and (config.get("compression_level") or "chunk") == "chunk" and not data.endswith(_ARROW_MAGIC):
+        data = unzstd(data, _INFLATE_LIMIT, path)
+    data, table = _split_arrow_footer(data, path)
+    items = _chunk_items(data, config, path)
+    if table is not None and items and not any(items):  # the writer kept only the Arrow rows
+        rows: list[dict[str, Any]] = table.to_pylist()
+        return rows
+    rows = []
+    for i, payload in enumerate(items):
+        where = f"{path}: item {i}"
+        rows.append(_as_sample(_unflatten(spec, iter(_leaves(payload, formats, where)), where)))
+    return rows
+
+
+def _split_arrow_footer(data: bytes, path: str) -> tuple[bytes, Any]:
+    """``(chunk without footer, pyarrow Table | None)``; the footer is ``ipc, u32 len(ipc), magic``."""
+    if not data.endswith(_ARROW_MAGIC) or len(data) < 12:
+        return data, None
+    size = int.from_bytes(data[-12:-8], "little")
+    start = len(data) - 12 - size
+    if start < 0:
+        raise SourceError(f"{path}: Arrow footer of {size} bytes runs past the start of the chunk")
+    try:
+        import pyarrow as pa
+    except ImportError:
+        raise SourceError(f"{path}: this chunk keeps its rows in Arrow; pip install 'shardkit[parquet]'") from None
+    try:
+        table = pa.ipc.open_file(pa.py_buffer(data[start : start + size])).read_all()
+    except (pa.ArrowException, OSError) as exc:
+        raise SourceError(f"{path}: Arrow footer does not read: {exc}") from None
+    return data[:start], table
 
 
 def _chunk_items(data: bytes, config: dict[str, Any], path: str) -> list[bytes]:
@@ -87,11 +123,8 @@ def _chunk_items(data: bytes, config: dict[str, Any], path: str) -> list[bytes]:
         raise SourceError(f"{path}: LitData compression {compression!r} is not read (zstd only)")
     if data.startswith(_MAGIC):
         return _framed_items(data, path)
-    level = config.get("compression_level") or "chunk"
-    if compression and level == "chunk":
-        data = unzstd(data, _INFLATE_LIMIT, path)
     items = _classic_items(data, path)
-    if compression and level == "sample":
+    if compression and config.get("compression_level") == "sample":
         items = [unzstd(item, _INFLATE_LIMIT, f"{path}: item {i}") for i, item in enumerate(items)]
     return items
 
