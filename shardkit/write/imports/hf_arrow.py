@@ -39,7 +39,11 @@ def is_hf(path: str) -> bool:
 
 def iter_hf(path: str, split: str | None = None) -> Iterator[Item]:
     """Every row of the chosen split's files, in file order; ``origin`` names file and row."""
-    for file in data_files(path, split):
+    files = data_files(path, split)
+    for file in files:  # all of them before the first row, so a missing one stops pack at once
+        if not os.path.isfile(file):
+            raise SourceError(f"{file}: cannot read: no such file")
+    for file in files:
         number = 0
         for batch in _batches(file):
             for row in batch_rows(batch):
