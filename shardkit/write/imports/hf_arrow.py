@@ -86,7 +86,7 @@ def _pick(splits: Any, split: str | None, path: str) -> str:
     if split not in splits:
         wanted = "pass --split" if split is None else f"split {split!r} is not one of them"
         raise SourceError(f"{path}: holds splits {', '.join(map(str, splits))}; {wanted}")
-    return split
+    return str(split)
 
 
 def _parquet_files(root: str, split: str | None) -> list[str]:

@@ -28,7 +28,16 @@ from typing import Any
 
 from shardkit.errors import SourceError
 from shardkit.write.imports import litdata_values
-from shardkit.write.imports.peer_files import as_int, inside, offset_table, read_bytes, read_json, u32_at, unzstd
+from shardkit.write.imports.peer_files import (
+    as_int,
+    inside,
+    offset_table,
+    read_bytes,
+    read_json,
+    rising,
+    u32_at,
+    unzstd,
+)
 from shardkit.write.sources import Item
 
 INDEX_NAME = "index.json"
@@ -154,7 +163,7 @@ def _framed_items(data: bytes, path: str) -> list[bytes]:
             raise SourceError(f"{path}: frame {frame} inflates to {len(part)} bytes, its table says {size}")
         inflated += part
     offsets = struct.unpack_from(f"<{count + 1}I", data, _PREFIX.size)
-    if offsets[0] != 0 or offsets[-1] != len(inflated) or any(b < a for a, b in zip(offsets, offsets[1:])):
+    if offsets[0] != 0 or offsets[-1] != len(inflated) or not rising(offsets):
         raise SourceError(f"{path}: item offsets do not fit the {len(inflated)} inflated bytes")
     return [bytes(inflated[offsets[i] : offsets[i + 1]]) for i in range(count)]
 

@@ -64,7 +64,7 @@ def iter_mds(root: str) -> Iterator[Item]:
     for shard_index, shard in enumerate(shards):
         origin = f"{index_path}: shard {shard_index}"
         if not isinstance(shard, dict) or shard.get("format") != "mds":
-            raise SourceError(f"{origin}: not an MDS shard entry (format {shard.get('format') if isinstance(shard, dict) else shard!r})")
+            raise SourceError(f"{origin}: not an MDS shard entry: {shard!r:.80}")
         columns = _columns(shard, origin)
         path, data = _shard_bytes(root, shard, origin)
         count = as_int(shard.get("samples"), "samples", origin)

@@ -22,7 +22,8 @@ from shardkit.errors import SourceError
 
 _SCALARS = {
     name: np.dtype(name).newbyteorder("<")
-    for name in ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+    for name in ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64")
+    + ("float16", "float32", "float64")
 }
 _ARRAY_DTYPES = {8: "uint8", 9: "int8", 16: "uint16", 17: "int16", 18: "float16", 32: "uint32", 33: "int32",
                  34: "float32", 64: "uint64", 65: "int64", 66: "float64"}  # fmt: skip

@@ -53,9 +53,13 @@ def offset_table(data: bytes, count: int, start: int, origin: str) -> list[int]:
     if count < 0 or end > len(data):
         raise SourceError(f"{origin}: offset table for {count} records runs past the end ({len(data)} bytes)")
     offsets = np.frombuffer(data, "<u4", count + 1, start).tolist()
-    if offsets and (offsets[0] < end or offsets[-1] > len(data) or any(b < a for a, b in zip(offsets, offsets[1:]))):
+    if offsets[0] < end or offsets[-1] > len(data) or not rising(offsets):
         raise SourceError(f"{origin}: offsets {offsets[0]}..{offsets[-1]} do not fit {len(data)} bytes")
     return offsets
+
+
+def rising(offsets: list[int] | tuple[int, ...]) -> bool:
+    return all(b >= a for a, b in zip(offsets, offsets[1:], strict=False))
 
 
 def u32_at(data: bytes, offset: int, origin: str) -> int:

@@ -18,7 +18,8 @@ from hypothesis.extra import numpy as hnp
 
 from tests.helpers.peers import assert_round_trip, pack, peer, read_back
 
-DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64", "bool")
+DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64")
+DTYPES += ("bool",)
 TENSOR_DTYPES = ("float32", "float64", "float16", "uint8", "int8", "int16", "int32", "int64", "bool")
 MODES = [(None, None), ("zstd", "chunk"), ("zstd", "batch"), ("zstd:5", "sample")]
 words = st.text(max_size=6)

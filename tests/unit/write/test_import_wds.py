@@ -22,7 +22,7 @@ DTYPES = ("<i1", "<i4", "<i8", "<u2", "<f2", "<f4", "<f8", "|b1", ">i4")
 samples = st.fixed_dictionaries({
     "cls": st.integers(-(2**63), 2**63 - 1), "txt": st.text(max_size=10),
     "json": st.dictionaries(st.text(max_size=3), st.integers(-9, 9) | st.text(max_size=3), max_size=3),
-    "npy": st.sampled_from(DTYPES).flatmap(lambda d: hnp.arrays(np.dtype(d), hnp.array_shapes(min_dims=0, max_dims=3, min_side=0))),
+    "npy": st.sampled_from(DTYPES).flatmap(lambda d: hnp.arrays(np.dtype(d), hnp.array_shapes(min_dims=0, min_side=0))),
     "jpg": st.binary(max_size=30),
 })  # fmt: skip
 
