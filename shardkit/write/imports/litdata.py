@@ -64,6 +64,8 @@ def iter_litdata(root: str) -> Iterator[Item]:
     config, chunks = (index.get("config"), index.get("chunks")) if isinstance(index, dict) else (None, None)
     if not isinstance(config, dict) or not isinstance(chunks, list):
         raise SourceError(f"{index_path}: no 'config' and 'chunks' (not a LitData index)")
+    if config.get("encryption"):
+        raise SourceError(f"{index_path}: encrypted chunks are not read")
     if config.get("item_loader", "PyTreeLoader") != "PyTreeLoader":
         raise SourceError(f"{index_path}: item_loader {config.get('item_loader')!r} is not read (PyTreeLoader only)")
     formats = config.get("data_format")
