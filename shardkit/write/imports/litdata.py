@@ -53,7 +53,10 @@ def is_litdata(path: str) -> bool:
     index = os.path.join(path, INDEX_NAME)
     if not os.path.isfile(index):
         return False
-    loaded = read_json(index)
+    try:
+        loaded = read_json(index)
+    except SourceError:
+        return False
     return isinstance(loaded, dict) and isinstance(loaded.get("config"), dict) and "chunks" in loaded
 
 

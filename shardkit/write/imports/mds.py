@@ -46,7 +46,10 @@ def is_mds(path: str) -> bool:
     index = os.path.join(path, INDEX_NAME)
     if not os.path.isfile(index):
         return False
-    loaded = read_json(index)
+    try:
+        loaded = read_json(index)
+    except SourceError:  # not ours to judge: an unreadable index.json is not an MDS index
+        return False
     shards = loaded.get("shards") if isinstance(loaded, dict) else None
     return isinstance(shards, list) and bool(shards) and all(
         isinstance(s, dict) and s.get("format") == "mds" for s in shards
