@@ -11,6 +11,8 @@ import zstandard
 
 from shardkit.errors import FormatError
 
+_FEED_BYTES = 4096
+
 
 def decompress_zstd_stream(data: bytes, limit: int, origin: str) -> bytes:
     """The concatenated content of every zstd frame in ``data``; at most ``limit`` bytes.
@@ -23,9 +25,13 @@ def decompress_zstd_stream(data: bytes, limit: int, origin: str) -> bytes:
     try:
         while rest:
             decoder = zstandard.ZstdDecompressor().decompressobj()
-            out += decoder.decompress(rest)
-            if len(out) > limit:
-                raise FormatError(f"{origin}: zstd data inflates past {limit} bytes")
+            # Fed in small pieces so a bomb is stopped soon after it passes the limit.
+            for start in range(0, len(rest), _FEED_BYTES):
+                out += decoder.decompress(rest[start : start + _FEED_BYTES])
+                if len(out) > limit:
+                    raise FormatError(f"{origin}: zstd data inflates past {limit} bytes")
+                if decoder.eof:
+                    break
             if not decoder.eof:
                 raise FormatError(f"{origin}: zstd stream is truncated")
             rest = decoder.unused_data
