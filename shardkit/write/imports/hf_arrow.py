@@ -68,7 +68,7 @@ def data_files(path: str, split: str | None) -> list[str]:
     by_split: dict[str, list[str]] = {}
     for name in sorted(names):
         match = _CACHE_FILE.match(name)
-        if match:
+        if match and not name.startswith(("cache-", "tmp")):  # .map()/.filter() results, partial writes
             by_split.setdefault(match["split"], []).append(os.path.join(path, name))
     if by_split:
         return by_split[_pick(sorted(by_split), split, path)]

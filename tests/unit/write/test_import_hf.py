@@ -95,6 +95,7 @@ def write_layout(root: str, layout: str, train: Any, test: Any) -> tuple[str, li
         write_stream(os.path.join(root, "mydata-train-00000-of-00002.arrow"), train.slice(0, half))
         write_stream(os.path.join(root, "mydata-train-00001-of-00002.arrow"), train.slice(half))
         write_stream(os.path.join(root, "mydata-test.arrow"), test)
+        write_stream(os.path.join(root, "cache-0123abcd.arrow"), test)  # a .map() result beside them
         with open(os.path.join(root, "dataset_info.json"), "w") as fh:
             json.dump({"builder_name": "mydata", "splits": {}}, fh)
         return root, ["--split", "train"]
