@@ -136,3 +136,12 @@ def test_a_missing_data_file_is_named(tmp_path, capsys):
     assert pack(tmp_path / "hf", tmp_path / "out") == 1
     assert "data-00001-of-00002.arrow: cannot read" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_hub_cache_folder_of_one_split_needs_no_split_and_skips_map_results(tmp_path):
+    os.makedirs(tmp_path / "hf")
+    write_stream(str(tmp_path / "hf" / "mydata-train.arrow"), to_table(example_rows(3)))
+    write_stream(str(tmp_path / "hf" / "cache-0123abcd.arrow"), to_table(example_rows(1)))  # from .map()
+    (tmp_path / "hf" / "dataset_info.json").write_text("{}")
+    assert pack(tmp_path / "hf", tmp_path / "out") == 0
+    assert_round_trip(read_back(tmp_path / "out"), example_rows(3))
