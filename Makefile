@@ -5,12 +5,14 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test test-fast lint bench clean
 
-$(BIN)/shardkit: pyproject.toml
+$(BIN)/shardkit: pyproject.toml benchmarks/requirements-nodeps.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev,s3,parquet]'
 	$(BIN)/pip install --quiet -e '.[ray]'
+	$(BIN)/pip install --quiet -c benchmarks/constraints.txt -e '.[peers]'
+	$(BIN)/pip install --quiet --no-deps -r benchmarks/requirements-nodeps.txt
 	touch $(BIN)/shardkit
 
 demo: $(BIN)/shardkit
@@ -29,7 +31,8 @@ lint: $(BIN)/shardkit
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# Peers (mosaicml-streaming, litdata, webdataset) live in their own .venv-bench, never in .venv.
+# The benchmark runs the peers from their own .venv-bench. (.venv has mosaicml-streaming and litdata
+# too, installed --no-deps, only so the import tests can build real MDS and LitData folders.)
 bench:
 	tools/bench_env.sh
 

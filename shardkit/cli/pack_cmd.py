@@ -18,6 +18,7 @@ from shardkit.cli.common import (
     zstd_level,
 )
 from shardkit.units import format_bytes
+from shardkit.write.imports import FORMATS as PEER_FORMATS
 from shardkit.write.pack import PackOptions, pack
 from shardkit.write.shuffle import ShuffleOptions
 from shardkit.write.sources import FORMATS
@@ -32,8 +33,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("src", type=existing_path, help="raw folder or file")
     p.add_argument("out", help="output folder or URL (s3://bucket/prefix)")
-    p.add_argument("--format", default="auto", choices=("auto", *FORMATS),
-                   help="source format (default: detect from the file names; specs/pack-inputs.md)")
+    p.add_argument("--format", default="auto", choices=("auto", *FORMATS, *PEER_FORMATS),
+                   help="source format (default: detect from the file names, specs/pack-inputs.md); "
+                   "mds, litdata, hf read those libraries' folders")
+    p.add_argument("--split", default=None, help="with a Hugging Face dataset of several splits: the one to pack")
     p.add_argument("--workers", type=int_at_least(0), default=1,
                    help="parallel encoding processes (same output for any N)")
     p.add_argument("--shard-size", type=size, default="64MiB", help="uncompressed bytes per shard (default 64MiB)")
@@ -99,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         label_from_dir=args.label_from_dir,
         storage_options=storage_options(args),
         shuffle=shuffle,
+        split=args.split,
     )
     if args.engine == "ray" and not args.map:
         from shardkit.write.ray_engine import pack_with_ray

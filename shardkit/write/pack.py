@@ -17,7 +17,7 @@ from typing import Any
 
 from shardkit.errors import EncodeError, SourceError
 from shardkit.format import SampleEncoder, SchemaBuilder
-from shardkit.write import sources
+from shardkit.write import imports, sources
 from shardkit.write.parquet_source import iter_parquet
 from shardkit.write.shuffle import ShuffleOptions, write_chunks
 from shardkit.write.writer import ShardWriter
@@ -43,6 +43,7 @@ class PackOptions:
     storage_options: dict[str, Any] = field(default_factory=dict)
     # Samples in a seeded random order (specs/pack-shuffle.md); None keeps the source order.
     shuffle: ShuffleOptions | None = field(default_factory=ShuffleOptions)
+    split: str | None = None  # Hugging Face datasets with several splits
 
 
 @dataclass
@@ -94,9 +95,11 @@ def encode_chunk(args: tuple[str, bool, list[sources.Item]]) -> _Chunk:
 
 
 def _items(src: str, options: PackOptions) -> tuple[str, Iterator[sources.Item], dict[str, Any]]:
-    fmt = sources.detect_format(src) if options.fmt == "auto" else options.fmt
+    fmt = (imports.detect(src) or sources.detect_format(src)) if options.fmt == "auto" else options.fmt
     extra: dict[str, Any] = {}
-    if fmt == "files":
+    if fmt in imports.FORMATS:
+        items = imports.iter_items(fmt, src, options.split)
+    elif fmt == "files":
         items, classes = sources.iter_files(src, options.label_from_dir, auto=options.fmt == "auto")
         if classes:
             extra["classes"] = classes

@@ -1,0 +1,159 @@
+"""MosaicML Streaming MDS directories → samples (no dependency on ``mosaicml-streaming``).
+
+Layout, as observed in directories written by ``streaming.MDSWriter`` (format version 2)::
+
+    index.json        {"version": 2, "shards": [{"format": "mds", "column_names": [...],
+                       "column_encodings": [...], "column_sizes": [n | null, ...],
+                       "samples": n, "compression": null | "zstd[:level]" | "gz" | ...,
+                       "raw_data": {"basename": ..., "bytes": n}, "zip_data": {...} | null}]}
+    shard file        u32 num_samples, u32 offsets[num_samples + 1] (from the file start),
+                      then per sample: a u32 size for each column without a fixed size,
+                      then the column values in column order
+
+Values keep their types: ``int`` → int, fixed-width scalars → numpy scalars of that dtype,
+``ndarray`` → arrays of the stored dtype and shape, ``str``/``bytes``/``json`` as such,
+``jpeg``/``png`` → their encoded bytes, ``pil`` → a uint8 array. ``pkl`` columns are refused
+(shardkit never unpickles).
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import importlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from shardkit.errors import SourceError
+from shardkit.write.imports import mds_values
+from shardkit.write.imports.peer_files import as_int, inside, offset_table, read_bytes, read_json, u32_at, unzstd
+from shardkit.write.sources import Item
+
+INDEX_NAME = "index.json"
+
+
+@dataclass(frozen=True)
+class _Columns:
+    names: list[str]
+    encodings: list[str]
+    sizes: list[int | None]
+
+
+def is_mds(path: str) -> bool:
+    """An ``index.json`` whose shards say ``"format": "mds"``."""
+    index = os.path.join(path, INDEX_NAME)
+    if not os.path.isfile(index):
+        return False
+    try:
+        loaded = read_json(index)
+    except SourceError:  # not ours to judge: an unreadable index.json is not an MDS index
+        return False
+    shards = loaded.get("shards") if isinstance(loaded, dict) else None
+    return isinstance(shards, list) and bool(shards) and all(
+        isinstance(s, dict) and s.get("format") == "mds" for s in shards
+    )
+
+
+def iter_mds(root: str) -> Iterator[Item]:
+    """Every sample of every shard, in index order; ``origin`` names shard file and sample."""
+    index_path = os.path.join(root, INDEX_NAME)
+    index = read_json(index_path)
+    shards = index.get("shards") if isinstance(index, dict) else None
+    if not isinstance(shards, list):
+        raise SourceError(f"{index_path}: no 'shards' list (not an MDS index)")
+    number = 0
+    for shard_index, shard in enumerate(shards):
+        origin = f"{index_path}: shard {shard_index}"
+        if not isinstance(shard, dict) or shard.get("format") != "mds":
+            raise SourceError(f"{origin}: not an MDS shard entry: {shard!r:.80}")
+        columns = _columns(shard, origin)
+        path, data = _shard_bytes(root, shard, origin)
+        count = as_int(shard.get("samples"), "samples", origin)
+        if u32_at(data, 0, path) != count:
+            raise SourceError(f"{path}: holds {u32_at(data, 0, path)} samples, {index_path} says {count}")
+        offsets = offset_table(data, count, 4, path)
+        for i in range(count):
+            where = f"{path}: sample {i}"
+            row = _decode(data[offsets[i] : offsets[i + 1]], columns, where)
+            yield Item(origin=where, key=str(number), row=row)
+            number += 1
+
+
+def _columns(shard: dict[str, Any], origin: str) -> _Columns:
+    names, encodings, sizes = (shard.get(k) for k in ("column_names", "column_encodings", "column_sizes"))
+    if not (isinstance(names, list) and isinstance(encodings, list) and isinstance(sizes, list)) or not (
+        len(names) == len(encodings) == len(sizes)
+    ):
+        raise SourceError(f"{origin}: column_names, column_encodings and column_sizes must be lists of one length")
+    for name, encoding in zip(names, encodings, strict=True):
+        mds_values.check_encoding(encoding, f"{origin}: column {name!r}")
+    return _Columns(names, encodings, [None if s is None else as_int(s, "column size", origin) for s in sizes])
+
+
+def _shard_bytes(root: str, shard: dict[str, Any], origin: str) -> tuple[str, bytes]:
+    raw, zipped = shard.get("raw_data"), shard.get("zip_data")
+    if not isinstance(raw, dict):
+        raise SourceError(f"{origin}: raw_data missing")
+    raw_size = as_int(raw.get("bytes"), "raw_data.bytes", origin)
+    raw_path = inside(root, raw.get("basename"), origin)
+    if os.path.isfile(raw_path) or not isinstance(zipped, dict):
+        data = read_bytes(raw_path)
+        path = raw_path
+    else:
+        path = inside(root, zipped.get("basename"), origin)
+        data = _decompress(str(shard.get("compression") or ""), read_bytes(path), raw_size, path)
+    if len(data) != raw_size:
+        raise SourceError(f"{path}: {len(data)} bytes of shard data, the index says {raw_size}")
+    return path, data
+
+
+def _decompress(compression: str, data: bytes, raw_size: int, path: str) -> bytes:
+    algo = compression.split(":", 1)[0]
+    try:
+        if algo == "zstd":
+            return unzstd(data, raw_size, path)
+        if algo == "gz":
+            return gzip.decompress(data)
+        if algo == "bz2":
+            return bz2.decompress(data)
+    except (OSError, EOFError, ValueError) as exc:
+        raise SourceError(f"{path}: does not decompress as {algo}: {exc}") from None
+    if algo in _OPTIONAL:
+        return _decompress_optional(algo, data, path)
+    raise SourceError(f"{path}: unknown MDS compression {compression!r}")
+
+
+_OPTIONAL = {"br": ("brotli", "brotli"), "snappy": ("snappy", "python-snappy")}
+
+
+def _decompress_optional(algo: str, data: bytes, path: str) -> bytes:
+    module_name, package = _OPTIONAL[algo]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        raise SourceError(f"{path}: reading {algo}-compressed MDS shards needs `pip install {package}`") from None
+    try:
+        return bytes(module.decompress(data))
+    except Exception as exc:  # each library raises its own error type
+        raise SourceError(f"{path}: does not decompress as {algo}: {exc}") from None
+
+
+def _decode(payload: bytes, columns: _Columns, origin: str) -> dict[str, Any]:
+    sizes: list[int] = []
+    at = 0
+    for size in columns.sizes:
+        if size is None:
+            size = u32_at(payload, at, origin)
+            at += 4
+        sizes.append(size)
+    row: dict[str, Any] = {}
+    for name, encoding, size in zip(columns.names, columns.encodings, sizes, strict=True):
+        if at + size > len(payload):
+            raise SourceError(f"{origin}: column {name!r} runs past the end of the sample ({len(payload)} bytes)")
+        row[name] = mds_values.decode(encoding, payload[at : at + size], f"{origin}: column {name!r}")
+        at += size
+    if at != len(payload):
+        raise SourceError(f"{origin}: {len(payload) - at} bytes left after the last column")
+    return row
