@@ -21,6 +21,7 @@ from shardkit.errors import StorageError, TransientStorageError
 from shardkit.storage.atomic import AtomicWrite, BufferedAtomicWrite, LocalAtomicWrite
 from shardkit.storage.backends import make_filesystem
 from shardkit.storage.classify import to_storage_error
+from shardkit.storage.local_files import read_regular_file
 from shardkit.storage.retry import RetryPolicy, call_with_retry
 
 T = TypeVar("T")
@@ -76,6 +77,8 @@ class Store:
 
     # ---- reading -------------------------------------------------------------------------
     def read(self, name: str) -> bytes:
+        if self.is_local:  # a FIFO or device must not hang or exhaust the reader (local_files.py)
+            return read_regular_file(self.local_path(name))
         return bytes(self._call(name, lambda p: self.fs.cat_file(p)))
 
     def read_range(self, name: str, start: int, end: int) -> bytes:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardkit.format import BlockCompressor, CompressOptions, SchemaBuilder, ShardInfo
-from shardkit.format.shard_builder import SealedBlock, arrange_block, build_shard, seal_block
+from shardkit.format.shard_builder import SealedBlock, arrange_block, build_shard, seal_block, seal_first
 from shardkit.storage import Store
 
 PART_FORMAT = "shards/part-{task_index:05d}-{part_index:04d}.sks"
@@ -59,6 +59,10 @@ class PartWriter:
         self._shard_raw = 0
 
     def append(self, data: bytes, sample: dict[str, Any]) -> None:
+        if seal_first(self._pending_bytes, len(data), self.result.num_samples):  # I12
+            self._seal_block()
+            if self._shard_raw >= self.options.shard_size:
+                self._close_shard()
         self.schema.observe(sample)
         self._pending.append(data)
         self._pending_bytes += len(data)

@@ -37,7 +37,15 @@ from shardkit.format import (
     ShardInfo,
     decode_manifest,
 )
-from shardkit.format.shard_builder import LAYOUT_CHOICES, SealedBlock, ShardAssembler, arrange_block, seal_block
+from shardkit.format.limits import MAX_BLOCK_BYTES
+from shardkit.format.shard_builder import (
+    LAYOUT_CHOICES,
+    SealedBlock,
+    ShardAssembler,
+    arrange_block,
+    seal_block,
+    seal_first,
+)
 from shardkit.storage import Store, open_store
 from shardkit.storage.atomic import AtomicWrite
 from shardkit.units import parse_size
@@ -54,10 +62,17 @@ class WriterOptions:
     overwrite: bool = False
     threads: int = 2
     layout: str = "auto"  # "auto": uniform small samples as column blocks; "rows": never
+    max_block_bytes: int = MAX_BLOCK_BYTES  # I12; only ever lowered (tests, tools)
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUT_CHOICES:
             raise ValueError(f"layout must be one of {LAYOUT_CHOICES}, got {self.layout!r}")
+        if not 0 < self.max_block_bytes <= MAX_BLOCK_BYTES:
+            raise ValueError(f"max_block_bytes must be in [1, {MAX_BLOCK_BYTES}], got {self.max_block_bytes}")
+        if self.block_size > self.max_block_bytes:
+            raise ValueError(
+                f"block_size {self.block_size} is above the maximum block size {self.max_block_bytes} (I12)"
+            )
 
 
 class ShardWriter:
@@ -108,8 +123,8 @@ class ShardWriter:
     def write(self, sample: dict[str, Any]) -> None:
         """Append one sample. Raises ``EncodeError`` naming the field and sample index."""
         data = self._encoder.encode(sample, self._num_samples)
+        self._append(data)  # first: it refuses a sample larger than a block (I12)
         self.schema.observe(sample)
-        self._append(data)
 
     def write_encoded(self, encoded: list[bytes], schema: dict[str, Any]) -> None:
         """Append samples already encoded elsewhere (parallel packing) with their schema."""
@@ -202,6 +217,10 @@ class ShardWriter:
                 self.store.delete(name)
 
     def _append(self, data: bytes) -> None:
+        if seal_first(self._pending_bytes, len(data), self._num_samples, self.options.max_block_bytes):
+            self._seal_block()  # I12: no block grows past the maximum
+            if self._shard_raw >= self.options.shard_size:
+                self._close_shard()
         self._pending.append(data)
         self._pending_bytes += len(data)
         self._num_samples += 1
