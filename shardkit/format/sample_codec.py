@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import struct
 import sys
+from itertools import chain
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ import msgpack
 import numpy as np
 
 from shardkit.errors import EncodeError, FormatError
+from shardkit.format.limits import MAX_NESTING_DEPTH
 from shardkit.format.sample_views import unpack_with_views
 
 EXT_NDARRAY = 1
@@ -36,6 +38,17 @@ _U8 = struct.Struct("<B")
 _BASE_TYPES: tuple[type, ...] = (bool, int, float, str, bytes, dict)
 _CONTAINERS = (dict, list, tuple)
 _PLAIN = frozenset({type(None), bool, int, float, str, bytes})
+_DECODED_CONTAINERS = frozenset({dict, list})
+# Tensor dtypes numpy lacks (S4): written under torch's own name with their little-endian bytes;
+# the value is the item size. Only names the installed torch has are ever met.
+TORCH_ONLY_DTYPES = {
+    "bfloat16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2": 1,
+    "float8_e5m2fnuz": 1,
+    "float8_e8m0fnu": 1,
+}
 
 
 _HEADS: dict[tuple[str, int], tuple[bytes, struct.Struct]] = {}
@@ -116,16 +129,78 @@ def _default(value: Any) -> Any:
     for base in _BASE_TYPES:  # IntEnum, str subclasses, OrderedDict …: stored as their base type
         if isinstance(value, base):
             return base(value)
-    torch = sys.modules.get("torch")
+    torch = sys.modules.get("torch")  # never imported here: a tensor means torch is loaded
     if torch is not None and isinstance(value, torch.Tensor):
-        if value.device.type != "cpu" or value.layout != torch.strided:
-            raise TypeError(f"only dense CPU tensors are supported, got {value.device} {value.layout}")
-        try:
-            array = value.detach().contiguous().numpy()
-        except RuntimeError as exc:  # conj/neg views and the like: not plain memory
-            raise TypeError(f"tensor cannot be viewed as numpy: {exc}") from None
-        return msgpack.ExtType(EXT_TENSOR, _encode_array(array))
+        return msgpack.ExtType(EXT_TENSOR, _encode_tensor(value, torch))
     raise TypeError(f"unsupported type {type(value).__module__}.{type(value).__qualname__}")
+
+
+def tensor_dtype_name(tensor: Any) -> str:
+    """A tensor's dtype as the format names it: numpy's ``dtype.str`` (``"<f4"``), or for a dtype
+    numpy lacks, torch's name (``"bfloat16"``, S4)."""
+    found = _TENSOR_DTYPES.get(tensor.dtype)
+    if found is None:
+        name = str(tensor.dtype).removeprefix("torch.")
+        if name not in TORCH_ONLY_DTYPES:
+            name = sys.modules["torch"].empty(0, dtype=tensor.dtype).numpy().dtype.str
+        found = _TENSOR_DTYPES[tensor.dtype] = name
+    return found
+
+
+_TENSOR_DTYPES: dict[Any, str] = {}
+
+
+def _encode_tensor(value: Any, torch: Any) -> bytes:
+    """The array payload of a dense CPU tensor; torch-only dtypes (S4) under torch's name."""
+    if value.device.type != "cpu" or value.layout != torch.strided:
+        raise TypeError(f"only dense CPU tensors are supported, got {value.device} {value.layout}")
+    name = str(value.dtype).removeprefix("torch.")
+    try:
+        tensor = value.detach().resolve_conj().resolve_neg().contiguous()
+        if name not in TORCH_ONLY_DTYPES:
+            return _encode_array(tensor.numpy())
+        # bytes in memory order (little-endian); an empty tensor may have strides view() refuses
+        data = tensor.reshape(-1).view(torch.uint8).numpy() if tensor.numel() else np.zeros(0, np.uint8)
+    except RuntimeError as exc:  # not plain memory
+        raise TypeError(f"tensor cannot be viewed as numpy: {exc}") from None
+    if len(tensor.shape) > 255:
+        raise TypeError(f"arrays have at most 255 dimensions, got {len(tensor.shape)}")
+    head = _U8.pack(len(name)) + name.encode("ascii") + _U8.pack(len(tensor.shape))
+    return b"".join((head, struct.pack(f"<{len(tensor.shape)}Q", *tensor.shape), data.data))
+
+
+def _decode_torch_only(payload: bytes | memoryview, name: str) -> Any:
+    """A writable tensor of a torch-only dtype (S4) from its array payload."""
+    torch = importlib.import_module("torch")
+    dtype = getattr(torch, name, None)
+    if dtype is None:
+        raise FormatError(f"tensor of dtype {name}, which this torch ({torch.__version__}) lacks")
+    start = 2 + len(name)
+    ndim = payload[start - 1]
+    try:
+        shape = struct.unpack_from(f"<{ndim}Q", payload, start)
+    except struct.error as exc:
+        raise FormatError(f"malformed tensor extension header: {exc}") from None
+    start += 8 * ndim
+    count = 1
+    for dim in shape:
+        count *= dim
+    if len(payload) - start != count * TORCH_ONLY_DTYPES[name]:
+        raise FormatError(f"tensor extension: shape {shape} of {name} needs {count * TORCH_ONLY_DTYPES[name]} "
+                          f"bytes, payload has {len(payload) - start}")
+    data = bytearray(payload[start:])
+    if not data:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(data, dtype=torch.uint8).view(dtype).reshape(shape)
+
+
+def _torch_only_name(payload: bytes | memoryview) -> str | None:
+    """The dtype name of a tensor payload if it is a torch-only one (S4), else None."""
+    if not len(payload):
+        return None
+    name = bytes(payload[1 : 1 + payload[0]])
+    text = name.decode("ascii", "replace")
+    return text if text in TORCH_ONLY_DTYPES and len(payload) > 1 + len(name) else None
 
 
 def _ext_hook(code: int, payload: bytes | memoryview) -> Any:
@@ -134,6 +209,9 @@ def _ext_hook(code: int, payload: bytes | memoryview) -> Any:
     if code == EXT_NPSCALAR:
         return parse_array(payload)[()]
     if code == EXT_TENSOR:
+        name = _torch_only_name(payload)
+        if name is not None:
+            return _decode_torch_only(payload, name)
         # torch is optional for the format; it is needed only when a tensor field is read.
         torch = importlib.import_module("torch")
         array = parse_array(payload)
@@ -152,12 +230,13 @@ class SampleEncoder:
     def encode(self, sample: Any, sample_index: int | None = None, check_keys: bool = True) -> bytes:
         """msgpack bytes of one sample; ``EncodeError`` names the field path and sample index.
 
-        ``check_keys=False`` skips the walk for non-str map keys, for sources whose keys are
-        str by construction (JSON objects, Parquet columns and struct fields)."""
+        ``check_keys=False`` skips the check for non-str map keys, for sources whose keys are
+        str by construction (JSON objects, Parquet columns and struct fields); nesting deeper
+        than ``MAX_NESTING_DEPTH`` is refused either way (S3)."""
         where = "sample" if sample_index is None else f"sample {sample_index}"
         if not isinstance(sample, dict):
             raise EncodeError(f"{where}: a sample must be a dict, got {type(sample).__name__}")
-        bad_key = _find_bad_key(sample, "$") if check_keys else None
+        bad_key = _find_bad_key(sample, "$", 1, check_keys)
         if bad_key:
             raise EncodeError(f"{where}: cannot encode field {bad_key}")
         try:
@@ -167,25 +246,41 @@ class SampleEncoder:
             raise EncodeError(f"{where}: cannot encode field {path}: {exc}") from None
 
 
-def _find_bad_key(value: Any, path: str) -> str | None:
-    """The first map key that is not a str (readers decode with ``strict_map_key``), or None.
+def _find_bad_key(value: Any, path: str, depth: int = 1, check_keys: bool = True) -> str | None:
+    """Where ``value`` (at nesting level ``depth``) first nests deeper than ``MAX_NESTING_DEPTH``
+    (S3) or, with ``check_keys``, has a map key that is not a str (readers decode with
+    ``strict_map_key``); None if nowhere.
 
     Walks only containers; a list of scalars costs one C-level ``set(map(type, …))``."""
+    if depth > MAX_NESTING_DEPTH:
+        return f"{_short(path)} (nested deeper than {MAX_NESTING_DEPTH} levels of lists and maps, S3)"
     if isinstance(value, dict):
         for key, item in value.items():
-            if not isinstance(key, str):
-                return f"{path}[{key!r}] (keys must be str)"
+            if check_keys and not isinstance(key, str):
+                return f"{_short(path)}[{key!r}] (keys must be str)"
             if isinstance(item, _CONTAINERS):
-                found = _find_bad_key(item, f"{path}.{key}")
+                found = _find_bad_key(item, f"{path}.{key}", depth + 1, check_keys)
                 if found:
                     return found
     elif isinstance(value, (list, tuple)) and not _PLAIN.issuperset(map(type, value)):
         for i, item in enumerate(value):
             if isinstance(item, _CONTAINERS):
-                found = _find_bad_key(item, f"{path}[{i}]")
+                found = _find_bad_key(item, f"{path}[{i}]", depth + 1, check_keys)
                 if found:
                     return found
     return None
+
+
+def _short(path: str) -> str:
+    return path if len(path) <= 120 else f"{path[:60]}…{path[-40:]}"
+
+
+def nesting_problem(sample: dict[str, Any]) -> str | None:
+    """S3 on read: where a decoded sample nests deeper than ``MAX_NESTING_DEPTH``, or None.
+    A sample of scalars, strings, bytes and arrays costs one C-level pass over its values."""
+    if _DECODED_CONTAINERS.isdisjoint(map(type, sample.values())):
+        return None
+    return _find_bad_key(sample, "$", 1, False)
 
 
 def find_unsupported(value: Any, path: str = "$") -> str | None:
@@ -215,11 +310,24 @@ def find_unsupported(value: Any, path: str = "$") -> str | None:
     return None if isinstance(converted, msgpack.ExtType) else find_unsupported(converted, path)
 
 
+_STACK_MESSAGE = "nested deeper than msgpack's 1024 levels (the format allows {}, S3)".format(MAX_NESTING_DEPTH)
+
+
+def _unpack(data: bytes | memoryview) -> Any:
+    try:
+        return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=True)
+    except msgpack.StackError:  # its message is empty
+        raise FormatError(f"sample is {_STACK_MESSAGE}") from None
+
+
 def decode_sample(data: bytes | memoryview) -> dict[str, Any]:
-    """One sample from its msgpack bytes."""
-    sample = msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=True)
+    """One sample from its msgpack bytes: a map, nested at most ``MAX_NESTING_DEPTH`` deep (S3)."""
+    sample = _unpack(data)
     if not isinstance(sample, dict):
         raise FormatError(f"a sample must decode to a map, got {type(sample).__name__}")
+    problem = nesting_problem(sample)
+    if problem:
+        raise FormatError(f"sample: {problem}")
     return sample
 
 
@@ -230,13 +338,23 @@ def iter_samples(block: bytes, expected: int) -> Iterator[dict[str, Any]]:
     )
     unpacker.feed(block)
     count = 0
-    for sample in unpacker:
+    for sample in _values_of(unpacker):
         if not isinstance(sample, dict):
             raise FormatError(f"sample {count} of block: expected a map, got {type(sample).__name__}")
+        problem = nesting_problem(sample)
+        if problem:
+            raise FormatError(f"sample {count} of block: {problem}")
         count += 1
         yield sample
     if count != expected:
         raise FormatError(f"block holds {count} samples, index says {expected}")
+
+
+def _values_of(unpacker: msgpack.Unpacker) -> Iterator[Any]:
+    try:
+        yield from unpacker
+    except msgpack.StackError:  # its message is empty
+        raise FormatError(f"a sample of block is {_STACK_MESSAGE}") from None
 
 
 # Above this average sample size a block is unpacked sample by sample from its offsets (no copy
@@ -264,19 +382,25 @@ def decode_block_samples(
                 sample = unpack_with_views(piece, _ext_hook)
                 samples.append(sample if sample is not None else decode_sample(piece))
         else:
-            samples = [
-                msgpack.unpackb(block[offsets[i] : offsets[i + 1]], ext_hook=_ext_hook, raw=False, strict_map_key=True)
-                for i in range(expected)
-            ]
+            samples = [_unpack(block[offsets[i] : offsets[i + 1]]) for i in range(expected)]
     else:
         unpacker = msgpack.Unpacker(
             ext_hook=_ext_hook, raw=False, strict_map_key=True, max_buffer_size=max(len(block), 1)
         )
         unpacker.feed(block)
-        samples = list(unpacker)
+        samples = []
+        try:
+            samples.extend(unpacker)
+        except msgpack.StackError:  # its message is empty
+            raise FormatError(f"sample {len(samples)} of block is {_STACK_MESSAGE}") from None
     if len(samples) != expected:
         raise FormatError(f"block holds {len(samples)} samples, index says {expected}")
     if not all(type(sample) is dict for sample in samples):
         bad = next(i for i, sample in enumerate(samples) if type(sample) is not dict)
         raise FormatError(f"sample {bad} of block: expected a map, got {type(samples[bad]).__name__}")
+    if not _DECODED_CONTAINERS.isdisjoint(map(type, chain.from_iterable(map(dict.values, samples)))):
+        for index, sample in enumerate(samples):  # S3; only blocks that hold lists or maps
+            problem = nesting_problem(sample)
+            if problem:
+                raise FormatError(f"sample {index} of block: {problem}")
     return samples

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import ManifestError
+from shardkit.format.sample_codec import tensor_dtype_name
 
 _SCALARS: dict[type, str] = {bool: "bool", int: "int", float: "float", str: "str", bytes: "bytes"}
 # Written as msgpack bin, read back as bytes.
@@ -52,8 +53,10 @@ def type_name(value: Any) -> str:
 
 def describe(value: Any) -> dict[str, Any]:
     kind = type_name(value)
-    if kind in ("ndarray", "tensor", "npscalar"):
-        array = np.asarray(value.detach().numpy() if kind == "tensor" else value)
+    if kind == "tensor":
+        return {"type": kind, "dtype": tensor_dtype_name(value), "shape": list(value.shape)}
+    if kind in ("ndarray", "npscalar"):
+        array = np.asarray(value)
         return {"type": kind, "dtype": array.dtype.str, "shape": list(array.shape)}
     return {"type": kind}
 
