@@ -96,20 +96,28 @@ class ByteBudget:
 
 class HashingSource:
     """A source that feeds the whole-file checksum with the bytes read in file order (header,
-    then contiguous blocks: I3), so a full check reads them once; ``checksum()`` streams the
-    rest in chunks (the index and footer, or everything a broken structure left unread)."""
+    then contiguous blocks: I3) and keeps the file's tail (the reader's first request: index and
+    footer), so a full check of a well-formed shard reads each byte once; ``checksum()`` streams
+    whatever is left in chunks (everything, after a quick check or a broken structure)."""
 
     def __init__(self, source: ByteSource) -> None:
         self.source = source
         self.where = source.where
         self._hasher = StreamingChecksum()
         self._hashed = 0  # bytes [0, _hashed) are in the hasher
+        self._tail: tuple[int, bytes | memoryview] | None = None  # (start, bytes up to the end)
 
     def size(self) -> int:
         return self.source.size()
 
     def read_range(self, start: int, end: int) -> bytes | memoryview:
-        data = self.source.read_range(start, end)
+        tail = self._tail
+        if tail is not None and start >= tail[0] and end <= tail[0] + len(tail[1]):
+            data = tail[1][start - tail[0] : end - tail[0]]
+        else:
+            data = self.source.read_range(start, end)
+            if end == self.source.size() and end - start <= _CHUNK_BYTES:
+                self._tail = (start, data)
         if start <= self._hashed < end:
             self._hasher.update(memoryview(data)[self._hashed - start :])
             self._hashed = end
