@@ -19,8 +19,8 @@ from __future__ import annotations
 import importlib
 import struct
 import sys
-from itertools import chain
 from collections.abc import Iterator, Sequence
+from itertools import chain
 from typing import Any
 
 import msgpack
@@ -310,7 +310,7 @@ def find_unsupported(value: Any, path: str = "$") -> str | None:
     return None if isinstance(converted, msgpack.ExtType) else find_unsupported(converted, path)
 
 
-_STACK_MESSAGE = "nested deeper than msgpack's 1024 levels (the format allows {}, S3)".format(MAX_NESTING_DEPTH)
+_STACK_MESSAGE = f"nested deeper than msgpack's 1024 levels (the format allows {MAX_NESTING_DEPTH}, S3)"
 
 
 def _unpack(data: bytes | memoryview) -> Any:

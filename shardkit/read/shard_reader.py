@@ -19,9 +19,9 @@ import numpy as np
 
 from shardkit.errors import CorruptShardError, FormatError
 from shardkit.format import BlockDecompressor, ShardInfo, decode_block, decode_sample
+from shardkit.format.block_codec import check_block_size
 from shardkit.format.checksum import xxh64_int
 from shardkit.format.column_block import LAYOUT_COLUMNS
-from shardkit.format.block_codec import check_block_size
 from shardkit.format.columns import ColumnPiece, as_samples, parse_columns
 from shardkit.format.limits import MAX_BLOCK_BYTES, MAX_BLOCK_BYTES_ENV, check_block_limit
 from shardkit.format.shard_layout import (

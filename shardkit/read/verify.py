@@ -1,6 +1,6 @@
-"""Verify a dataset: every shard's size and checksum, every block, every sample (V1–V5).
+"""Verify a dataset: every shard's size and checksum, every block, every sample (I1–I13).
 
-Memory stays bounded whatever a shard holds or declares (V6): a shard's size is checked before
+Memory stays bounded whatever a shard holds or declares (I13): a shard's size is checked before
 anything is read, a FIFO or device is refused unread, the whole-file checksum is streamed in
 chunks, and a full check reads, decompresses and decodes one block at a time — a block that
 declares more than the reader's limit (I12) is refused before it is read, and all verify threads

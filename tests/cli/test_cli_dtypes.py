@@ -15,6 +15,7 @@ from shardkit.format.sample_codec import TORCH_ONLY_DTYPES
 from shardkit.read import open_dataset
 from shardkit.read.verify import verify_dataset
 
+
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "uint16"])
 @settings(max_examples=4, deadline=None)
 @given(values=st.lists(st.integers(-100, 100), min_size=1, max_size=20), nulls=st.booleans())
@@ -25,7 +26,8 @@ def test_parquet_numeric_columns_keep_their_dtype(tmp_path_factory, dtype, value
     pq = pytest.importorskip("pyarrow.parquet")
     folder = tmp_path_factory.mktemp("pq")
     kind = np.dtype(dtype)
-    cast = [None if nulls and i % 3 == 1 else kind.type(abs(v) if kind.kind == "u" else v) for i, v in enumerate(values)]
+    cast = [None if nulls and i % 3 == 1 else kind.type(abs(v) if kind.kind == "u" else v)
+            for i, v in enumerate(values)]
     arrow = pa.from_numpy_dtype(kind)
     table = pa.table({
         "x": pa.array([None if v is None else v.item() for v in cast], arrow),

@@ -1,5 +1,5 @@
 """Hostile and odd files never cost unbounded memory and never hang (specs/shard-format.md I12,
-V6; specs/manifest.md M1, M4, M6): the real ``shardkit`` command in a subprocess, its peak
+I13; specs/manifest.md M1, M4, M6): the real ``shardkit`` command in a subprocess, its peak
 resident memory measured (``ru_maxrss`` of the child), each refusal naming the file."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def set_manifest_size(folder: str, num_bytes: int) -> None:
 
 @pytest.mark.parametrize("quick", [True, False], ids=["quick", "full"])
 def test_verify_checks_a_sparse_shard_size_before_reading_it(dataset, quick):
-    """V6: a 1 GiB sparse file where the manifest expects a small shard costs no memory."""
+    """I13: a 1 GiB sparse file where the manifest expects a small shard costs no memory."""
     os.truncate(os.path.join(dataset, SHARD0), GIB)
     code, peak, out = run_measured("verify", dataset, "--no-progress", *(["--quick"] if quick else []))
     assert code == 1, out
@@ -60,7 +60,7 @@ def test_verify_checks_a_sparse_shard_size_before_reading_it(dataset, quick):
 @pytest.mark.slow
 @pytest.mark.parametrize("quick", [True, False], ids=["quick", "full"])
 def test_verify_streams_the_checksum_of_a_1gib_shard(dataset, quick):
-    """V6: when the manifest agrees with a 1 GiB (sparse) shard's size, its checksum is streamed
+    """I13: when the manifest agrees with a 1 GiB (sparse) shard's size, its checksum is streamed
     in chunks: memory stays small, the mismatch is still found."""
     os.truncate(os.path.join(dataset, SHARD0), GIB)
     set_manifest_size(dataset, GIB)
@@ -107,7 +107,7 @@ def _replace_with(path: str, kind: str) -> None:
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero-link", "directory"])
 @pytest.mark.parametrize("command", [["verify", "--no-progress"], ["verify", "--quick", "--no-progress"], ["head"]])
 def test_a_shard_that_is_not_a_regular_file_is_refused_not_read(dataset, kind, command):
-    """F1: a FIFO, a device or a directory in a shard's place is named and refused at once
+    """I14: a FIFO, a device or a directory in a shard's place is named and refused at once
     (no hang, no memory), exit 1."""
     _replace_with(os.path.join(dataset, SHARD0), kind)
     code, peak, out = run_measured(command[0], dataset, *command[1:])

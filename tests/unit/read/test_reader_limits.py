@@ -1,4 +1,4 @@
-"""Readers and writers against the format's bounds (specs/shard-format.md I12, S3, F1, V6):
+"""Readers and writers against the format's bounds (specs/shard-format.md I12, S3, I14, I13):
 the block limit refused before a block is read, configurable per reader and by environment;
 no writer ever makes a block above it; a non-regular file in a shard's place refused without
 blocking; verify's one pass over a shard feeding its checksum from the block reads."""
@@ -102,7 +102,7 @@ def _open_in_thread(path: str) -> BaseException | None:
 
 @pytest.mark.parametrize("kind", ["fifo", "directory", "dev-null-link"])
 def test_a_non_regular_file_is_refused_on_open_without_blocking(dataset, kind):
-    """F1: readers (and so the loader) refuse it naming the path, before reading."""
+    """I14: readers (and so the loader) refuse it naming the path, before reading."""
     path = os.path.join(dataset, SHARD0)
     os.remove(path)
     if kind == "fifo":
@@ -118,7 +118,7 @@ def test_a_non_regular_file_is_refused_on_open_without_blocking(dataset, kind):
 
 
 def test_a_well_formed_shard_is_read_once_by_a_full_verify(dataset, monkeypatch):
-    """V6: the checksum is fed by the block reads and the index by the reader's first request."""
+    """I13: the checksum is fed by the block reads and the index by the reader's first request."""
     data = open_dataset(dataset)
     info = data.manifest.shards[0]
     reads: list[tuple[int, int]] = []
@@ -135,7 +135,7 @@ def test_a_well_formed_shard_is_read_once_by_a_full_verify(dataset, monkeypatch)
 
 
 def test_the_decode_budget_never_lets_more_than_its_limit_out():
-    """V6: verify threads hold at most the budget of decompressed blocks; a larger block alone."""
+    """I13: verify threads hold at most the budget of decompressed blocks; a larger block alone."""
     budget = ByteBudget(100)
     seen: list[int] = []
 
