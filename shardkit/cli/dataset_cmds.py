@@ -12,7 +12,7 @@ from shardkit.cli.common import Progress, add_storage_options, print_json, stora
 from shardkit.errors import ShardkitError, StorageError
 from shardkit.read import Dataset, open_dataset
 from shardkit.read.verify import verify_dataset
-from shardkit.units import format_bytes
+from shardkit.units import format_bytes, parse_size
 
 EXIT_USAGE = 2
 
@@ -24,6 +24,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=4, help="shards checked in parallel")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--max-block-size", type=parse_size, default=None, metavar="SIZE",
+                   help="refuse blocks declaring more raw bytes (default: $SHARDKIT_MAX_BLOCK_BYTES or 256MiB)")
     add_storage_options(p)
     p.set_defaults(handler=run_verify)
 
@@ -54,7 +56,8 @@ def run_verify(args: argparse.Namespace) -> int:
     dataset = load(args)
     progress = Progress("verify", total=len(dataset.manifest.shards), unit="shards", enabled=not args.no_progress)
     try:
-        report = verify_dataset(dataset, quick=args.quick, workers=args.workers, on_shard=lambda _: progress.update(1))
+        report = verify_dataset(dataset, quick=args.quick, workers=args.workers,
+                                on_shard=lambda _: progress.update(1), max_block_bytes=args.max_block_size)
     finally:
         progress.close()
     if args.json:

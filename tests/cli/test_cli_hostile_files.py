@@ -86,8 +86,11 @@ def test_head_refuses_a_block_declaring_more_than_the_maximum(bomb):
     assert peak < PEAK_MIB, f"head peaked at {peak} MiB"
 
 
-def test_the_block_limit_is_configurable_from_the_environment(bomb):
-    """I12: SHARDKIT_MAX_BLOCK_BYTES lowers (or raises) the limit; a bad value is named."""
+def test_the_block_limit_is_configurable_from_the_command_line_and_environment(bomb):
+    """I12: ``verify --max-block-size`` or SHARDKIT_MAX_BLOCK_BYTES lowers (or raises) the limit;
+    a bad value is named."""
+    code, _, out = run_measured("verify", bomb, "--no-progress", "--max-block-size", "2KiB")
+    assert code == 1 and "maximum block size 2048" in out
     code, _, out = run_measured("verify", bomb, "--no-progress", env={"SHARDKIT_MAX_BLOCK_BYTES": "1000"})
     assert code == 1 and "maximum block size 1000" in out
     code, _, out = run_measured("verify", bomb, "--no-progress", env={"SHARDKIT_MAX_BLOCK_BYTES": "lots"})
