@@ -29,6 +29,13 @@ import numpy as np
 from shardkit.errors import EncodeError, FormatError
 from shardkit.format.limits import MAX_NESTING_DEPTH
 from shardkit.format.sample_views import unpack_with_views
+from shardkit.format.sample_walk import find_bad_key, nesting_problem, too_deep
+from shardkit.format.tensor_dtypes import (
+    TORCH_ONLY_DTYPES,
+    decode_torch_only,
+    encode_torch_only,
+    torch_only_name,
+)
 
 EXT_NDARRAY = 1
 EXT_TENSOR = 2
@@ -36,19 +43,8 @@ EXT_NPSCALAR = 3
 _ARRAY_KINDS = frozenset("biufc")
 _U8 = struct.Struct("<B")
 _BASE_TYPES: tuple[type, ...] = (bool, int, float, str, bytes, dict)
-_CONTAINERS = (dict, list, tuple)
 _PLAIN = frozenset({type(None), bool, int, float, str, bytes})
 _DECODED_CONTAINERS = frozenset({dict, list})
-# Tensor dtypes numpy lacks (S4): written under torch's own name with their little-endian bytes;
-# the value is the item size. Only names the installed torch has are ever met.
-TORCH_ONLY_DTYPES = {
-    "bfloat16": 2,
-    "float8_e4m3fn": 1,
-    "float8_e4m3fnuz": 1,
-    "float8_e5m2": 1,
-    "float8_e5m2fnuz": 1,
-    "float8_e8m0fnu": 1,
-}
 
 
 _HEADS: dict[tuple[str, int], tuple[bytes, struct.Struct]] = {}
@@ -135,72 +131,17 @@ def _default(value: Any) -> Any:
     raise TypeError(f"unsupported type {type(value).__module__}.{type(value).__qualname__}")
 
 
-def tensor_dtype_name(tensor: Any) -> str:
-    """A tensor's dtype as the format names it: numpy's ``dtype.str`` (``"<f4"``), or for a dtype
-    numpy lacks, torch's name (``"bfloat16"``, S4)."""
-    found = _TENSOR_DTYPES.get(tensor.dtype)
-    if found is None:
-        name = str(tensor.dtype).removeprefix("torch.")
-        if name not in TORCH_ONLY_DTYPES:
-            name = sys.modules["torch"].empty(0, dtype=tensor.dtype).numpy().dtype.str
-        found = _TENSOR_DTYPES[tensor.dtype] = name
-    return found
-
-
-_TENSOR_DTYPES: dict[Any, str] = {}
-
-
 def _encode_tensor(value: Any, torch: Any) -> bytes:
     """The array payload of a dense CPU tensor; torch-only dtypes (S4) under torch's name."""
     if value.device.type != "cpu" or value.layout != torch.strided:
         raise TypeError(f"only dense CPU tensors are supported, got {value.device} {value.layout}")
-    name = str(value.dtype).removeprefix("torch.")
     try:
         tensor = value.detach().resolve_conj().resolve_neg().contiguous()
-        if name not in TORCH_ONLY_DTYPES:
-            return _encode_array(tensor.numpy())
-        # bytes in memory order (little-endian); an empty tensor may have strides view() refuses
-        data = tensor.reshape(-1).view(torch.uint8).numpy() if tensor.numel() else np.zeros(0, np.uint8)
+        if str(value.dtype).removeprefix("torch.") in TORCH_ONLY_DTYPES:
+            return encode_torch_only(tensor, torch)
+        return _encode_array(tensor.numpy())
     except RuntimeError as exc:  # not plain memory
         raise TypeError(f"tensor cannot be viewed as numpy: {exc}") from None
-    if len(tensor.shape) > 255:
-        raise TypeError(f"arrays have at most 255 dimensions, got {len(tensor.shape)}")
-    head = _U8.pack(len(name)) + name.encode("ascii") + _U8.pack(len(tensor.shape))
-    return b"".join((head, struct.pack(f"<{len(tensor.shape)}Q", *tensor.shape), data.data))
-
-
-def _decode_torch_only(payload: bytes | memoryview, name: str) -> Any:
-    """A writable tensor of a torch-only dtype (S4) from its array payload."""
-    torch = importlib.import_module("torch")
-    dtype = getattr(torch, name, None)
-    if dtype is None:
-        raise FormatError(f"tensor of dtype {name}, which this torch ({torch.__version__}) lacks")
-    start = 2 + len(name)
-    ndim = payload[start - 1]
-    try:
-        shape = struct.unpack_from(f"<{ndim}Q", payload, start)
-    except struct.error as exc:
-        raise FormatError(f"malformed tensor extension header: {exc}") from None
-    start += 8 * ndim
-    count = 1
-    for dim in shape:
-        count *= dim
-    if len(payload) - start != count * TORCH_ONLY_DTYPES[name]:
-        raise FormatError(f"tensor extension: shape {shape} of {name} needs {count * TORCH_ONLY_DTYPES[name]} "
-                          f"bytes, payload has {len(payload) - start}")
-    data = bytearray(payload[start:])
-    if not data:
-        return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(data, dtype=torch.uint8).view(dtype).reshape(shape)
-
-
-def _torch_only_name(payload: bytes | memoryview) -> str | None:
-    """The dtype name of a tensor payload if it is a torch-only one (S4), else None."""
-    if not len(payload):
-        return None
-    name = bytes(payload[1 : 1 + payload[0]])
-    text = name.decode("ascii", "replace")
-    return text if text in TORCH_ONLY_DTYPES and len(payload) > 1 + len(name) else None
 
 
 def _ext_hook(code: int, payload: bytes | memoryview) -> Any:
@@ -209,9 +150,9 @@ def _ext_hook(code: int, payload: bytes | memoryview) -> Any:
     if code == EXT_NPSCALAR:
         return parse_array(payload)[()]
     if code == EXT_TENSOR:
-        name = _torch_only_name(payload)
+        name = torch_only_name(payload)
         if name is not None:
-            return _decode_torch_only(payload, name)
+            return decode_torch_only(payload, name)
         # torch is optional for the format; it is needed only when a tensor field is read.
         torch = importlib.import_module("torch")
         array = parse_array(payload)
@@ -236,7 +177,7 @@ class SampleEncoder:
         where = "sample" if sample_index is None else f"sample {sample_index}"
         if not isinstance(sample, dict):
             raise EncodeError(f"{where}: a sample must be a dict, got {type(sample).__name__}")
-        bad_key = _find_bad_key(sample, "$") if check_keys or _too_deep(sample, 1) else None
+        bad_key = find_bad_key(sample, "$") if check_keys or too_deep(sample, 1) else None
         if bad_key:
             raise EncodeError(f"{where}: cannot encode field {bad_key}")
         try:
@@ -244,55 +185,6 @@ class SampleEncoder:
         except (TypeError, ValueError, OverflowError) as exc:
             path = find_unsupported(sample) or "$"
             raise EncodeError(f"{where}: cannot encode field {path}: {exc}") from None
-
-
-def _find_bad_key(value: Any, path: str, depth: int = 1, check_keys: bool = True) -> str | None:
-    """Where ``value`` (at nesting level ``depth``) first nests deeper than ``MAX_NESTING_DEPTH``
-    (S3) or, with ``check_keys``, has a map key that is not a str (readers decode with
-    ``strict_map_key``); None if nowhere.
-
-    Walks only containers; a list of scalars costs one C-level ``set(map(type, …))``."""
-    if depth > MAX_NESTING_DEPTH:
-        return f"{_short(path)} (nested deeper than {MAX_NESTING_DEPTH} levels of lists and maps, S3)"
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if check_keys and not isinstance(key, str):
-                return f"{_short(path)}[{key!r}] (keys must be str)"
-            if isinstance(item, _CONTAINERS):
-                found = _find_bad_key(item, f"{path}.{key}", depth + 1, check_keys)
-                if found:
-                    return found
-    elif isinstance(value, (list, tuple)) and not _PLAIN.issuperset(map(type, value)):
-        for i, item in enumerate(value):
-            if isinstance(item, _CONTAINERS):
-                found = _find_bad_key(item, f"{path}[{i}]", depth + 1, check_keys)
-                if found:
-                    return found
-    return None
-
-
-def _short(path: str) -> str:
-    return path if len(path) <= 120 else f"{path[:60]}…{path[-40:]}"
-
-
-def _too_deep(value: Any, depth: int) -> bool:
-    """Whether the container ``value`` at nesting level ``depth`` nests past ``MAX_NESTING_DEPTH``
-    (S3). No paths are built (``_find_bad_key`` names the place once this says yes); a plain
-    loop measured faster than C-level itertools or set tests for chat-like samples."""
-    if depth > MAX_NESTING_DEPTH:
-        return True
-    for item in value.values() if isinstance(value, dict) else value:
-        if isinstance(item, _CONTAINERS) and _too_deep(item, depth + 1):
-            return True
-    return False
-
-
-def nesting_problem(sample: dict[str, Any]) -> str | None:
-    """S3 on read: where a decoded sample nests deeper than ``MAX_NESTING_DEPTH``, or None.
-    A sample of scalars, strings, bytes and arrays costs one C-level pass over its values."""
-    if _DECODED_CONTAINERS.isdisjoint(map(type, sample.values())) or not _too_deep(sample, 1):
-        return None
-    return _find_bad_key(sample, "$", 1, False)
 
 
 def find_unsupported(value: Any, path: str = "$") -> str | None:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import ManifestError
-from shardkit.format.sample_codec import tensor_dtype_name
+from shardkit.format.tensor_dtypes import tensor_dtype_name
 
 _SCALARS: dict[type, str] = {bool: "bool", int: "int", float: "float", str: "str", bytes: "bytes"}
 # Written as msgpack bin, read back as bytes.

@@ -46,7 +46,7 @@ def open_regular_file(path: str, what: str = "file") -> tuple[int, int]:
 
 def read_regular_file(path: str, what: str = "file") -> bytes:
     """The whole content of the regular file ``path`` (``open_regular_file``'s checks first)."""
-    fd, size = open_regular_file(path, what)
+    fd, _ = open_regular_file(path, what)
     try:
         with os.fdopen(fd, "rb", closefd=False) as fh:
             return fh.read()

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import shardkit as sk
 from shardkit.cli import main
-from shardkit.format.sample_codec import TORCH_ONLY_DTYPES
+from shardkit.format.tensor_dtypes import TORCH_ONLY_DTYPES
 from shardkit.read import open_dataset
 from shardkit.read.verify import verify_dataset
 

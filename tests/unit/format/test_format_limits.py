@@ -21,8 +21,8 @@ from shardkit.format.block_codec import CODEC_ZSTD, BlockCompressor, CompressOpt
 from shardkit.format.columns import parse_columns
 from shardkit.format.limits import MAX_BLOCK_BYTES, MAX_NESTING_DEPTH
 from shardkit.format.manifest import decode_manifest
-from shardkit.format.sample_codec import TORCH_ONLY_DTYPES
 from shardkit.format.schema import SchemaBuilder, check_sample
+from shardkit.format.tensor_dtypes import TORCH_ONLY_DTYPES
 
 TORCH_ONLY = [name for name in TORCH_ONLY_DTYPES if hasattr(torch, name)]
 
