@@ -19,7 +19,7 @@ from shardkit.cli.common import (
 from shardkit.errors import ShardkitError, StorageError
 from shardkit.read import StoredDataset, open_dataset
 from shardkit.read.verify import verify_dataset
-from shardkit.units import format_bytes
+from shardkit.units import format_bytes, parse_size
 
 EXIT_USAGE = 2
 
@@ -32,6 +32,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strict", action="store_true", help="files the manifest does not name are an error")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--max-block-size", type=parse_size, default=None, metavar="SIZE",
+                   help="refuse blocks declaring more raw bytes (default: $SHARDKIT_MAX_BLOCK_BYTES or 256MiB)")
     add_storage_options(p)
     p.set_defaults(handler=run_verify)
 
@@ -62,7 +64,8 @@ def run_verify(args: argparse.Namespace) -> int:
     dataset = load(args)
     progress = Progress("verify", total=len(dataset.manifest.shards), unit="shards", enabled=not args.no_progress)
     try:
-        report = verify_dataset(dataset, quick=args.quick, workers=args.workers, on_shard=lambda _: progress.update(1))
+        report = verify_dataset(dataset, quick=args.quick, workers=args.workers,
+                                on_shard=lambda _: progress.update(1), max_block_bytes=args.max_block_size)
     finally:
         progress.close()
     if args.json:
@@ -154,21 +157,30 @@ def describe_field(desc: dict[str, Any]) -> str:
     return text + (f" ({', '.join(flags)})" if flags else "")
 
 
-def show_value(value: Any, width: int = 80) -> Any:
-    """A readable, bounded rendering: arrays as dtype/shape + first values, long bytes cut."""
+_SHOW_DEPTH = 8  # nested lists and maps below this depth are shown as "…"
+
+
+def show_value(value: Any, width: int = 80, depth: int = 0) -> Any:
+    """A readable, bounded rendering: arrays as dtype/shape + first values, long bytes cut,
+    deep nesting cut (so no sample can exhaust the stack while printed)."""
+    if isinstance(value, (dict, list)) and depth >= _SHOW_DEPTH:
+        return f"… ({type(value).__name__} nested deeper)"
     if isinstance(value, np.ndarray) or type(value).__name__ == "Tensor":
-        array = np.asarray(value)
+        try:
+            array, dtype = np.asarray(value), None
+        except TypeError:  # bfloat16, float8: torch-only dtypes, shown as float32 values
+            array, dtype = np.asarray(value.float()), str(value.dtype).removeprefix("torch.")
         head = ", ".join(str(x) for x in array.reshape(-1)[:8])
         more = ", …" if array.size > 8 else ""
-        return f"{type(value).__name__} {array.dtype} {list(array.shape)} [{head}{more}]"
+        return f"{type(value).__name__} {dtype or array.dtype} {list(array.shape)} [{head}{more}]"
     if isinstance(value, bytes):
         return f"bytes[{len(value)}] {value[:16].hex()}{'…' if len(value) > 16 else ''}"
     if isinstance(value, str) and len(value) > width:
         return value[:width] + f"… ({len(value)} chars)"
     if isinstance(value, dict):
-        return {k: show_value(v, width) for k, v in value.items()}
+        return {k: show_value(v, width, depth + 1) for k, v in value.items()}
     if isinstance(value, list):
-        shown = [show_value(v, width) for v in value[:8]]
+        shown = [show_value(v, width, depth + 1) for v in value[:8]]
         return shown + ([f"… {len(value)} items"] if len(value) > 8 else [])
     return value
 

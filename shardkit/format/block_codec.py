@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import zstandard
 
 from shardkit.errors import CorruptShardError, FormatError
+from shardkit.format.limits import MAX_BLOCK_BYTES, check_block_limit
 
 CODEC_RAW = 0
 CODEC_ZSTD = 1
@@ -59,12 +60,26 @@ class BlockCompressor:
         return CODEC_ZSTD, stored
 
 
+def check_block_size(raw_size: int, max_block_bytes: int) -> None:
+    """I12: refuse a block that declares more raw bytes than a reader accepts."""
+    if raw_size > max_block_bytes:
+        raise CorruptShardError(
+            f"block declares {raw_size} raw bytes, more than the maximum block size {max_block_bytes} "
+            f"(I12; a reader's max_block_bytes or SHARDKIT_MAX_BLOCK_BYTES raises it)"
+        )
+
+
 class BlockDecompressor:
-    def __init__(self) -> None:
+    """``max_block_bytes``: blocks declaring more raw bytes are refused before any work (I12)."""
+
+    def __init__(self, max_block_bytes: int = MAX_BLOCK_BYTES) -> None:
         self._zstd = zstandard.ZstdDecompressor()
+        self.max_block_bytes = check_block_limit(max_block_bytes)
 
     def decompress(self, codec: int, stored: bytes | memoryview, raw_size: int) -> bytes | memoryview:
-        """The raw block; never produces more than ``raw_size`` bytes (no decompression bombs)."""
+        """The raw block; never produces more than ``raw_size`` bytes (no decompression bombs),
+        nor more than ``max_block_bytes``."""
+        check_block_size(raw_size, self.max_block_bytes)
         if codec == CODEC_RAW:
             if len(stored) != raw_size:
                 raise CorruptShardError(f"raw block is {len(stored)} bytes, index says {raw_size}")

@@ -8,6 +8,7 @@ Selections of samples by index (``ColumnPiece``) are the reader's: read/column_p
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from itertools import repeat
@@ -71,7 +72,9 @@ def _parse(block: bytes | memoryview, column: dict[str, Any], n: int) -> Column:
     tail = tuple(column["tail"])
     if any(type(d) is not int or d <= 0 for d in tail):
         raise FormatError(f"column {name!r}: bad row shape {tail}")
-    row = int(np.prod(tail, dtype=np.int64))
+    row = math.prod(tail)  # exact: a hostile tail such as [2**32, 2**32] must not wrap to 0
+    if length and row * dtype.itemsize > length:
+        raise FormatError(f"column {name!r}: row shape {tail} of {dtype} is larger than its {length}-byte data")
     offsets = _offsets(block, column, n, length // (row * dtype.itemsize))
     if int(offsets[-1]) * row * dtype.itemsize != length:
         raise FormatError(f"column {name!r}: {length} bytes is not {offsets[-1]} rows of {tail} {dtype}")

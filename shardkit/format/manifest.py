@@ -21,6 +21,8 @@ MANIFEST_NAME = "manifest.json"
 FORMAT_NAME = "shardkit"
 FORMAT_VERSION = (1, 1)
 # One optional folder level, then a file name; no dot-files, no "..", no control characters.
+MAX_COUNT = 1 << 63  # M4: counts and sizes are below 2**63 (they become int64 in plans)
+_MAX_INT_DIGITS = 20
 _SAFE_NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}/)?[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 
 
@@ -79,9 +81,16 @@ class ShardInfo:
 
 def _count(raw: dict[str, Any], key: str, where: str) -> int:
     value = raw[key]
-    if type(value) is not int or value < 0:
-        raise ManifestError(f"{where}: {key} must be a non-negative integer, got {value!r}")
+    if type(value) is not int or not 0 <= value < MAX_COUNT:
+        raise ManifestError(f"{where}: {key} must be an integer in [0, 2**63), got {value!r}")
     return value
+
+
+def _parse_int(text: str) -> int:
+    """M4: JSON integers of at most 20 digits (a u64); longer ones are refused unparsed."""
+    if len(text.lstrip("-")) > _MAX_INT_DIGITS:
+        raise ManifestError(f"integer literal of {len(text)} characters (at most {_MAX_INT_DIGITS} digits, M4)")
+    return int(text)
 
 
 @dataclass(frozen=True)
@@ -138,8 +147,14 @@ def _canonical(value: Any) -> bytes:
 def decode_manifest(data: bytes, where: str = MANIFEST_NAME) -> Manifest:
     """Parse and validate a manifest (M1–M6); raises ``ManifestError`` naming ``where``."""
     try:
-        raw = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        text = data.decode("utf-8")  # M1: UTF-8 only (json.loads would also guess UTF-16/32)
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{where}: not UTF-8 (M1): {exc}") from None
+    try:
+        raw = json.loads(text, parse_int=_parse_int)
+    except (ValueError, RecursionError) as exc:
+        if isinstance(exc, ManifestError):
+            raise ManifestError(f"{where}: {exc}") from None
         raise ManifestError(f"{where}: not valid JSON: {exc}") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT_NAME:
         raise ManifestError(f"{where}: not a shardkit manifest (missing \"format\": \"shardkit\")")

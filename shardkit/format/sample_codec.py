@@ -19,14 +19,23 @@ from __future__ import annotations
 import importlib
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from itertools import chain
 from typing import Any
 
 import msgpack
 import numpy as np
 
 from shardkit.errors import EncodeError, FormatError
+from shardkit.format.limits import MAX_NESTING_DEPTH
 from shardkit.format.sample_views import unpack_with_views
+from shardkit.format.sample_walk import find_bad_key, nesting_problem, too_deep
+from shardkit.format.tensor_dtypes import (
+    TORCH_ONLY_DTYPES,
+    decode_torch_only,
+    encode_torch_only,
+    torch_only_name,
+)
 
 EXT_NDARRAY = 1
 EXT_TENSOR = 2
@@ -34,8 +43,8 @@ EXT_NPSCALAR = 3
 _ARRAY_KINDS = frozenset("biufc")
 _U8 = struct.Struct("<B")
 _BASE_TYPES: tuple[type, ...] = (bool, int, float, str, bytes, dict)
-_CONTAINERS = (dict, list, tuple)
 _PLAIN = frozenset({type(None), bool, int, float, str, bytes})
+_DECODED_CONTAINERS = frozenset({dict, list})
 
 
 _HEADS: dict[tuple[str, int], tuple[bytes, struct.Struct]] = {}
@@ -116,16 +125,23 @@ def _default(value: Any) -> Any:
     for base in _BASE_TYPES:  # IntEnum, str subclasses, OrderedDict …: stored as their base type
         if isinstance(value, base):
             return base(value)
-    torch = sys.modules.get("torch")
+    torch = sys.modules.get("torch")  # never imported here: a tensor means torch is loaded
     if torch is not None and isinstance(value, torch.Tensor):
-        if value.device.type != "cpu" or value.layout != torch.strided:
-            raise TypeError(f"only dense CPU tensors are supported, got {value.device} {value.layout}")
-        try:
-            array = value.detach().contiguous().numpy()
-        except RuntimeError as exc:  # conj/neg views and the like: not plain memory
-            raise TypeError(f"tensor cannot be viewed as numpy: {exc}") from None
-        return msgpack.ExtType(EXT_TENSOR, _encode_array(array))
+        return msgpack.ExtType(EXT_TENSOR, _encode_tensor(value, torch))
     raise TypeError(f"unsupported type {type(value).__module__}.{type(value).__qualname__}")
+
+
+def _encode_tensor(value: Any, torch: Any) -> bytes:
+    """The array payload of a dense CPU tensor; torch-only dtypes (S4) under torch's name."""
+    if value.device.type != "cpu" or value.layout != torch.strided:
+        raise TypeError(f"only dense CPU tensors are supported, got {value.device} {value.layout}")
+    try:
+        tensor = value.detach().resolve_conj().resolve_neg().contiguous()
+        if str(value.dtype).removeprefix("torch.") in TORCH_ONLY_DTYPES:
+            return encode_torch_only(tensor, torch)
+        return _encode_array(tensor.numpy())
+    except RuntimeError as exc:  # not plain memory
+        raise TypeError(f"tensor cannot be viewed as numpy: {exc}") from None
 
 
 def _ext_hook(code: int, payload: bytes | memoryview) -> Any:
@@ -134,6 +150,9 @@ def _ext_hook(code: int, payload: bytes | memoryview) -> Any:
     if code == EXT_NPSCALAR:
         return parse_array(payload)[()]
     if code == EXT_TENSOR:
+        name = torch_only_name(payload)
+        if name is not None:
+            return decode_torch_only(payload, name)
         # torch is optional for the format; it is needed only when a tensor field is read.
         torch = importlib.import_module("torch")
         array = parse_array(payload)
@@ -152,12 +171,13 @@ class SampleEncoder:
     def encode(self, sample: Any, sample_index: int | None = None, check_keys: bool = True) -> bytes:
         """msgpack bytes of one sample; ``EncodeError`` names the field path and sample index.
 
-        ``check_keys=False`` skips the walk for non-str map keys, for sources whose keys are
-        str by construction (JSON objects, Parquet columns and struct fields)."""
+        ``check_keys=False`` skips the check for non-str map keys, for sources whose keys are
+        str by construction (JSON objects, Parquet columns and struct fields); nesting deeper
+        than ``MAX_NESTING_DEPTH`` is refused either way (S3)."""
         where = "sample" if sample_index is None else f"sample {sample_index}"
         if not isinstance(sample, dict):
             raise EncodeError(f"{where}: a sample must be a dict, got {type(sample).__name__}")
-        bad_key = _find_bad_key(sample, "$") if check_keys else None
+        bad_key = find_bad_key(sample, "$") if check_keys or too_deep(sample, 1) else None
         if bad_key:
             raise EncodeError(f"{where}: cannot encode field {bad_key}")
         try:
@@ -165,27 +185,6 @@ class SampleEncoder:
         except (TypeError, ValueError, OverflowError) as exc:
             path = find_unsupported(sample) or "$"
             raise EncodeError(f"{where}: cannot encode field {path}: {exc}") from None
-
-
-def _find_bad_key(value: Any, path: str) -> str | None:
-    """The first map key that is not a str (readers decode with ``strict_map_key``), or None.
-
-    Walks only containers; a list of scalars costs one C-level ``set(map(type, …))``."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return f"{path}[{key!r}] (keys must be str)"
-            if isinstance(item, _CONTAINERS):
-                found = _find_bad_key(item, f"{path}.{key}")
-                if found:
-                    return found
-    elif isinstance(value, (list, tuple)) and not _PLAIN.issuperset(map(type, value)):
-        for i, item in enumerate(value):
-            if isinstance(item, _CONTAINERS):
-                found = _find_bad_key(item, f"{path}[{i}]")
-                if found:
-                    return found
-    return None
 
 
 def find_unsupported(value: Any, path: str = "$") -> str | None:
@@ -215,12 +214,32 @@ def find_unsupported(value: Any, path: str = "$") -> str | None:
     return None if isinstance(converted, msgpack.ExtType) else find_unsupported(converted, path)
 
 
+_STACK_MESSAGE = f"nested deeper than msgpack's 1024 levels (the format allows {MAX_NESTING_DEPTH}, S3)"
+
+
+def _unpack(data: bytes | memoryview) -> Any:
+    try:
+        return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=True)
+    except msgpack.StackError:  # its message is empty
+        raise FormatError(f"sample is {_STACK_MESSAGE}") from None
+
+
 def decode_sample(data: bytes | memoryview) -> dict[str, Any]:
-    """One sample from its msgpack bytes."""
-    sample = msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=True)
+    """One sample from its msgpack bytes: a map, nested at most ``MAX_NESTING_DEPTH`` deep (S3)."""
+    sample = _unpack(data)
     if not isinstance(sample, dict):
         raise FormatError(f"a sample must decode to a map, got {type(sample).__name__}")
+    problem = nesting_problem(sample)
+    if problem:
+        raise FormatError(f"sample: {problem}")
     return sample
+
+
+def _values_of(unpacker: msgpack.Unpacker) -> Iterator[Any]:
+    try:
+        yield from unpacker
+    except msgpack.StackError:  # its message is empty
+        raise FormatError(f"a sample of block is {_STACK_MESSAGE}") from None
 
 
 # Above this average sample size a block is unpacked sample by sample from its offsets (no copy
@@ -248,19 +267,25 @@ def decode_block_samples(
                 sample = unpack_with_views(piece, _ext_hook)
                 samples.append(sample if sample is not None else decode_sample(piece))
         else:
-            samples = [
-                msgpack.unpackb(block[offsets[i] : offsets[i + 1]], ext_hook=_ext_hook, raw=False, strict_map_key=True)
-                for i in range(expected)
-            ]
+            samples = [_unpack(block[offsets[i] : offsets[i + 1]]) for i in range(expected)]
     else:
         unpacker = msgpack.Unpacker(
             ext_hook=_ext_hook, raw=False, strict_map_key=True, max_buffer_size=max(len(block), 1)
         )
         unpacker.feed(block)
-        samples = list(unpacker)
+        samples = []
+        try:
+            samples.extend(unpacker)
+        except msgpack.StackError:  # its message is empty
+            raise FormatError(f"sample {len(samples)} of block is {_STACK_MESSAGE}") from None
     if len(samples) != expected:
         raise FormatError(f"block holds {len(samples)} samples, index says {expected}")
     if not all(type(sample) is dict for sample in samples):
         bad = next(i for i, sample in enumerate(samples) if type(sample) is not dict)
         raise FormatError(f"sample {bad} of block: expected a map, got {type(samples[bad]).__name__}")
+    if not _DECODED_CONTAINERS.isdisjoint(map(type, chain.from_iterable(map(dict.values, samples)))):
+        for index, sample in enumerate(samples):  # S3; only blocks that hold lists or maps
+            problem = nesting_problem(sample)
+            if problem:
+                raise FormatError(f"sample {index} of block: {problem}")
     return samples

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import ManifestError
+from shardkit.format.tensor_dtypes import tensor_dtype_name
 
 _SCALARS: dict[type, str] = {bool: "bool", int: "int", float: "float", str: "str", bytes: "bytes"}
 # Written as msgpack bin, read back as bytes.
@@ -52,8 +53,10 @@ def type_name(value: Any) -> str:
 
 def describe(value: Any) -> dict[str, Any]:
     kind = type_name(value)
-    if kind in ("ndarray", "tensor", "npscalar"):
-        array = np.asarray(value.detach().numpy() if kind == "tensor" else value)
+    if kind == "tensor":
+        return {"type": kind, "dtype": tensor_dtype_name(value), "shape": list(value.shape)}
+    if kind in ("ndarray", "npscalar"):
+        array = np.asarray(value)
         return {"type": kind, "dtype": array.dtype.str, "shape": list(array.shape)}
     return {"type": kind}
 
@@ -198,9 +201,40 @@ def _array_fits(got: dict[str, Any], desc: dict[str, Any]) -> bool:
     return all(s is None or s == g for s, g in zip(shape, got["shape"], strict=True))
 
 
+TYPE_NAMES = frozenset({*_PY_TYPES, "ndarray", "tensor", "npscalar"})
+_ARRAY_TYPES = frozenset({"ndarray", "tensor", "npscalar"})
+
+
 def validate_schema(schema: Any, where: str) -> dict[str, dict[str, Any]]:
+    """M6: a map of field names to well-formed descriptions; ``ManifestError`` naming the field."""
     if not isinstance(schema, dict) or not all(
         isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("type"), str) for k, v in schema.items()
     ):
         raise ManifestError(f"{where}: schema must map field names to {{'type': …}} objects")
+    for name, desc in schema.items():
+        problem = _description_problem(desc)
+        if problem:
+            raise ManifestError(f"{where}: schema field {name!r}: {problem} (M6), got {desc!r}"[:2000])
     return schema
+
+
+def _description_problem(desc: dict[str, Any]) -> str | None:
+    kind = desc["type"]
+    if kind not in TYPE_NAMES and kind != "any":
+        return f"unknown type {kind!r}"
+    if any(key in desc and type(desc[key]) is not bool for key in ("optional", "nullable")):
+        return "'optional' and 'nullable' must be booleans"
+    if kind == "any":
+        types = desc.get("types")
+        if not isinstance(types, list) or not types or not all(t in TYPE_NAMES for t in types):
+            return "type 'any' needs a non-empty 'types' list of type names"
+    if kind in _ARRAY_TYPES:
+        dtype, shape = desc.get("dtype", 0), desc.get("shape", 0)
+        dtypes = desc.get("dtypes")
+        if not (isinstance(dtype, str) or (dtype is None and isinstance(dtypes, list) and dtypes
+                                           and all(isinstance(d, str) for d in dtypes))):
+            return f"type {kind!r} needs a str 'dtype' (or null with a 'dtypes' list of str)"
+        if shape is not None and not (isinstance(shape, list) and all(
+                d is None or (type(d) is int and d >= 0) for d in shape)):
+            return f"type {kind!r} needs a 'shape': null or a list of ints >= 0 and nulls"
+    return None

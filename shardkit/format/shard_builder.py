@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from shardkit.errors import EncodeError
 from shardkit.format.block_codec import BlockCompressor
 from shardkit.format.checksum import StreamingChecksum, xxh64_int
 from shardkit.format.column_block import LAYOUT_COLUMNS, LAYOUT_ROWS, rows_to_columns
+from shardkit.format.limits import MAX_BLOCK_BYTES
 from shardkit.format.manifest import ShardInfo
 from shardkit.format.offsets import offsets_from_lengths
 from shardkit.format.shard_layout import (
@@ -47,6 +49,19 @@ def join_samples(encoded: list[bytes]) -> tuple[bytes, np.ndarray]:
     if offsets[-1] >= 1 << 32:
         raise ValueError(f"block of {offsets[-1]} bytes exceeds 4 GiB; lower block_size")
     return b"".join(encoded), offsets.astype("<u4")
+
+
+def seal_first(pending_bytes: int, sample_bytes: int, sample_index: int,
+               max_block_bytes: int = MAX_BLOCK_BYTES) -> bool:
+    """I12, for every writer: whether the pending block must be sealed before a sample of
+    ``sample_bytes`` joins it (it would take the block past ``max_block_bytes``); a sample
+    larger than a whole block is an ``EncodeError`` naming it."""
+    if sample_bytes > max_block_bytes:
+        raise EncodeError(
+            f"sample {sample_index}: encodes to {sample_bytes} bytes, more than the maximum block "
+            f"size {max_block_bytes} (I12); split it into several samples"
+        )
+    return pending_bytes > 0 and pending_bytes + sample_bytes > max_block_bytes
 
 
 LAYOUT_CHOICES = ("auto", "rows")

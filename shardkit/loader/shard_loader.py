@@ -268,9 +268,9 @@ def check_loader_state(state: Any, fingerprint: str) -> None:
         raise StateError(f"loader state version {version!r}; this shardkit reads <= {LOADER_STATE_VERSION}")
     if not isinstance(state.get("epoch"), int) or not isinstance(state.get("plan"), dict):
         raise StateError("loader state needs an int 'epoch' and a 'plan' object")
-    if state["plan"].get("params", {}).get("epoch") != state["epoch"]:
+    validate_state(state["plan"], fingerprint)  # first: it refuses a malformed plan (params not an object …)
+    if state["plan"]["params"]["epoch"] != state["epoch"]:
         raise StateError("loader state: 'epoch' and plan params disagree")
-    validate_state(state["plan"], fingerprint)
 
 
 def _gather_offsets(offsets: list[int], topology: Topology, width: int) -> list[int]:

@@ -24,6 +24,8 @@ from shardkit.plan.spans import ShardSizes
 STATE_VERSION = 1
 STATE_KEYS = ("version", "fingerprint", "params", "offsets", "parent")
 BasePlan = Callable[[np.ndarray, PlanParams], Plan]  # level 0 from (shard sizes, params)
+#: R10: a state and its parents; each parent is one elastic resume within the same epoch.
+MAX_STATE_LEVELS = 100
 
 
 def build_plan(
@@ -152,7 +154,30 @@ def _checked_offsets(plan: Plan, offsets: Any, path: str) -> list[int]:
 
 
 def _check_shape(state: Any, path: str) -> None:
-    """Structure, types and versions of every level; offsets vs counts are checked later."""
+    """Structure, types and versions of every level (at most ``MAX_STATE_LEVELS``, R10, walked
+    without recursion); offsets vs counts are checked later."""
+    level: Any = state
+    root, epoch = path, None
+    for depth in range(MAX_STATE_LEVELS + 1):
+        if level is None:
+            return
+        if depth == MAX_STATE_LEVELS:
+            raise StateError(
+                f"{root}: resume state has more than {MAX_STATE_LEVELS} levels of 'parent' (R10); "
+                "it cannot come from shardkit"
+            )
+        _check_level(level, path)
+        if epoch is not None and level["params"]["epoch"] != epoch:
+            raise StateError(
+                f"{path}.params.epoch: expected {epoch} (levels of one state share an epoch), "
+                f"got {level['params']['epoch']}"
+            )
+        epoch = level["params"]["epoch"]
+        level, path = level["parent"], f"{path}.parent"
+
+
+def _check_level(state: Any, path: str) -> None:
+    """One level's keys, version, fingerprint, params and offsets (not its parent's)."""
     if not isinstance(state, dict):
         raise StateError(f"{path}: expected an object, got {type(state).__name__}")
     if sorted(state) != sorted(STATE_KEYS):
@@ -172,14 +197,6 @@ def _check_shape(state: Any, path: str) -> None:
     except PlanError as error:
         raise StateError(f"{path}.params: {error}") from error
     _check_offset_list(state["offsets"], params, path)
-    parent = state["parent"]
-    if parent is not None:
-        _check_shape(parent, f"{path}.parent")
-        if parent["params"]["epoch"] != params.epoch:
-            raise StateError(
-                f"{path}.parent.params.epoch: expected {params.epoch} (levels of one state "
-                f"share an epoch), got {parent['params']['epoch']}"
-            )
 
 
 def _check_offset_list(offsets: Any, params: PlanParams, path: str) -> None:

@@ -10,6 +10,7 @@ reader's own read-ahead helper thread (``ReadOptions.read_ahead``) uses a second
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,9 +19,11 @@ import numpy as np
 
 from shardkit.errors import CorruptShardError, FormatError
 from shardkit.format import BlockDecompressor, ShardInfo, decode_block, decode_sample
+from shardkit.format.block_codec import check_block_size
 from shardkit.format.checksum import xxh64_int
 from shardkit.format.column_block import LAYOUT_COLUMNS
 from shardkit.format.column_parse import parse_columns
+from shardkit.format.limits import MAX_BLOCK_BYTES, MAX_BLOCK_BYTES_ENV, check_block_limit
 from shardkit.format.shard_layout import (
     FOOTER_SIZE,
     HEADER_SIZE,
@@ -36,7 +39,23 @@ from shardkit.read.sources import ByteSource
 from shardkit.read.stats import ReadStats
 
 _DEFAULT_SUFFIX = 64 << 10
+_ZSTD_SLACK = 1 << 20  # a zstd frame may be a little larger than its content (incompressible)
 SampleChunk = list[dict[str, Any]] | ColumnPiece  # a block's sample dicts, or (with views) a selection of its columns
+
+
+def resolve_max_block_bytes(max_block_bytes: int | None = None) -> int:
+    """A reader's block limit (I12): ``max_block_bytes`` if given, else ``SHARDKIT_MAX_BLOCK_BYTES``
+    from the environment, else ``MAX_BLOCK_BYTES`` (256 MiB, what every writer keeps to)."""
+    if max_block_bytes is not None:
+        return check_block_limit(max_block_bytes)
+    text = os.environ.get(MAX_BLOCK_BYTES_ENV)
+    if not text:
+        return MAX_BLOCK_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    return check_block_limit(value, MAX_BLOCK_BYTES_ENV)
 
 
 class ShardReader:
@@ -47,13 +66,17 @@ class ShardReader:
         shard_label: str | None = None,
         stats: ReadStats | None = None,
         options: ReadOptions = ReadOptions(),
+        max_block_bytes: int | None = None,
     ) -> None:
-        """``options``: read-ahead and views (``ReadOptions``)."""
+        """``options``: read-ahead and views (``ReadOptions``). ``max_block_bytes``: blocks
+        declaring more raw bytes are refused before they are read (I12; default
+        ``resolve_max_block_bytes()``)."""
         self.source = source
         self.info = info
         self.label = shard_label or (info.name if info else source.where)
         self.where = f"shard {self.label} ({source.where})"
-        self._decompressor = BlockDecompressor()
+        self.max_block_bytes = resolve_max_block_bytes(max_block_bytes)
+        self._decompressor = BlockDecompressor(self.max_block_bytes)
         self.stats = stats if stats is not None else ReadStats()
         self.index = self._read_index()
         self.read_ahead = options.read_ahead and getattr(source, "thread_safe", False)
@@ -111,11 +134,22 @@ class ShardReader:
     def read_stored_block(self, block_index: int) -> bytes | memoryview:
         """The stored bytes of one block, checksum-verified (I5)."""
         block = self.index.blocks[block_index]
+        self._check_block_size(block_index)
         start = int(block["offset"])
         stored = self.source.read_range(start, start + int(block["stored_size"]))
         if xxh64_int(stored) != int(block["checksum"]):
             raise CorruptShardError(f"{self.where}: {self._block_label(block_index)}: checksum mismatch")
         return stored
+
+    def _check_block_size(self, block_index: int) -> None:
+        """I12, before anything is read: the raw size, and the stored size (a raw block's stored
+        bytes are its raw bytes; a zstd frame is at most a little larger than its content)."""
+        block = self.index.blocks[block_index]
+        try:
+            check_block_size(int(block["raw_size"]), self.max_block_bytes)
+            check_block_size(int(block["stored_size"]) - _ZSTD_SLACK, self.max_block_bytes)
+        except CorruptShardError as exc:
+            raise CorruptShardError(f"{self.where}: {self._block_label(block_index)}: {exc}") from None
 
     def _block_label(self, block_index: int) -> str:
         """``block 3 (samples 40..52) at offset 1234``, for errors."""
@@ -167,7 +201,7 @@ class ShardReader:
     def _raw_block_ahead(self, block_index: int) -> bytes | memoryview:
         """``read_raw_block`` for the read-ahead thread (its own zstd context)."""
         if self._ahead_decompressor is None:
-            self._ahead_decompressor = BlockDecompressor()
+            self._ahead_decompressor = BlockDecompressor(self.max_block_bytes)
         return self.decode_stored_block(block_index, self.read_stored_block(block_index), self._ahead_decompressor)
 
     # ---- samples ----------------------------------------------------------------------------

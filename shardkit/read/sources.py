@@ -6,8 +6,8 @@ import mmap
 import os
 from typing import Protocol
 
-from shardkit.errors import NotFoundError, StorageError
 from shardkit.storage import Store
+from shardkit.storage.local_files import open_regular_file
 
 
 class ByteSource(Protocol):
@@ -23,32 +23,36 @@ class ByteSource(Protocol):
 
 
 class LocalFileSource:
-    """A local file kept open and memory-mapped; ``read_range`` returns a zero-copy view.
+    """A local regular file kept open and memory-mapped; ``read_range`` returns a zero-copy view.
+    A FIFO, device or directory is refused on open, naming it (storage/local_files.py).
 
+    ``mapped=False``: ``read_range`` copies with ``pread`` instead, so pages read once do not
+    stay in this process's resident set (verification reads every byte once).
     Thread-safe. Views stay valid after ``close`` (the mapping lives until the last one dies)."""
 
     thread_safe = True
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, mapped: bool = True) -> None:
         self.where = path
         self._fd = -1
-        try:
-            self._fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise NotFoundError(f"{path}: shard file does not exist") from None
-        except OSError as exc:
-            raise StorageError(f"{path}: cannot open: {exc.strerror}") from None
-        self._size = os.fstat(self._fd).st_size
-        self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ) if self._size else None
-        self._view = memoryview(self._map) if self._map is not None else memoryview(b"")
+        self._fd, self._size = open_regular_file(path, "shard file")
+        self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ) if self._size and mapped else None
+        self._view = memoryview(self._map) if self._map is not None else None
 
     def size(self) -> int:
         return self._size
 
-    def read_range(self, start: int, end: int) -> memoryview:
+    def read_range(self, start: int, end: int) -> bytes | memoryview:
         if start < 0 or end > self._size or start > end:
             raise OSError(f"{self.where}: short read at [{start}, {end}) of a {self._size}-byte file")
-        return self._view[start:end]
+        if self._view is not None:
+            return self._view[start:end]
+        if start == end:
+            return b""
+        data = os.pread(self._fd, end - start, start)
+        if len(data) != end - start:
+            raise OSError(f"{self.where}: short read at [{start}, {end}): got {len(data)} bytes (file shrank?)")
+        return data
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -80,10 +84,11 @@ class StoreSource:
         pass
 
 
-def open_source(store: Store, name: str, size: int | None = None) -> ByteSource:
-    """A local file source for local stores, else range requests on the store."""
+def open_source(store: Store, name: str, size: int | None = None, mapped: bool = True) -> ByteSource:
+    """A local file source for local stores (``mapped``: see ``LocalFileSource``), else range
+    requests on the store."""
     if store.is_local:
-        return LocalFileSource(store.local_path(name))
+        return LocalFileSource(store.local_path(name), mapped)
     return StoreSource(store, name, size)
 
 

@@ -25,6 +25,7 @@ from shardkit.errors import StorageError, TransientStorageError
 from shardkit.storage.atomic import BufferedAtomicWrite, LocalAtomicWrite, link_or_copy
 from shardkit.storage.backends import make_filesystem
 from shardkit.storage.classify import to_storage_error
+from shardkit.storage.local_files import read_regular_file
 from shardkit.storage.multipart import MultipartAtomicWrite
 from shardkit.storage.retry import RetryPolicy, call_with_retry
 
@@ -107,6 +108,8 @@ class Store:
         """The whole object, in one request (s3fs would otherwise ask for its size first, to
         split large objects: a second round trip on every manifest open). Large objects are
         read with ``read_range`` or downloaded in chunks (download.py), not with this."""
+        if self.is_local:  # a FIFO or device must not hang or exhaust the reader (local_files.py)
+            return read_regular_file(self.local_path(name))
         options = {"max_concurrency": 1} if self._is_s3 else {}
         return bytes(self._call(name, lambda p: self.fs.cat_file(p, **options)))
 

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardkit.format.shard_builder import arrange_block
+from shardkit.format.limits import MAX_BLOCK_BYTES
+from shardkit.format.shard_builder import arrange_block, seal_first
 
 ArrangedBlock = tuple[bytes, np.ndarray, int]  # raw bytes, sample offsets, layout
 
 
 class BlockCutter:
-    def __init__(self, block_size: int, shard_size: int, layout: str = "auto") -> None:
+    def __init__(self, block_size: int, shard_size: int, layout: str = "auto",
+                 max_block_bytes: int = MAX_BLOCK_BYTES) -> None:
         self.block_size, self.shard_size, self.layout = block_size, shard_size, layout
+        self.max_block_bytes = max_block_bytes
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._shard_raw = 0
@@ -27,6 +30,13 @@ class BlockCutter:
         self._pending.append(data)
         self._pending_bytes += len(data)
         return self.flush() if self._pending_bytes >= self.block_size else None
+
+    def make_room(self, sample_bytes: int, sample_index: int) -> ArrangedBlock | None:
+        """I12: the pending block, sealed now if a sample of ``sample_bytes`` would take it past
+        ``max_block_bytes`` (a sample larger than a whole block is an ``EncodeError``)."""
+        if seal_first(self._pending_bytes, sample_bytes, sample_index, self.max_block_bytes):
+            return self.flush()
+        return None
 
     def flush(self) -> ArrangedBlock | None:
         """The pending samples as an arranged block (None if there are none)."""

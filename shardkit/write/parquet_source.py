@@ -42,10 +42,22 @@ def _batch_rows(batch: Any) -> list[dict[str, Any]]:
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
         if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
             columns[name] = _list_column(column)
+        elif pa.types.is_floating(column.type) and column.type.bit_width < 64:
+            columns[name] = _narrow_float_column(column)
         else:
             columns[name] = column.to_pylist()
     names = list(columns)
     return [dict(zip(names, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+
+
+def _narrow_float_column(column: Any) -> list[Any]:
+    """float16/float32 values as numpy scalars of that dtype (``to_pylist`` would widen them to
+    Python floats, float64); nulls as None."""
+    values = list(np.asarray(column.to_numpy(zero_copy_only=False)))
+    if not column.null_count:
+        return values
+    valid = column.is_valid().to_pylist()
+    return [value if ok else None for value, ok in zip(values, valid, strict=True)]
 
 
 def _list_column(column: Any) -> list[Any]:

@@ -17,7 +17,7 @@ from typing import Any
 from shardkit.format import BlockCompressor, CompressOptions, SchemaBuilder, ShardInfo
 from shardkit.format.shard_builder import SealedBlock, build_shard, seal_block
 from shardkit.storage import Store
-from shardkit.write.cuts import BlockCutter
+from shardkit.write.cuts import ArrangedBlock, BlockCutter
 
 PART_FORMAT = "shards/part-{task_index:05d}-{part_index:04d}.sks"
 #: Names this engine writes (and may delete as orphans): parts and staging files in shards/.
@@ -53,14 +53,17 @@ class PartWriter:
         self.schema = SchemaBuilder()
         self.result = PartResult(task_index=task_index)
         self._compressor = BlockCompressor(options.compress)
-        self._cutter = BlockCutter(options.block_size, options.shard_size, options.layout)
+        self._cutter = BlockCutter(options.block_size, options.shard_size, options.layout)  # I12 at its maximum
         self._blocks: list[SealedBlock] = []
 
     def append(self, data: bytes, sample: dict[str, Any]) -> None:
+        self._take(self._cutter.make_room(len(data), self.result.num_samples))  # I12
         self.schema.observe(sample)
         self.result.num_samples += 1
         self.result.raw_bytes += len(data)
-        block = self._cutter.add(data)
+        self._take(self._cutter.add(data))
+
+    def _take(self, block: ArrangedBlock | None) -> None:
         if block is not None:
             self._blocks.append(seal_block(*block, self._compressor))
             if self._cutter.shard_full:

@@ -60,7 +60,7 @@ def decode_part(ext: str, data: bytes, origin: str) -> Any:
             return json.loads(data)
         if last == "npy":
             return np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deep
         raise SourceError(f"{origin}: cannot parse .{ext}: {exc}") from None
     return data
 
@@ -139,7 +139,7 @@ def iter_jsonl(path: str) -> Iterator[Item]:
 def parse_jsonl_item(item: Item) -> dict[str, Any]:
     try:
         row = json.loads(item.parts[""])
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deep
         raise SourceError(f"{item.origin}: not valid JSON: {exc}") from None
     if not isinstance(row, dict):
         raise SourceError(f"{item.origin}: a JSONL line must be an object, got {type(row).__name__}")

@@ -36,6 +36,7 @@ from shardkit.format import (
     ShardInfo,
     decode_manifest,
 )
+from shardkit.format.limits import MAX_BLOCK_BYTES
 from shardkit.format.shard_builder import LAYOUT_CHOICES, SealedBlock, ShardAssembler, seal_block
 from shardkit.storage import Store, open_store
 from shardkit.storage.store import AtomicWrite
@@ -55,10 +56,17 @@ class WriterOptions:
     overwrite: bool = False
     threads: int = 2
     layout: str = "auto"  # "auto": uniform small samples as column blocks; "rows": never
+    max_block_bytes: int = MAX_BLOCK_BYTES  # I12; only ever lowered (tests, tools)
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUT_CHOICES:
             raise ValueError(f"layout must be one of {LAYOUT_CHOICES}, got {self.layout!r}")
+        if not 0 < self.max_block_bytes <= MAX_BLOCK_BYTES:
+            raise ValueError(f"max_block_bytes must be in [1, {MAX_BLOCK_BYTES}], got {self.max_block_bytes}")
+        if self.block_size > self.max_block_bytes:
+            raise ValueError(
+                f"block_size {self.block_size} is above the maximum block size {self.max_block_bytes} (I12)"
+            )
 
 
 class ShardWriter:
@@ -90,7 +98,8 @@ class ShardWriter:
         self.schema = SchemaBuilder()
         self.shards: list[ShardInfo] = []
         self._encoder = SampleEncoder()
-        self._cutter = BlockCutter(self.options.block_size, self.options.shard_size, self.options.layout)
+        self._cutter = BlockCutter(self.options.block_size, self.options.shard_size, self.options.layout,
+                                   self.options.max_block_bytes)
         self._shard_blocks: deque[Future[SealedBlock]] = deque()  # sealed, not yet in the file
         self._shard: tuple[ShardAssembler, AtomicWrite] | None = None  # the shard being written
         self._commits: list[tuple[Future[None], AtomicWrite]] = []  # at most one in flight
@@ -108,8 +117,8 @@ class ShardWriter:
     def write(self, sample: dict[str, Any]) -> None:
         """Append one sample. Raises ``EncodeError`` naming the field and sample index."""
         data = self._encoder.encode(sample, self._num_samples)
+        self._append(data)  # first: it refuses a sample larger than a block (I12)
         self.schema.observe(sample)
-        self._append(data)
 
     def write_encoded(self, encoded: list[bytes], schema: dict[str, Any] | None) -> None:
         """Append samples already encoded elsewhere (parallel packing) with their schema
@@ -172,8 +181,11 @@ class ShardWriter:
 
     # ---- internals --------------------------------------------------------------------------
     def _append(self, data: bytes) -> None:
+        self._take(self._cutter.make_room(len(data), self._num_samples))  # I12: no block past the maximum
         self._num_samples += 1
-        block = self._cutter.add(data)
+        self._take(self._cutter.add(data))
+
+    def _take(self, block: ArrangedBlock | None) -> None:
         if block is not None:
             self._seal_block(block)
             if self._cutter.shard_full:

@@ -340,10 +340,12 @@ def test_encode_errors(tmp_path, value, path):
         sk.ShardWriter(str(tmp_path / "ds")).write(value)
 
 
-def test_bfloat16_tensor_is_refused(tmp_path):
+def test_tensors_the_format_cannot_hold_are_refused(tmp_path):
+    """S1: sparse tensors and tensors off the CPU (bfloat16 and float8 are supported: S4)."""
     torch = pytest.importorskip("torch")
-    with pytest.raises(EncodeError, match=r"sample 0: cannot encode field \$\.t"):
-        sk.ShardWriter(str(tmp_path / "ds")).write({"t": torch.ones(2, dtype=torch.bfloat16)})
+    for value in (torch.eye(2).to_sparse(), torch.empty(2, device="meta")):
+        with pytest.raises(EncodeError, match=r"sample 0: cannot encode field \$\.t"):
+            sk.ShardWriter(str(tmp_path / "ds"), overwrite=True).write({"t": value})
 
 
 def test_index_suffix_is_one_request(dataset):
