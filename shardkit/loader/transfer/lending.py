@@ -8,9 +8,10 @@ becomes garbage exactly when nothing of the batch can still see the memory; a
 never guesses: on a free-threaded build, whose deferred reference counting may delay
 deallocation, memory comes back later, never earlier.
 
-The lent array must view a non-ndarray buffer (an ``mmap``): numpy collapses a view's ``base``
-to the first array that owns its data, so a view of a view of an owning ndarray would skip the
-lent array and let it die while the batch lives.
+The lent array must view a non-ndarray buffer — an ``mmap`` (ring slots) or a ``memoryview``
+of an array (recycled buffers): numpy collapses a view's ``base`` to the first *array* that
+owns its data, so views made from an array lent straight over an owning ndarray would skip the
+lent array and let it die while the batch lives. A memoryview or mmap stops that collapse.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from collections.abc import Callable
 import numpy as np
 
 
-def lend(memory: mmap.mmap, offset: int, nbytes: int, release: Callable[[int], None], key: int) -> np.ndarray:
+def lend(
+    memory: mmap.mmap | memoryview, offset: int, nbytes: int, release: Callable[[int], None], key: int
+) -> np.ndarray:
     """``memory[offset : offset + nbytes]`` as a uint8 array; ``release(key)`` runs once that
     array and everything made from it are garbage."""
     array = np.frombuffer(memory, dtype=np.uint8, count=nbytes, offset=offset)

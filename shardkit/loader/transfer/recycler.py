@@ -18,8 +18,6 @@ simply keeps their buffers busy; past ``keep`` busy buffers, ``empty`` falls bac
 
 from __future__ import annotations
 
-import mmap
-
 import numpy as np
 import torch
 
@@ -35,7 +33,7 @@ class Recycler:
 
     def __init__(self, keep: int = 4) -> None:
         self.keep = keep
-        self._buffers: list[mmap.mmap] = []  # anonymous private mappings: pages only once touched
+        self._buffers: list[np.ndarray] = []  # uint8, from numpy's allocator (as fast to fill as any)
         self._lent: list[bool] = []
         self.reused = 0  # buffers handed out again (for tests)
 
@@ -48,7 +46,7 @@ class Recycler:
         if index is None or np_dtype is None:
             return torch.empty(shape, dtype=dtype)
         self._lent[index] = True
-        array = lend(self._buffers[index], 0, nbytes, self._release, index)
+        array = lend(self._buffers[index].data, 0, nbytes, self._release, index)
         return torch.from_numpy(array.view(np_dtype).reshape(shape))
 
     def _free(self, nbytes: int) -> int | None:
@@ -71,8 +69,8 @@ class Recycler:
 
     def addresses(self) -> list[int]:
         """Where each buffer starts in memory (for tests)."""
-        return [int(np.frombuffer(buffer, dtype=np.uint8, count=1).ctypes.data) for buffer in self._buffers]
+        return [int(buffer.ctypes.data) for buffer in self._buffers]
 
 
-def _new_buffer(nbytes: int) -> mmap.mmap:
-    return mmap.mmap(-1, nbytes + nbytes // 8)  # room for the next, larger batches
+def _new_buffer(nbytes: int) -> np.ndarray:
+    return np.empty(nbytes + nbytes // 8, dtype=np.uint8)  # room for the next, larger batches

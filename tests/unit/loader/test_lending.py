@@ -45,9 +45,10 @@ def _derive(value: Any, step: str) -> Any:
 
 
 @settings(max_examples=150, deadline=None)
-@given(chain=st.lists(st.sampled_from(STEPS), max_size=8), keep=st.data())
-def test_memory_comes_back_exactly_when_the_last_thing_made_from_it_is_gone(chain, keep):
-    memory = mmap.mmap(-1, 4096)
+@given(chain=st.lists(st.sampled_from(STEPS), max_size=8), keep=st.data(), kind=st.sampled_from(["mmap", "array"]))
+def test_memory_comes_back_exactly_when_the_last_thing_made_from_it_is_gone(chain, keep, kind):
+    """Both kinds of memory lent: an mmap (ring slots) and a memoryview of an ndarray (recycler)."""
+    memory = mmap.mmap(-1, 4096) if kind == "mmap" else memoryview(np.empty(4096, dtype=np.uint8))
     released: list[int] = []
     lent = lend(memory, 512, 1024, released.append, 7)
     values = [lent]
