@@ -14,7 +14,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from shardkit.format.columns import parse_columns
+from shardkit.format.column_parse import parse_columns
 
 from shardkit.errors import CorruptShardError, EncodeError, FormatError, ManifestError
 from shardkit.format import BlockDecompressor, Manifest, SampleEncoder, decode_block_samples, decode_sample
