@@ -19,8 +19,7 @@ from functools import cached_property
 
 import numpy as np
 
-from shardkit.plan.rng import permutation, philox_key
-from shardkit.plan.sequence import EpochSequence, SampleSequence
+from shardkit.plan.sequence import EpochSequence, SampleSequence, window_order
 from shardkit.plan.spans import Span, Window
 
 _NO_SHARDS = np.zeros(0, dtype=np.int64)
@@ -95,15 +94,10 @@ class InterleavedRange(SampleSequence):
             spans: list[Span] = []
             for lane in range(self._lanes):
                 spans.extend(self._epoch.spans(*self._lane_range(lane, index)))
-            order = self._window_order(index, size)
+            order = window_order(self._key_words, index, size)
             yield Window(tuple(spans), order[max(start, first) - first : min(stop, first + size) - first])
             first += size
             index += 1
-
-    def _window_order(self, index: int, length: int) -> np.ndarray:
-        if length == 1:
-            return np.zeros(1, dtype=np.int64)
-        return permutation(philox_key(*self._key_words, index), length)
 
     def shards(self, start: int, stop: int) -> np.ndarray:
         """Shards read for ``start:stop`` in first-read order (window, then lane)."""

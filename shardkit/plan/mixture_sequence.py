@@ -21,7 +21,7 @@ import numpy as np
 
 from shardkit.errors import PlanError
 from shardkit.plan.rng import permutation, philox_key
-from shardkit.plan.sequence import EpochSequence, SampleSequence
+from shardkit.plan.sequence import EpochSequence, SampleSequence, window_bounds
 from shardkit.plan.spans import Span, Window
 
 SALT_MIX_ORDER = 11  # a source's shard order: (11, seed, name word)
@@ -182,8 +182,7 @@ class MixedSequence(SampleSequence):
         self.check_range(start, stop)
         if start == stop:
             return _NO_SHARDS
-        w_lo = start // self._window * self._window
-        w_hi = min(-(-stop // self._window) * self._window, len(self))
+        w_lo, w_hi = window_bounds(start, stop, self._window, len(self))
         lo, hi = self._mix.prefix(w_lo), self._mix.prefix(w_hi)
         found, when = [], []
         for stream, q, a, b in zip(self._streams, self._mix.counts, lo, hi, strict=True):

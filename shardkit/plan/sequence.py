@@ -26,6 +26,18 @@ from shardkit.plan.spans import Span, Window
 _NO_SHARDS = np.zeros(0, dtype=np.int64)
 
 
+def window_order(key_words: tuple[int, ...], index: int, length: int) -> np.ndarray:
+    """The seeded output order of window ``index`` of ``length`` samples (P10)."""
+    if length == 1:  # nothing to permute; skip deriving a key
+        return np.zeros(1, dtype=np.int64)
+    return permutation(philox_key(*key_words, index), length)
+
+
+def window_bounds(start: int, stop: int, window: int, total: int) -> tuple[int, int]:
+    """Positions ``lo:hi`` of the whole windows of ``window`` samples that touch ``start:stop``."""
+    return start // window * window, min(-(-stop // window) * window, total)
+
+
 class SampleSequence(ABC):
     """An ordered, finite sequence of (shard, sample) references."""
 
@@ -118,21 +130,15 @@ class ShuffledRange(SampleSequence):
             w_lo = index * self._window
             w_hi = min(w_lo + self._window, len(self))
             spans = self._epoch.spans(self._lo + w_lo, self._lo + w_hi)
-            order = self._window_order(index, w_hi - w_lo)
+            order = window_order(self._key_words, index, w_hi - w_lo)
             trimmed = order[max(start, w_lo) - w_lo : min(stop, w_hi) - w_lo]
             yield Window(tuple(spans), trimmed)
-
-    def _window_order(self, index: int, length: int) -> np.ndarray:
-        if length == 1:  # nothing to permute; skip deriving a key
-            return np.zeros(1, dtype=np.int64)
-        return permutation(philox_key(*self._key_words, index), length)
 
     def shards(self, start: int, stop: int) -> np.ndarray:
         self.check_range(start, stop)
         if start == stop:
             return _NO_SHARDS
-        w_lo = start // self._window * self._window
-        w_hi = min(-(-stop // self._window) * self._window, len(self))
+        w_lo, w_hi = window_bounds(start, stop, self._window, len(self))
         return self._epoch.shards(self._lo + w_lo, self._lo + w_hi)
 
 
