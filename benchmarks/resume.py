@@ -62,10 +62,11 @@ def resume_rows(samples: int, workers: int) -> list[dict[str, Any]]:
     return rows
 
 
-def scale_rows() -> list[dict[str, Any]]:
-    """P4: 1e9 samples in 1e5 shards, 4096 consumers: build, seek, elastic re-plan."""
+def scale_rows(interleave: int = 1) -> list[dict[str, Any]]:
+    """P4: 1e9 samples in 1e5 shards, 4096 consumers: build, seek, elastic re-plan
+    (``interleave``: read-time lanes, partition.md P13)."""
     sizes = np.full(100_000, 10_000, dtype=np.int64)
-    params = PlanParams(world_size=512, num_workers=8, batch_size=32, epoch=0)
+    params = PlanParams(world_size=512, num_workers=8, batch_size=32, epoch=0, interleave=interleave)
     tracemalloc.start()
     started = time.perf_counter()
     plan = build_plan(sizes, params)
@@ -77,9 +78,13 @@ def scale_rows() -> list[dict[str, Any]]:
     elastic = build_plan(sizes, PlanParams(world_size=384, num_workers=6, batch_size=32, epoch=0), state)
     next(iter(elastic.consumer_windows(2303, 0)))
     replanned = time.perf_counter()
+    shards = plan.shards_of(4095, offsets[4095])
+    listed = time.perf_counter()
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    return [{"event": "plan_scale", "samples": int(sizes.sum()), "shards": len(sizes), "consumers": plan.num_consumers,
+    return [{"event": "plan_scale", "interleave": interleave, "shards_of_s": listed - replanned,
+             "shards_of_len": len(shards),
+             "samples": int(sizes.sum()), "shards": len(sizes), "consumers": plan.num_consumers,
              "build_s": built - started, "seek_s": sought - built, "elastic_replan_s": replanned - sought,
              "window_samples": int(seek.num_samples), "peak_traced_mib": peak / (1 << 20)}]
 
@@ -89,8 +94,11 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=200_000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--interleave", type=int, default=1, help="plan with read-time lanes (P13)")
+    parser.add_argument("--plan-only", action="store_true", help="only the plan-scale rows (no dataset)")
     args = parser.parse_args()
-    save_rows(scale_rows() + resume_rows(args.samples, args.workers), args.out)
+    rows = scale_rows(args.interleave)
+    save_rows(rows if args.plan_only else rows + resume_rows(args.samples, args.workers), args.out)
     return 0
 
 

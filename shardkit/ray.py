@@ -49,5 +49,6 @@ def write(
         overwrite=overwrite,
         skip_bad=skip_bad,
         storage_options=dict(storage_options or {}),
+        shuffle=None,  # rows are written in the dataset's order (ds.random_shuffle(seed=...) to mix)
     )
     return write_dataset(ds, out, options, progress=True)

@@ -99,7 +99,17 @@ def info_dict(dataset: StoredDataset) -> dict[str, Any]:
         "compression_ratio": round(m.raw_bytes / m.num_bytes, 3) if m.num_bytes else None,
         "schema": m.schema,
         "metadata": m.metadata,
+        "order": m.order,
     }
+
+
+def describe_order(order: dict[str, Any] | None) -> str:
+    """The manifest's ``order`` (M9) in words."""
+    if order is None:
+        return "not recorded (packed by an older shardkit)"
+    if not order.get("shuffled"):
+        return "source order (packed with --no-shuffle)"
+    return f"shuffled at pack time ({order.get('method')}, seed {order.get('seed')})"
 
 
 def run_info(args: argparse.Namespace) -> int:
@@ -114,6 +124,7 @@ def run_info(args: argparse.Namespace) -> int:
         f"size         {format_bytes(info['num_bytes'])} on disk, {format_bytes(info['raw_bytes'])} raw "
         f"(ratio {info['compression_ratio']})"
     )
+    print(f"order        {describe_order(info['order'])}")
     print("schema")
     for name, desc in info["schema"].items():
         print(f"  {name:<20} {describe_field(desc)}")

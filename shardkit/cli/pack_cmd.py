@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from shardkit.cli.common import Progress, add_storage_options, key_values, print_json, storage_options
 from shardkit.units import format_bytes
 from shardkit.write.pack import PackOptions, pack
+from shardkit.write.shuffle import ShuffleOptions
 from shardkit.write.sources import FORMATS
 
 
@@ -36,11 +38,40 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--map", metavar="MODULE:FUNCTION", help="map each JSONL record through FUNCTION (e.g. tokenize)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true")
+    _add_shuffle_options(p)
     add_storage_options(p)
     p.set_defaults(handler=run)
 
 
+def _add_shuffle_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("order (specs/pack-shuffle.md)")
+    g.add_argument("--shuffle", action=argparse.BooleanOptionalAction, default=None,
+                   help="write samples in a seeded random order (default with the local engine), so "
+                   "readers get mixed batches even from a source sorted by class; --no-shuffle keeps "
+                   "the source order (the Ray engine's only order for now)")
+    g.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0): same seed, same bytes")
+    g.add_argument("--shuffle-memory", default="256MiB",
+                   help="samples held in memory while shuffling; beyond it they go to temp files (default 256MiB)")
+    g.add_argument("--tmp-dir", default=None, help="folder for the shuffle's temp files (default: system temp)")
+
+
+def _shuffle_options(args: argparse.Namespace) -> ShuffleOptions | None:
+    if args.shuffle is None:  # default: shuffle, except on the Ray engine (not supported yet)
+        args.shuffle = args.engine == "local"
+    if not args.shuffle:
+        return None
+    if args.engine == "ray":
+        raise ValueError("--shuffle: the Ray engine does not shuffle at pack time yet; "
+                         "use --engine local or --no-shuffle")
+    return ShuffleOptions(seed=args.seed, memory=args.shuffle_memory, tmp_dir=args.tmp_dir)
+
+
 def run(args: argparse.Namespace) -> int:
+    try:
+        shuffle = _shuffle_options(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     options = PackOptions(
         fmt=args.format,
         workers=args.workers,
@@ -54,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         skip_bad=args.skip_bad,
         label_from_dir=args.label_from_dir,
         storage_options=storage_options(args),
+        shuffle=shuffle,
     )
     if args.engine == "ray" and not args.map:
         from shardkit.write.ray_engine import pack_with_ray

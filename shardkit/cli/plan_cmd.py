@@ -1,13 +1,20 @@
-"""``shardkit plan PATH``: who reads what in an epoch, steps per rank, samples dropped or padded."""
+"""``shardkit plan PATH``: who reads what in an epoch, steps per rank, samples dropped or padded;
+``--quality FIELD``: distinct FIELD values per local batch against a uniform shuffle (P14)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Any
+
+import numpy as np
 
 from shardkit.cli import mix_cmd
 from shardkit.cli.common import add_storage_options, print_json, storage_options
-from shardkit.plan import PlanParams, build_plan
-from shardkit.read import open_dataset
+from shardkit.errors import ShardkitError
+from shardkit.plan import Plan, PlanParams, build_plan
+from shardkit.plan.quality import LabelQuality, label_quality, quality_advice
+from shardkit.read import StoredDataset, open_dataset
 from shardkit.read.mixture import is_mixture_file
 
 _MAX_ROWS = 32
@@ -24,6 +31,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tail", default="drop", choices=("drop", "pad"))
     p.add_argument("--no-shuffle", action="store_true")
     p.add_argument("--shuffle-window", type=int, default=8192)
+    p.add_argument("--interleave", type=int, default=1,
+                   help="lanes each consumer reads at once (read-time mixing; default 1: off)")
+    p.add_argument("--quality", metavar="FIELD", default=None,
+                   help="measure distinct FIELD values per local batch against a uniform shuffle "
+                   "(reads FIELD from every sample)")
+    p.add_argument("--quality-batches", type=int, default=20, help="batches per consumer measured (default 20)")
     p.add_argument("--json", action="store_true")
     add_storage_options(p)
     p.set_defaults(handler=run)
@@ -36,10 +49,14 @@ def run(args: argparse.Namespace) -> int:
     params = PlanParams(
         seed=args.seed, epoch=args.epoch, world_size=args.world_size, num_workers=args.workers,
         batch_size=args.batch_size, tail=args.tail, shuffle=not args.no_shuffle,
-        shuffle_window=args.shuffle_window,
+        shuffle_window=args.shuffle_window, interleave=args.interleave,
     )
-    summary = build_plan(dataset.manifest.shard_sizes, params).summary()
+    plan = build_plan(dataset.manifest.shard_sizes, params)
+    summary = plan.summary()
     summary["fingerprint"] = dataset.manifest.fingerprint
+    quality = measure_quality(dataset, plan, args.quality, args.quality_batches) if args.quality else None
+    if quality is not None:
+        summary["quality"] = quality.to_dict()
     if args.json:
         print_json(summary)
         return 0
@@ -56,4 +73,48 @@ def run(args: argparse.Namespace) -> int:
               f"{row['samples']:>8} {row['num_shards']:>7}")
     if len(summary["consumers"]) > _MAX_ROWS:
         print(f"… {len(summary['consumers']) - _MAX_ROWS} more consumers (--json for all)")
+    if quality is not None:
+        print_quality(quality)
     return 0
+
+
+class QualityFieldError(ShardkitError, ValueError):
+    """``--quality FIELD`` names a field the samples lack or cannot compare (usage: exit 2)."""
+
+    exit_code = 2
+
+
+def read_labels(dataset: StoredDataset, field: str) -> np.ndarray:
+    """One integer code per sample (manifest order) for the values of ``field``."""
+    if field not in dataset.manifest.schema:
+        known = ", ".join(sorted(dataset.manifest.schema))
+        raise QualityFieldError(f"{dataset.url}: no field {field!r} in the schema (fields: {known})")
+    codes: dict[Any, int] = {}
+    labels = np.empty(dataset.manifest.num_samples, dtype=np.int64)
+    for index, sample in enumerate(dataset.samples()):
+        value = sample.get(field)
+        if isinstance(value, np.ndarray) and value.size == 1:
+            value = value.item()
+        try:
+            labels[index] = codes.setdefault(value, len(codes))
+        except TypeError:
+            raise QualityFieldError(
+                f"{dataset.url}: sample {index}: field {field!r} is a {type(value).__name__}; "
+                f"--quality needs a scalar label (int, str, bytes)"
+            ) from None
+    return labels
+
+
+def measure_quality(dataset: StoredDataset, plan: Plan, field: str, num_batches: int) -> LabelQuality:
+    return label_quality(plan, read_labels(dataset, field), field, num_batches=num_batches)
+
+
+def print_quality(quality: LabelQuality) -> None:
+    print(
+        f"quality of {quality.field!r}: {quality.distinct:.1f} distinct values per batch of "
+        f"{quality.batch_size} (over {quality.num_batches} batches); a uniform shuffle gives "
+        f"{quality.uniform:.1f} ({quality.ratio:.0%})"
+    )
+    advice = quality_advice(quality)
+    if advice is not None:
+        print(f"warning: {advice}", file=sys.stderr)

@@ -91,6 +91,7 @@ class Manifest:
     metadata: dict[str, Any] = field(default_factory=dict)
     created_by: str = ""
     fingerprint: str = ""
+    order: dict[str, Any] | None = None  # M9: how the samples were ordered; None = not recorded
 
     @property
     def num_samples(self) -> int:
@@ -124,6 +125,7 @@ class Manifest:
             "num_shards": len(self.shards),
             "schema": self.schema,
             "metadata": self.metadata,
+            **({} if self.order is None else {"order": self.order}),
             "shards": [s.to_dict() for s in self.shards],
         }
         return (json.dumps(body, indent=1, sort_keys=False, ensure_ascii=False) + "\n").encode()
@@ -158,9 +160,19 @@ def decode_manifest(data: bytes, where: str = MANIFEST_NAME) -> Manifest:
         metadata=metadata,
         created_by=str(raw.get("created_by", "")),
         fingerprint=str(raw.get("fingerprint", "")),
+        order=_order(raw.get("order"), where),
     )
     _check_totals(raw, manifest, where)
     return manifest
+
+
+def _order(order: Any, where: str) -> dict[str, Any] | None:
+    """M9: absent (older writers: order not recorded) or an object with a bool ``shuffled``."""
+    if order is None:
+        return None
+    if not isinstance(order, dict) or not isinstance(order.get("shuffled"), bool):
+        raise ManifestError(f"{where}: 'order' must be an object with a bool 'shuffled', got {order!r}")
+    return order
 
 
 def _check_version(version: Any, where: str) -> None:

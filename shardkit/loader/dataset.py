@@ -34,6 +34,7 @@ from shardkit.loader.transfer.meta import META_KEY
 from shardkit.loader.transfer.packed import in_groups
 from shardkit.loader.transfer.ring import Ring, find
 from shardkit.plan import Plan, PlanParams, build_plan, worker_consumer
+from shardkit.plan.quality import warn_if_unshuffled
 from shardkit.read import ReadOptions, StoredDataset, open_dataset
 from shardkit.read.column_pieces import ColumnPiece, as_samples
 from shardkit.read.stream import WindowSamples, iter_consumer
@@ -73,6 +74,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         seed: int = 0,
         tail: str = "drop",
         shuffle_window: int = 8192,
+        interleave: int = 1,
         with_index: bool = False,
         cache_dir: str | None = None,
         cache_limit: int | str | None = None,  # None: $SHARDKIT_CACHE_LIMIT or 200GiB (loader/env.py)
@@ -82,7 +84,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     ) -> None:
         self.path = path
         self.params = PlanParams(seed=seed, batch_size=batch_size, tail=tail, shuffle=shuffle,
-                                 shuffle_window=shuffle_window)
+                                 shuffle_window=shuffle_window, interleave=interleave)
         cache_dir, limit = cache_settings(cache_dir, cache_limit)  # None: $SHARDKIT_CACHE_DIR
         self.options = StreamOptions(with_index=with_index, cache_dir=cache_dir,
                                      cache_limit=limit, storage_options=storage_options)
@@ -124,6 +126,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         plan = self._plans.get(key)
         if plan is None:
             plan = build_plan(self.dataset.manifest.shard_sizes, params, resume)
+            warn_if_unshuffled(self.dataset.manifest, params)  # P14: once per dataset and process
             self._plans = {key: plan}
         return plan
 

@@ -21,7 +21,11 @@ _INT_MINIMUMS = {
     "num_workers": 0,
     "batch_size": 1,
     "shuffle_window": 1,
+    "interleave": 1,
 }
+# Fields added after version 1 of the resume state: omitted from to_dict at their default, so
+# states saved before them (and plans that do not use them) are unchanged.
+_OPTIONAL_DEFAULTS = {"interleave": 1}
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class PlanParams:
     tail: str = "drop"
     shuffle: bool = True
     shuffle_window: int = 8192
+    interleave: int = 1  # lanes a consumer reads at once when shuffling (specs/partition.md P13)
 
     def __post_init__(self) -> None:
         for name, minimum in _INT_MINIMUMS.items():
@@ -78,8 +83,13 @@ class PlanParams:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict with every field (the ``params`` object of a resume state)."""
-        return asdict(self)
+        """JSON-able dict (the ``params`` object of a resume state): every field, except
+        fields added later while they hold their default."""
+        data = asdict(self)
+        for name, default in _OPTIONAL_DEFAULTS.items():
+            if data[name] == default:
+                del data[name]
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> PlanParams:
@@ -88,7 +98,7 @@ class PlanParams:
             raise PlanError(f"plan params: expected an object, got {type(data).__name__}")
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - names)
-        missing = sorted(names - set(data))
+        missing = sorted(names - set(data) - set(_OPTIONAL_DEFAULTS))
         if unknown or missing:
             raise PlanError(f"plan params: unknown keys {unknown}, missing keys {missing}")
         return cls(**data)

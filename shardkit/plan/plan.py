@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import PlanError
+from shardkit.plan.interleave import InterleavedRange
 from shardkit.plan.params import PlanParams
 from shardkit.plan.partition import Partition, equal_steps
 from shardkit.plan.rng import SALT_SHARD_ORDER, SALT_WINDOW, permutation, philox_key
@@ -168,6 +169,8 @@ class Plan:
         source, params = self._source, self._params
         if self._parent is None and params.shuffle and isinstance(source, EpochSequence):
             key = (SALT_WINDOW, params.seed, params.epoch, self.level, consumer)
+            if params.interleave > 1:
+                return InterleavedRange(source, lo, hi, params.shuffle_window, params.interleave, key)
             return ShuffledRange(source, lo, hi, params.shuffle_window, key)
         return Slice(source, lo, hi)
 

@@ -7,13 +7,19 @@ positions (1.0 = sequential read, about 0 = well mixed).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from math import lgamma
+from typing import Any
 
 import numpy as np
 
 from shardkit.errors import PlanError
+from shardkit.plan.params import PlanParams
 from shardkit.plan.plan import Plan
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -80,3 +86,125 @@ def shuffle_stats(
         neighbour_correlation=float(np.mean(correlations)) if correlations else float("nan"),
         mean_shards_per_window=float(np.mean(window_shards)),
     )
+
+
+# ---- label diversity against a uniform shuffle (P14) -------------------------------------------
+
+POOR_RATIO = 0.5  # below this fraction of a uniform shuffle's distinct labels, warn
+MAX_MEASURED_CONSUMERS = 64
+
+
+@dataclass(frozen=True)
+class LabelQuality:
+    """Distinct values of a label field per local batch: this plan vs a uniform shuffle."""
+
+    field: str
+    batch_size: int
+    num_batches: int  # batches measured
+    distinct: float  # mean distinct labels per batch under the plan
+    uniform: float  # expected distinct labels per batch under a uniform shuffle
+    ratio: float  # distinct / uniform
+
+    @property
+    def poor(self) -> bool:
+        return self.ratio < POOR_RATIO
+
+    def to_dict(self) -> dict[str, float | int | str | bool]:
+        return {**asdict(self), "poor": self.poor}
+
+
+def distinct_per_batch(
+    plan: Plan, labels: np.ndarray, num_batches: int = 20, consumers: Sequence[int] | None = None
+) -> float:
+    """Mean distinct ``labels[global_index]`` per batch over consumers' first batches."""
+    counts = _distinct_counts(plan, labels, num_batches, consumers)
+    return float(np.mean(counts)) if counts else 0.0
+
+
+def _distinct_counts(
+    plan: Plan, labels: np.ndarray, num_batches: int, consumers: Sequence[int] | None
+) -> list[int]:
+    if consumers is None:
+        step = max(1, plan.num_consumers // MAX_MEASURED_CONSUMERS)
+        consumers = range(0, plan.num_consumers, step)
+    batch = plan.params.batch_size
+    counts: list[int] = []
+    for consumer in consumers:
+        indices, _ = first_indices(plan, consumer, num_batches * batch)
+        values = labels[indices]
+        counts.extend(len(np.unique(values[lo : lo + batch])) for lo in range(0, len(values) - batch + 1, batch))
+    return counts
+
+
+def uniform_distinct(labels: np.ndarray, batch_size: int) -> float:
+    """Expected distinct labels in ``batch_size`` samples drawn without replacement, uniformly:
+    ``sum over labels v of 1 - C(N - n_v, B) / C(N, B)``."""
+    total = len(labels)
+    batch = min(batch_size, total)
+    if batch == 0:
+        return 0.0
+    counts = np.unique(labels, return_counts=True)[1].astype(np.float64)
+    left = total - counts  # samples of other labels
+    def log_choose_ratio(other: float) -> float:  # log C(other, B) - log C(N, B)
+        if other < batch:
+            return float("-inf")
+        return lgamma(other + 1) - lgamma(other - batch + 1) - lgamma(total + 1) + lgamma(total - batch + 1)
+
+    missing = np.exp([log_choose_ratio(other) for other in left])
+    return float(np.sum(1.0 - missing))
+
+
+def label_quality(
+    plan: Plan, labels: np.ndarray, field: str, num_batches: int = 20, consumers: Sequence[int] | None = None
+) -> LabelQuality:
+    """P14: the plan's distinct labels per batch against a uniform shuffle's (``labels`` holds
+    one value per sample, manifest order; any dtype ``np.unique`` sorts)."""
+    if len(labels) != int(plan.shard_offsets[-1]):
+        raise PlanError(f"labels: expected one per sample ({int(plan.shard_offsets[-1])}), got {len(labels)}")
+    counts = _distinct_counts(plan, labels, num_batches, consumers)
+    distinct = float(np.mean(counts)) if counts else 0.0
+    uniform = uniform_distinct(labels, plan.params.batch_size)
+    ratio = distinct / uniform if uniform else 1.0
+    return LabelQuality(field, plan.params.batch_size, len(counts), distinct, uniform, ratio)
+
+
+def quality_advice(quality: LabelQuality) -> str | None:
+    """The warning for a poor ratio (None when fine): what it means and what to change."""
+    if not quality.poor:
+        return None
+    return (
+        f"batches of {quality.batch_size} hold {quality.distinct:.1f} distinct {quality.field!r} values on "
+        f"average, {quality.ratio:.0%} of a uniform shuffle's {quality.uniform:.1f}: the dataset looks "
+        f"sorted by {quality.field!r}. Re-pack with `shardkit pack` (shuffled by default; the dataset was "
+        f"packed in source order), or raise shuffle_window / interleave (more memory and cache)"
+    )
+
+
+def unshuffled_warning(order: dict[str, object] | None, labelled: Sequence[str], params: PlanParams) -> str | None:
+    """The loader's once-per-dataset warning (P14): a dataset with a declared label field that
+    was packed in source order, read without enough mixing to hide it. Cheap: no data is read;
+    ``shardkit plan DATASET --quality FIELD`` measures it."""
+    if not labelled or order is None or order.get("shuffled") is not False:
+        return None
+    if params.shuffle and params.interleave > 1 and params.shuffle_window >= 65536:
+        return None
+    return (
+        f"this dataset was packed in source order (--no-shuffle) and declares label field(s) "
+        f"{', '.join(map(repr, labelled))}: if the source was sorted by label, batches will hold few "
+        f"labels. Measure with `shardkit plan DATASET --batch-size {params.batch_size} --quality "
+        f"{labelled[0]}`; re-pack without --no-shuffle to fix it"
+    )
+
+
+LABEL_FIELDS = ("label", "labels", "cls", "class", "target")
+_warned: set[str] = set()
+
+
+def warn_if_unshuffled(manifest: Any, params: PlanParams) -> None:
+    """Log :func:`unshuffled_warning` once per dataset (by fingerprint) in this process; the
+    declared label fields are the schema's fields named like labels (``LABEL_FIELDS``)."""
+    labelled = [name for name in LABEL_FIELDS if name in manifest.schema]
+    message = unshuffled_warning(manifest.order, labelled, params)
+    if message is not None and manifest.fingerprint not in _warned:
+        _warned.add(manifest.fingerprint)
+        log.warning("%s", message)

@@ -19,6 +19,7 @@ from shardkit.errors import EncodeError, SourceError
 from shardkit.format import SampleEncoder, SchemaBuilder
 from shardkit.write import sources
 from shardkit.write.parquet_source import iter_parquet
+from shardkit.write.shuffle import ShuffleOptions, write_chunks
 from shardkit.write.writer import ShardWriter
 
 CHUNK_ITEMS = 256
@@ -40,6 +41,8 @@ class PackOptions:
     skip_bad: bool = False
     label_from_dir: bool = False
     storage_options: dict[str, Any] = field(default_factory=dict)
+    # Samples in a seeded random order (specs/pack-shuffle.md); None keeps the source order.
+    shuffle: ShuffleOptions | None = field(default_factory=ShuffleOptions)
 
 
 @dataclass
@@ -52,6 +55,7 @@ class PackSummary:
     seconds: float = 0.0
     fingerprint: str = ""
     skipped: list[dict[str, str]] = field(default_factory=list)
+    shuffle_temp_bytes: int = 0  # bytes the pack-time shuffle wrote to temp files (PS4)
 
     def to_dict(self) -> dict[str, Any]:
         rate = self.num_samples / self.seconds if self.seconds else 0.0
@@ -128,11 +132,8 @@ def pack(src: str, out: str, options: PackOptions, progress: Any = None) -> Pack
         storage_options=options.storage_options,
         overwrite=options.overwrite,
     ) as writer:
-        for chunk in _run_chunks(_chunks(fmt, options.skip_bad, items), options.workers):
-            writer.write_encoded(chunk.encoded, chunk.schema)
-            summary.skipped.extend(chunk.skipped)
-            if progress is not None:
-                progress.update(len(chunk.encoded), chunk.raw_bytes)
+        chunks = _run_chunks(_chunks(fmt, options.skip_bad, items), options.workers)
+        summary.shuffle_temp_bytes = write_chunks(writer, _observed(chunks, summary, progress), options.shuffle)
         if writer.num_samples == 0:
             raise SourceError(f"{src}: no samples to pack" + (" (all skipped)" if summary.skipped else ""))
         if summary.skipped:
@@ -145,6 +146,14 @@ def pack(src: str, out: str, options: PackOptions, progress: Any = None) -> Pack
     summary.fingerprint = manifest.fingerprint
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def _observed(chunks: Iterator[_Chunk], summary: PackSummary, progress: Any) -> Iterator[_Chunk]:
+    for chunk in chunks:
+        summary.skipped.extend(chunk.skipped)
+        if progress is not None:
+            progress.update(len(chunk.encoded), chunk.raw_bytes)
+        yield chunk
 
 
 def _run_chunks(chunks: Iterator[tuple[str, bool, list[sources.Item]]], workers: int) -> Iterator[_Chunk]:

@@ -61,6 +61,9 @@ def pack_with_ray(
 ) -> PackSummary:
     """Pack ``src`` into ``out`` on the Ray cluster at ``address`` (or the one already joined)."""
     ray = require_ray()
+    if options.shuffle is not None:
+        raise ValueError("the Ray engine does not shuffle at pack time yet (specs/pack-shuffle.md, PS6); "
+                         "pass --no-shuffle (PackOptions(shuffle=None)) or use the local engine")
     started = time.perf_counter()
     joined = not ray.is_initialized()
     if joined:

@@ -86,6 +86,7 @@ class ShardWriter:
         )
         self.store: Store = open_store(out, storage_options)
         self.metadata = dict(metadata or {})
+        self.order: dict[str, Any] | None = None  # the manifest's "order" (M9); pack sets it
         self.schema = SchemaBuilder()
         self.shards: list[ShardInfo] = []
         self._encoder = SampleEncoder()
@@ -110,11 +111,17 @@ class ShardWriter:
         self.schema.observe(sample)
         self._append(data)
 
-    def write_encoded(self, encoded: list[bytes], schema: dict[str, Any]) -> None:
-        """Append samples already encoded elsewhere (parallel packing) with their schema."""
-        self.schema.update(schema, len(encoded))
+    def write_encoded(self, encoded: list[bytes], schema: dict[str, Any] | None) -> None:
+        """Append samples already encoded elsewhere (parallel packing) with their schema
+        (``None``: already recorded with :meth:`observe_schema`, as a shuffled pack does)."""
+        if schema is not None:
+            self.schema.update(schema, len(encoded))
         for data in encoded:
             self._append(data)
+
+    def observe_schema(self, schema: dict[str, Any], num_samples: int) -> None:
+        """Merge the schema of ``num_samples`` samples to be written later (in another order)."""
+        self.schema.update(schema, num_samples)
 
     def close(self) -> Manifest:
         """Flush the last block and shard, then publish the manifest. Call once: a second call
@@ -128,7 +135,7 @@ class ShardWriter:
 
         def build(shards: tuple[ShardInfo, ...]) -> bytes:
             return Manifest(shards=shards, schema=self.schema.to_dict(), metadata=self.metadata,
-                            created_by=f"shardkit {__version__}").to_json()
+                            created_by=f"shardkit {__version__}", order=self.order).to_json()
 
         data = self._output.publish(tuple(self.shards), build)
         self._closed = True

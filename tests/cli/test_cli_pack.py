@@ -25,7 +25,9 @@ SHARDKIT = [os.path.join(os.path.dirname(sys.executable), "shardkit")]
 
 
 def pack(capsys, src, out, *extra: str) -> tuple[int, str]:
-    code = main(["pack", str(src), str(out), "--no-progress", *extra])
+    # Source order, so tests can compare with their input (shuffled packs: tests/cli/test_cli_pack_shuffle.py).
+    order = [] if "--shuffle" in extra else ["--no-shuffle"]
+    code = main(["pack", str(src), str(out), "--no-progress", *order, *extra])
     captured = capsys.readouterr()
     return code, captured.out + captured.err
 
@@ -285,7 +287,9 @@ def test_sigkill_during_pack_leaves_no_manifest(tmp_path):
     last = raw / "99999.bin"
     os.mkfifo(last)
     out = tmp_path / "out"
-    args = [*SHARDKIT, "pack", str(raw), str(out), "--shard-size", "64KiB", "--block-size", "16KiB", "--no-progress"]
+    args = [*SHARDKIT, "pack", str(raw), str(out), "--shard-size", "64KiB", "--block-size", "16KiB", "--no-progress",
+            # shards appear while the source is read (a shuffle writes them at the end)
+            "--no-shuffle"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120

@@ -59,6 +59,7 @@ class DataSpec:
     seed: int = 0
     tail: str = "drop"
     shuffle_window: int = 16
+    interleave: int = 1  # read-time lanes (specs/partition.md P13)
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class SegmentResult:
 def make_dataset(data: DataSpec, batch_size: int) -> sk.StreamingDataset:
     return sk.StreamingDataset(
         data.path, batch_size=batch_size, shuffle=data.shuffle, seed=data.seed,
-        tail=data.tail, shuffle_window=data.shuffle_window, with_index=True,
+        tail=data.tail, shuffle_window=data.shuffle_window, with_index=True, interleave=data.interleave,
     )
 
 

@@ -33,7 +33,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context"),
 ]
 
-SMALL = {"shard_size": "4KiB", "block_size": "1KiB"}
+SMALL = {"shard_size": "4KiB", "block_size": "1KiB", "shuffle": None}
 
 
 # ---- helpers --------------------------------------------------------------------------------
@@ -137,7 +137,7 @@ def test_cli_ray_equals_local_jsonl(ray_cluster: Any, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
     assert summary["num_samples"] == 120 and summary["num_shards"] >= 2
-    assert shardkit_cli("pack", str(src), str(local_out), "--no-progress", *sizes).returncode == 0
+    assert shardkit_cli("pack", str(src), str(local_out), "--no-progress", "--no-shuffle", *sizes).returncode == 0
     for out in (ray_out, local_out):
         checked = shardkit_cli("verify", str(out), "--no-progress")
         assert checked.returncode == 0, checked.stdout + checked.stderr

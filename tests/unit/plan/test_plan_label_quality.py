@@ -1,0 +1,53 @@
+"""P14: distinct labels per batch against a uniform shuffle, and the loader's one warning."""
+
+from __future__ import annotations
+
+import logging
+from math import comb
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardkit.format import Manifest
+from shardkit.plan import PlanParams, build_plan
+from shardkit.plan.quality import label_quality, uniform_distinct, warn_if_unshuffled
+
+
+@settings(deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=40), st.integers(1, 45))
+def test_uniform_distinct_is_the_exact_expectation(values: list[int], batch: int) -> None:
+    labels = np.array(values)
+    n, b = len(labels), min(batch, len(labels))
+    counts = np.unique(labels, return_counts=True)[1]
+    want = sum(1 - comb(n - int(c), b) / comb(n, b) for c in counts)
+    assert uniform_distinct(labels, batch) == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+
+def test_sorted_labels_are_poor_and_shuffled_ones_are_not() -> None:
+    sizes = [100] * 200  # 20,000 samples, 100 labels sorted: 1 label per shard
+    sorted_labels = np.arange(20_000) // 200
+    params = PlanParams(world_size=2, num_workers=2, batch_size=64, shuffle_window=1024)
+    plan = build_plan(sizes, params)
+    poor = label_quality(plan, sorted_labels, "label", num_batches=5)
+    assert poor.poor and poor.ratio < 0.3 and poor.num_batches == 20
+    mixed = label_quality(plan, np.random.default_rng(0).permutation(sorted_labels), "label", num_batches=5)
+    assert not mixed.poor and mixed.ratio > 0.95
+
+
+def manifest(order: dict[str, object] | None, schema: dict[str, object], fingerprint: str) -> Manifest:
+    return Manifest(shards=(), schema=schema, fingerprint=fingerprint, order=order)
+
+
+def test_loader_warning_once_for_a_labelled_unshuffled_dataset(caplog: pytest.LogCaptureFixture) -> None:
+    params = PlanParams(batch_size=32)
+    caplog.set_level(logging.WARNING, logger="shardkit.plan.quality")
+    labelled = {"label": {"type": "int"}, "jpg": {"type": "bytes"}}
+    warn_if_unshuffled(manifest({"shuffled": True, "method": "m", "seed": 0}, labelled, "fp-a"), params)
+    warn_if_unshuffled(manifest(None, labelled, "fp-b"), params)  # not recorded: no claim
+    warn_if_unshuffled(manifest({"shuffled": False}, {"jpg": {"type": "bytes"}}, "fp-c"), params)
+    assert caplog.records == []
+    for _ in range(3):
+        warn_if_unshuffled(manifest({"shuffled": False}, labelled, "fp-d"), params)
+    assert len(caplog.records) == 1 and "--quality label" in caplog.records[0].getMessage()
