@@ -121,11 +121,23 @@ def shuffled(ds: Any, rows: Any, options: ShuffleOptions, skip_bad: bool,
     """``ds`` (source rows with ``ORDINAL``) → a dataset of ``data`` rows in key order, split
     into ``partitions`` blocks by key range, and the summary of the encode step."""
     encoded = ds.map_batches(EncodeBatch(rows, skip_bad), batch_format="pyarrow", batch_size=None).materialize()
-    heads = encoded.filter(expr="pos < 0").take_all()
+    heads = encoded.map_batches(_summary_rows, batch_format="pyarrow").take_all()
     summary, first_index = number(sorted((int(r["src"]), bytes(r[DATA])) for r in heads))
-    samples = encoded.filter(expr="pos >= 0")
+    samples = encoded.map_batches(_sample_rows, batch_format="pyarrow")
     keyed = samples.map_batches(AddKeys(first_index, options.seed), batch_format="pyarrow")
     return keyed.sort(KEY, boundaries=key_boundaries(partitions)).select_columns([DATA]), summary
+
+
+def _summary_rows(table: Any) -> Any:
+    import pyarrow.compute as pc
+
+    return table.filter(pc.less(table.column("pos"), 0))
+
+
+def _sample_rows(table: Any) -> Any:
+    import pyarrow.compute as pc
+
+    return table.filter(pc.greater_equal(table.column("pos"), 0))
 
 
 def number(heads: list[tuple[int, bytes]]) -> tuple[ShuffleSummary, dict[int, int]]:
