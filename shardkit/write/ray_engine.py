@@ -143,6 +143,10 @@ def _write_shuffled(ds: Any, out: str, options: PackOptions, rows: Any, blocks: 
     shuffle = options.shuffle
     if shuffle is None:
         raise ValueError("_write_shuffled needs PackOptions.shuffle")
+    store = open_store(out, options.storage_options)
+    if not options.overwrite and store.exists(MANIFEST_NAME):  # before the encode step, not after
+        raise FileExistsError(f"{store.url_of(MANIFEST_NAME)} exists; "
+                              "pass overwrite=True (CLI: --overwrite) to replace it")
     ds.context.execution_options.preserve_order = True
     ds.context.enable_progress_bars = progress
     try:

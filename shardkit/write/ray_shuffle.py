@@ -25,6 +25,7 @@ Imports ``ray``/``pyarrow`` lazily inside the functions that run on the driver o
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,7 @@ ORDINAL = "__shardkit_ordinal"
 KEY = "key"
 DATA = "data"
 _FLIP = np.uint64(1 << 63)
+PIECE_BYTES = 64 << 20  # encoded bytes per table the encode step yields
 
 
 @dataclass
@@ -56,17 +58,18 @@ class EncodeBatch:
         self.rows = rows
         self.skip_bad = skip_bad
 
-    def __call__(self, table: Any) -> Any:
-        import pyarrow as pa
-
+    def __call__(self, table: Any) -> Iterator[Any]:
+        """Yield the batch's encoded samples in pieces of about ``PIECE_BYTES`` (a task never
+        holds a whole input file's samples), then its summary row."""
         first = int(table.column(ORDINAL)[0].as_py()) if table.num_rows else -1
         encoder, schema = SampleEncoder(), SchemaBuilder()
-        encoded: list[bytes] = []
+        piece: list[bytes] = []
+        held = count = 0
         skipped: list[dict[str, str]] = []
         for origin, raw in self.rows.items(table.drop([ORDINAL]), 0, 0):
             try:
                 sample = self.rows.sample(raw)
-                encoded.append(encoder.encode(sample))
+                piece.append(encoder.encode(sample))
             except (SourceError, EncodeError) as exc:
                 if not self.skip_bad:
                     text = str(exc)
@@ -74,13 +77,25 @@ class EncodeBatch:
                 skipped.append({"origin": origin, "error": str(exc)})
                 continue
             schema.observe(sample)
-        summary = json.dumps({"n": len(encoded), "schema": schema.fields, "skipped": skipped}).encode()
-        n = len(encoded)
-        return pa.table({
-            "src": pa.array([first] * (n + 1), pa.int64()),
-            "pos": pa.array(range(-1, n), pa.int64()),
-            DATA: pa.array([summary, *encoded], pa.large_binary()),
-        })
+            held += len(piece[-1])
+            if held >= PIECE_BYTES:
+                yield _rows(first, count, piece)
+                count, piece, held = count + len(piece), [], 0
+        if piece:
+            yield _rows(first, count, piece)
+            count += len(piece)
+        summary = json.dumps({"n": count, "schema": schema.fields, "skipped": skipped}).encode()
+        yield _rows(first, -1, [summary])
+
+
+def _rows(src: int, first_pos: int, data: list[bytes]) -> Any:
+    import pyarrow as pa
+
+    return pa.table({
+        "src": pa.array([src] * len(data), pa.int64()),
+        "pos": pa.array(range(first_pos, first_pos + len(data)), pa.int64()),
+        DATA: pa.array(data, pa.large_binary()),
+    })
 
 
 class AddKeys:
