@@ -103,7 +103,7 @@ def write_dataset(ds: Any, out: str, options: PackOptions, rows: Any = None, pro
     try:
         manifest = _write_and_publish(ds, sink, output, order, found)
     except BaseException as exc:
-        output.remove_leftovers(refuse_foreign=False)  # before the commit point: the old dataset stays
+        _clean_after_failure(output)
         cause = _shardkit_cause(exc) if isinstance(exc, Exception) else None
         if cause is None:
             raise
@@ -121,6 +121,15 @@ def write_dataset(ds: Any, out: str, options: PackOptions, rows: Any = None, pro
         num_tasks=len({name.split("-")[1] for name in (s.name for s in manifest.shards)}),
         deleted=list(output.removed),
     )
+
+
+def _clean_after_failure(output: Output) -> None:
+    """Remove what the manifest in force does not name: the old dataset stays whole before the
+    commit point, the new one after it (W5). A cleanup error must not hide the job's error."""
+    try:
+        output.remove_leftovers(refuse_foreign=False)
+    except Exception as exc:  # the next writer into the folder removes the leftovers
+        log.warning("%s: could not remove what the failed write left (%s)", output.store.url, exc)
 
 
 def _write_and_publish(ds: Any, sink: Any, output: Output, order: dict[str, Any] | None, found: Any) -> Manifest:
