@@ -62,9 +62,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _add_shuffle_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("order (specs/pack-shuffle.md)")
     g.add_argument("--shuffle", action=argparse.BooleanOptionalAction, default=None,
-                   help="write samples in a seeded random order (default with the local engine), so "
-                   "readers get mixed batches even from a source sorted by class; --no-shuffle keeps "
-                   "the source order (the Ray engine's only order for now)")
+                   help="write samples in a seeded random order (default; the same order on both engines), "
+                   "so readers get mixed batches even from a source sorted by class; --no-shuffle keeps "
+                   "the source order")
     g.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0): same seed, same bytes")
     g.add_argument("--shuffle-memory", default="256MiB",
                    help="samples held in memory while shuffling; beyond it they go to temp files (default 256MiB)")
@@ -72,13 +72,10 @@ def _add_shuffle_options(p: argparse.ArgumentParser) -> None:
 
 
 def _shuffle_options(args: argparse.Namespace) -> ShuffleOptions | None:
-    if args.shuffle is None:  # default: shuffle, except on the Ray engine (not supported yet)
-        args.shuffle = args.engine == "local"
+    if args.shuffle is None:  # default: shuffle
+        args.shuffle = True
     if not args.shuffle:
         return None
-    if args.engine == "ray":
-        raise ValueError("--shuffle: the Ray engine does not shuffle at pack time yet; "
-                         "use --engine local or --no-shuffle")
     return ShuffleOptions(seed=args.seed, memory=args.shuffle_memory, tmp_dir=args.tmp_dir)
 
 

@@ -56,6 +56,7 @@ class Output:
         suffix = posixpath.basename(name_format).rsplit("}", 1)[-1]
         self._shard_file = re.compile(r"[^/]*" + re.escape(suffix)) if suffix else None
         self.named: set[str] = set()  # the shards the published manifest names
+        self.removed: list[str] = []  # leftovers removed so far, in order
         self.staging = self._prepare(overwrite)
         self.old_names = set(self.named)
         self.committed = False  # a manifest naming this writer's shards is published
@@ -108,6 +109,7 @@ class Output:
         for name in remove:
             log.info("removing %s, left by an interrupted writer", self.store.url_of(name))
         self._delete(set(remove))
+        self.removed.extend(remove)
         if foreign and refuse_foreign:
             raise FileExistsError(
                 f"{self.store.url_of(self.folder)} holds {len(foreign)} file(s) that no manifest "

@@ -17,16 +17,17 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shardkit.errors import ShardkitError, SourceError
-from shardkit.format import CompressOptions
+from shardkit.format import MANIFEST_NAME, CompressOptions, Manifest, decode_manifest
 from shardkit.storage import open_store
 from shardkit.units import parse_size
 from shardkit.write import sources
+from shardkit.write.output import Output
 from shardkit.write.pack import PackOptions, PackSummary
-from shardkit.write.ray_parts import PartOptions
+from shardkit.write.ray_parts import OUTPUT_NAME_FORMAT, PARTS_FOLDER, PartOptions
 from shardkit.write.ray_rows import DatasetRows, FileRows, ItemRows, encode_item
 
 log = logging.getLogger(__name__)
@@ -61,17 +62,17 @@ def pack_with_ray(
 ) -> PackSummary:
     """Pack ``src`` into ``out`` on the Ray cluster at ``address`` (or the one already joined)."""
     ray = require_ray()
-    if options.shuffle is not None:
-        raise ValueError("the Ray engine does not shuffle at pack time yet (specs/pack-shuffle.md, PS6); "
-                         "pass --no-shuffle (PackOptions(shuffle=None)) or use the local engine")
     started = time.perf_counter()
     joined = not ray.is_initialized()
     if joined:
         ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
     try:
-        ds, rows, extra = _source_dataset(src, options)
+        ds, rows, extra, blocks = _source_dataset(src, options)
         options = PackOptions(**{**options.__dict__, "metadata": {**options.metadata, **extra}})
-        summary = write_dataset(ds, out, options, rows, progress=progress)
+        if options.shuffle is None:
+            summary = write_dataset(ds, out, options, rows, progress=progress, order={"shuffled": False})
+        else:
+            summary = _write_shuffled(ds, out, options, rows, blocks, progress)
     finally:
         if joined:
             ray.shutdown()
@@ -79,29 +80,35 @@ def pack_with_ray(
     return summary
 
 
-def write_dataset(ds: Any, out: str, options: PackOptions, rows: Any = None, progress: bool = True) -> RayPackSummary:
-    """Write the Ray dataset ``ds`` of dict rows as a shardkit dataset at ``out``."""
+def write_dataset(ds: Any, out: str, options: PackOptions, rows: Any = None, progress: bool = True,
+                  order: dict[str, Any] | None = None, found: Any = None) -> RayPackSummary:
+    """Write the Ray dataset ``ds`` of dict rows as a shardkit dataset at ``out``; ``order`` is
+    the manifest's (M9; None: not recorded). With ``found`` (``ray_shuffle.ShuffleSummary``),
+    ``ds`` holds encoded samples (column ``data``) and ``found`` their schema and skipped
+    records. A dataset being replaced stays whole and readable until the new manifest is
+    published, and a failure leaves no file that no manifest names (``output.Output``,
+    shard-format.md W5; Y1)."""
     require_ray()
-    from shardkit.write.ray_sink import ShardkitDatasink, prepare_output
+    from shardkit.write.ray_sink import ShardkitDatasink
 
     started = time.perf_counter()
     store = open_store(out, options.storage_options)
-    old_names = prepare_output(store, options.overwrite)
-    sink = ShardkitDatasink(out, rows or DatasetRows(), _sink_options(options), old_names)
+    output = Output(store, OUTPUT_NAME_FORMAT, options.overwrite)
+    sink_options = replace(_sink_options(options), encoded=found is not None)
+    sink = ShardkitDatasink(out, rows or DatasetRows(), sink_options, output.staging or PARTS_FOLDER)
     context = ds.context
     # Task indices name the shards: they must follow the input order, not completion order.
     context.execution_options.preserve_order = True
     context.enable_progress_bars = progress
     try:
-        ds.write_datasink(sink)
-    except Exception as exc:
-        cause = _shardkit_cause(exc)
+        manifest = _write_and_publish(ds, sink, output, order, found)
+    except BaseException as exc:
+        _clean_after_failure(output)
+        cause = _shardkit_cause(exc) if isinstance(exc, Exception) else None
         if cause is None:
             raise
         raise cause from None
-    manifest = sink.manifest
-    if manifest is None:
-        raise ShardkitError(f"{store.url}: Ray finished the write but never reported its results")
+    output.remove_leftovers(refuse_foreign=False)  # a killed attempt's temp files (Y3)
     return RayPackSummary(
         output=out,
         num_samples=manifest.num_samples,
@@ -110,10 +117,55 @@ def write_dataset(ds: Any, out: str, options: PackOptions, rows: Any = None, pro
         num_bytes=manifest.num_bytes,
         seconds=time.perf_counter() - started,
         fingerprint=manifest.fingerprint,
-        skipped=sink.skipped,
+        skipped=list(manifest.metadata.get("skipped", [])),
         num_tasks=len({name.split("-")[1] for name in (s.name for s in manifest.shards)}),
-        deleted=sink.deleted,
+        deleted=list(output.removed),
     )
+
+
+def _clean_after_failure(output: Output) -> None:
+    """Remove what the manifest in force does not name: the old dataset stays whole before the
+    commit point, the new one after it (W5). A cleanup error must not hide the job's error."""
+    try:
+        output.remove_leftovers(refuse_foreign=False)
+    except Exception as exc:  # the next writer into the folder removes the leftovers
+        log.warning("%s: could not remove what the failed write left (%s)", output.store.url, exc)
+
+
+def _write_and_publish(ds: Any, sink: Any, output: Output, order: dict[str, Any] | None, found: Any) -> Manifest:
+    from shardkit.write.ray_sink import manifest_builder, result_shards
+
+    ds.write_datasink(sink)
+    url = output.store.url
+    if sink.results is None:
+        raise ShardkitError(f"{url}: Ray finished the write but never reported its results")
+    build = manifest_builder(sink.results, dict(sink.options.metadata), order, url, found)
+    data = output.publish(result_shards(sink.results, url), build)
+    return decode_manifest(data, output.store.url_of(MANIFEST_NAME))
+
+
+def _write_shuffled(ds: Any, out: str, options: PackOptions, rows: Any, blocks: int,
+                    progress: bool) -> RayPackSummary:
+    """The local engine's key order (PS1) on Ray: encode, number, sort by key, write (Y7)."""
+    from shardkit.write.ray_shuffle import shuffled
+
+    shuffle = options.shuffle
+    if shuffle is None:
+        raise ValueError("_write_shuffled needs PackOptions.shuffle")
+    store = open_store(out, options.storage_options)
+    if not options.overwrite and store.exists(MANIFEST_NAME):  # before the encode step, not after
+        raise FileExistsError(f"{store.url_of(MANIFEST_NAME)} exists; "
+                              "pass overwrite=True (CLI: --overwrite) to replace it")
+    ds.context.execution_options.preserve_order = True
+    ds.context.enable_progress_bars = progress
+    try:
+        ordered, found = shuffled(ds, rows, shuffle, options.skip_bad, blocks)
+    except Exception as exc:
+        cause = _shardkit_cause(exc)
+        if cause is None:
+            raise
+        raise cause from None
+    return write_dataset(ordered, out, options, progress=progress, order=shuffle.describe(), found=found)
 
 
 def _sink_options(options: PackOptions) -> Any:
@@ -128,9 +180,15 @@ def _sink_options(options: PackOptions) -> Any:
     return SinkOptions(parts, dict(options.metadata), dict(options.storage_options), options.skip_bad)
 
 
-def _source_dataset(src: str, options: PackOptions) -> tuple[Any, Any, dict[str, Any]]:
-    """The Ray dataset for a raw source, the ``RowSource`` that decodes it, extra metadata."""
+def _source_dataset(src: str, options: PackOptions) -> tuple[Any, Any, dict[str, Any], int]:
+    """The Ray dataset for a raw source, the ``RowSource`` that decodes it, extra metadata and
+    the number of blocks. Rows carry their source position when the pack shuffles (Y7)."""
     import ray.data
+
+    from shardkit.write.ray_shuffle import with_ordinals
+
+    def numbered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return rows if options.shuffle is None else with_ordinals(rows)
 
     fmt = sources.detect_format(src) if options.fmt == "auto" else options.fmt
     if fmt == "files":
@@ -140,11 +198,11 @@ def _source_dataset(src: str, options: PackOptions) -> tuple[Any, Any, dict[str,
             raise SourceError(f"{src}: no samples to pack")
         blocks = math.ceil(len(rows) / ITEMS_PER_TASK)
         extra = {"classes": classes} if classes else {}
-        return ray.data.from_items(rows, override_num_blocks=blocks), ItemRows(), extra
+        return ray.data.from_items(numbered(rows), override_num_blocks=blocks), ItemRows(), extra, blocks
     if fmt in ("jsonl", "wds", "parquet"):
         files = [os.path.abspath(f) for f in sources.input_files(src, fmt)]
-        per_file = ray.data.from_items([{"file": f} for f in files], override_num_blocks=len(files))
-        return per_file, FileRows(fmt), {}
+        per_file = ray.data.from_items(numbered([{"file": f} for f in files]), override_num_blocks=len(files))
+        return per_file, FileRows(fmt), {}, len(files)
     raise SourceError(f"unknown format {fmt!r}; choose one of {sources.FORMATS}")
 
 

@@ -2,7 +2,9 @@
 
 The same block and shard boundaries as ``ShardWriter`` (one ``BlockCutter``, cuts.py, I10),
 but no manifest: the driver assembles one from every task's ``PartResult``
-(specs/ray-packing.md, Y1–Y3). Names depend only on the task index and the shard's position in
+(specs/ray-packing.md, Y1–Y3). When a dataset is being replaced the parts go to the
+staging folder the driver chose (``output.Output``, shard-format.md W5), never over the old
+shards. Names depend only on the task index and the shard's position in
 the task, so a retried task rewrites the same names with the same bytes.
 
 Not thread-safe; one instance per task.
@@ -10,7 +12,6 @@ Not thread-safe; one instance per task.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,9 +20,10 @@ from shardkit.format.shard_builder import SealedBlock, build_shard, seal_block
 from shardkit.storage import Store
 from shardkit.write.cuts import ArrangedBlock, BlockCutter
 
-PART_FORMAT = "shards/part-{task_index:05d}-{part_index:04d}.sks"
-#: Names this engine writes (and may delete as orphans): parts and staging files in shards/.
-PART_PATTERN = re.compile(r"^shards/(part-\d{5,}-\d{4,}\.sks|\.tmp-[^/]*)$")
+PARTS_FOLDER = "shards"
+PART_FORMAT = "{folder}/part-{task_index:05d}-{part_index:04d}.sks"
+#: The final names, for ``output.Output`` (it needs only the folder and the suffix).
+OUTPUT_NAME_FORMAT = f"{PARTS_FOLDER}/part-{{index}}.sks"
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,9 @@ class PartResult:
 class PartWriter:
     """Append encoded samples; ``finish()`` flushes and returns the task's ``PartResult``."""
 
-    def __init__(self, store: Store, task_index: int, options: PartOptions) -> None:
+    def __init__(self, store: Store, task_index: int, options: PartOptions, folder: str = PARTS_FOLDER) -> None:
         self.store = store
+        self.folder = folder  # shards/, or the staging folder when replacing a dataset (W5)
         self.options = options
         self.schema = SchemaBuilder()
         self.result = PartResult(task_index=task_index)
@@ -56,9 +59,11 @@ class PartWriter:
         self._cutter = BlockCutter(options.block_size, options.shard_size, options.layout)  # I12 at its maximum
         self._blocks: list[SealedBlock] = []
 
-    def append(self, data: bytes, sample: dict[str, Any]) -> None:
+    def append(self, data: bytes, sample: dict[str, Any] | None) -> None:
+        """Append one encoded sample; ``sample`` (None: the driver knows the schema) feeds the schema."""
         self._take(self._cutter.make_room(len(data), self.result.num_samples))  # I12
-        self.schema.observe(sample)
+        if sample is not None:
+            self.schema.observe(sample)
         self.result.num_samples += 1
         self.result.raw_bytes += len(data)
         self._take(self._cutter.add(data))
@@ -80,7 +85,8 @@ class PartWriter:
     def _close_shard(self) -> None:
         if not self._blocks:
             return
-        name = PART_FORMAT.format(task_index=self.result.task_index, part_index=len(self.result.shards))
+        name = PART_FORMAT.format(folder=self.folder, task_index=self.result.task_index,
+                                  part_index=len(self.result.shards))
         data, info = build_shard(name, self._blocks)
         self.store.write_atomic(name, data)
         self.result.shards.append(info.to_dict())

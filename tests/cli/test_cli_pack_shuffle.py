@@ -54,7 +54,6 @@ def test_no_shuffle_and_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 @pytest.mark.parametrize("extra, message", [
     (["--shuffle-memory", "lots"], "not a size"),
     (["--seed", "-1"], "shuffle seed"),
-    (["--engine", "ray", "--shuffle"], "Ray engine does not shuffle"),
 ])
 def test_bad_shuffle_options_are_usage_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str

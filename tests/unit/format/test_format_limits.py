@@ -14,11 +14,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from shardkit.format.column_parse import parse_columns
 
 from shardkit.errors import CorruptShardError, EncodeError, FormatError, ManifestError
 from shardkit.format import BlockDecompressor, Manifest, SampleEncoder, decode_block_samples, decode_sample
 from shardkit.format.block_codec import CODEC_ZSTD, BlockCompressor, CompressOptions
+from shardkit.format.column_parse import parse_columns
 from shardkit.format.limits import MAX_BLOCK_BYTES, MAX_NESTING_DEPTH
 from shardkit.format.manifest import decode_manifest
 from shardkit.format.schema import SchemaBuilder, check_sample
