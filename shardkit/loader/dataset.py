@@ -20,13 +20,14 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset
 
-from shardkit.errors import PlanError
+from shardkit.errors import PlanError, StateError
 from shardkit.loader.batcher import BatchCut, cut_batches
 from shardkit.loader.collate import collate_samples
 from shardkit.loader.collate_columns import collate_pieces
 from shardkit.loader.emitter import Emitter
 from shardkit.loader.env import cache_settings
 from shardkit.loader.loader_stats import WorkerStats
+from shardkit.loader.mixture_state import SourceTally
 from shardkit.loader.topology import Topology, rank_and_world, worker_slot
 from shardkit.loader.transfer.arena import alloc_like
 from shardkit.loader.transfer.control import Control
@@ -126,6 +127,26 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
             plan = build_plan(self.dataset.manifest.shard_sizes, params, resume)
             self._plans = {key: plan}
         return plan
+
+    # ---- the dataset's part of a loader state (a mixture adds its own: mixture_dataset.py) ----
+    def state_fingerprint(self, epoch: int) -> str:
+        """The fingerprint the loader state's plan of ``epoch`` carries."""
+        return self.fingerprint
+
+    def state_part(self, epoch: int, resume: dict[str, Any] | None, received: Any) -> dict[str, Any]:
+        """Keys a loader state adds for this dataset (none for one dataset)."""
+        return {}
+
+    def load_state_part(self, state: dict[str, Any]) -> str:
+        """Apply the dataset's part of a loader state; returns the fingerprint its plan must carry."""
+        if "mixture" in state:
+            raise StateError("loader state: saved by a mixture (it has a 'mixture' key); resume it with "
+                             "the mixture (sk.StreamingDataset(mixture) or sk.MixtureDataset)")
+        return self.fingerprint
+
+    def new_tally(self) -> SourceTally | None:
+        """What counts received samples per source at the consumed boundary (mixtures only)."""
+        return None
 
     def num_batches(self, epoch: int, rank: int, world_size: int, num_workers: int,
                     resume: dict[str, Any] | None = None) -> int:
