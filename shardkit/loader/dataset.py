@@ -37,6 +37,7 @@ from shardkit.loader.transfer.ring import Ring, find
 from shardkit.plan import Plan, PlanParams, build_plan, worker_consumer
 from shardkit.read import ReadOptions, StoredDataset, open_dataset
 from shardkit.read.column_pieces import ColumnPiece, as_samples
+from shardkit.read.mixture import Mixture, is_mixture_file
 from shardkit.read.stream import WindowSamples, iter_consumer
 from shardkit.storage import ShardCache
 
@@ -63,11 +64,21 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     list of samples to a batch (default: ``collate_samples``). Both must be picklable for
     spawn-started workers. Rank and world size are read at ``__iter__``; a custom launcher can
     pin them with ``ds.options = dataclasses.replace(ds.options, rank=r, world_size=n)``.
+    ``path`` may be a ``Mixture`` or a mixture file: the result is then a ``MixtureDataset``.
     """
+
+    def __new__(cls, path: Any = None, *args: Any, **kwargs: Any) -> StreamingDataset:
+        """``StreamingDataset(mixture, ...)`` - a ``Mixture`` or the path of a mixture file
+        (.toml/.json) - makes a ``MixtureDataset`` (a subclass; specs/mixture.md)."""
+        if cls is StreamingDataset and (isinstance(path, Mixture) or (isinstance(path, str) and is_mixture_file(path))):
+            from shardkit.loader.mixture_dataset import MixtureDataset  # a subclass: imported late
+
+            return super().__new__(MixtureDataset)
+        return super().__new__(cls)
 
     def __init__(
         self,
-        path: str,
+        path: str | Mixture,
         *,
         batch_size: int,
         shuffle: bool = True,
@@ -81,6 +92,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
     ) -> None:
+        if not isinstance(path, str):
+            raise TypeError(f"StreamingDataset: expected a dataset path or a Mixture, got {type(path).__name__}")
         self.path = path
         self.params = PlanParams(seed=seed, batch_size=batch_size, tail=tail, shuffle=shuffle,
                                  shuffle_window=shuffle_window)
