@@ -48,7 +48,8 @@ def loader_for(mixture: sk.Mixture, batch_size: int, workers: int) -> sk.ShardLo
     return sk.ShardLoader(dataset, num_workers=workers)
 
 
-def train(loader: sk.ShardLoader, model: torch.nn.Module, counts: np.ndarray, stop_after: int | None = None) -> dict | None:
+def train(loader: sk.ShardLoader, model: torch.nn.Module, counts: np.ndarray,
+          stop_after: int | None = None) -> dict | None:
     """Train until the epoch ends (returns None) or ``stop_after`` steps (returns the state)."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     for step, batch in enumerate(loader):
