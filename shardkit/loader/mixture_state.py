@@ -1,5 +1,5 @@
 """The mixture part of a loader state, and per-source accounting at the consumed boundary
-(specs/mixture.md MX8-MX9, specs/resume-state.md L7).
+(specs/mixture.md MX8-MX10).
 
 A mixture loader state is the loader state of one dataset plus a ``mixture`` key: the mixture
 state of ``shardkit.plan.mixture_state`` *without* its ``plan`` (the loader's own ``plan`` is

@@ -1,4 +1,4 @@
-"""The mixture state through ``ShardLoader`` (specs/mixture.md MX7-MX9, specs/resume-state.md L7):
+"""The mixture state through ``ShardLoader`` (specs/mixture.md MX7-MX10):
 a loader resumed with new weights, an added and reordered source and another topology finishes
 the started epoch as planned and continues every source's stream in the next; the state and
 ``stats()`` count per source what the loop received; a changed or removed source is refused
@@ -152,4 +152,16 @@ def test_single_dataset_and_older_mixture_states_still_load(roots: dict[str, str
     older["plan"] = dict(older["plan"], fingerprint=first.streaming.spec.fingerprint())
     second = loader(mixture(roots, OLD), 4, 0)
     second.load_state_dict(older)
+    assert collections.Counter(consumed + take(second)) == planned(first.streaming.spec, 0, 4)
+
+
+def test_persistent_workers_get_a_state_loaded_after_they_started(roots: dict[str, str]) -> None:
+    """The mixture part reaches persistent workers through the control block (L6)."""
+    first = loader(mixture(roots, OLD), 4, 0)
+    consumed = take(first, 6)
+    state = first.state_dict()
+    dataset = sk.MixtureDataset(mixture(roots, NEW), batch_size=4, with_index=True, with_source=True, **PARAMS)
+    second = sk.ShardLoader(dataset, num_workers=2, persistent_workers=True)
+    assert per_source(take(second)) == dict(zip(NEW, dataset.spec.counts(0).tolist(), strict=True))  # workers up
+    second.load_state_dict(state)
     assert collections.Counter(consumed + take(second)) == planned(first.streaming.spec, 0, 4)

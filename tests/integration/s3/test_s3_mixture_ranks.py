@@ -1,7 +1,7 @@
 """A 3-source mixture streamed from a real S3 server (moto) through the cache by 2 ranks x 2
 DataLoader workers (real processes, gloo), SIGKILLed mid-epoch, resumed elastically on 3 ranks x
 1 worker with another batch size and *new weights*: the samples the two runs trained, per source,
-are exactly the epoch's planned multiset (specs/mixture.md MX5, MX8, MX9).
+are exactly the epoch's planned multiset (specs/mixture.md MX5, MX8-MX10).
 
 The audit is the jobs' own per-step files (s3_mixture_rank.py); the kill point is reached by
 polling the checkpoint file, never by sleeping. No timing is asserted; HANG_S bounds a wait.
