@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import shardkit as sk
 from shardkit.errors import StateError
@@ -53,9 +55,11 @@ def loader(mix: sk.Mixture, batch_size: int, num_workers: int) -> sk.ShardLoader
 def take(shard_loader: sk.ShardLoader, steps: int | None = None) -> list[tuple[str, int]]:
     """(source name, sample id) of every real sample received, up to ``steps`` batches."""
     names = shard_loader.streaming.spec.names
+    bases = shard_loader.streaming._sample_bases  # noqa: SLF001
     got: list[tuple[str, int]] = []
     for step, batch in enumerate(shard_loader):
         real = ~batch["_padded"].numpy()
+        assert (batch["_index"].numpy() - bases[batch["_source"].numpy()] == batch["id"].numpy()).all()
         got += [(names[s], int(i)) for s, i in zip(batch["_source"].numpy()[real], batch["id"].numpy()[real],
                                                    strict=True)]
         if steps is not None and step + 1 == steps:
@@ -165,3 +169,46 @@ def test_persistent_workers_get_a_state_loaded_after_they_started(roots: dict[st
     assert per_source(take(second)) == dict(zip(NEW, dataset.spec.counts(0).tolist(), strict=True))  # workers up
     second.load_state_dict(state)
     assert collections.Counter(consumed + take(second)) == planned(first.streaming.spec, 0, 4)
+
+
+weights = st.floats(0.0, 4.0).map(lambda w: round(w, 2))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(old=st.tuples(weights, weights, weights).filter(lambda w: sum(w) > 0),
+       new=st.tuples(weights, weights, weights, weights).filter(lambda w: sum(w[1:]) > 0),
+       size=st.integers(1, 120), composition=st.sampled_from(["random", "stratified"]),
+       batches=st.tuples(st.integers(1, 7), st.integers(1, 7), st.integers(1, 7)),
+       kills=st.tuples(st.integers(1, 12), st.integers(1, 12)))
+def test_any_chain_of_resumes_with_new_mixes_delivers_the_plan(
+    roots: dict[str, str], old: tuple[float, ...], new: tuple[float, ...], size: int, composition: str,
+    batches: tuple[int, int, int], kills: tuple[int, int],
+) -> None:
+    """MX5, MX8-MX10 as a property: killed twice, resumed each time with another batch size and
+    a new mix (the second adds a source in front); the epoch is the first mix's multiset, the
+    state counts it per source, and the next epoch follows the plan layer's rebased mixture."""
+    def mix(ws: dict[str, float]) -> sk.Mixture:
+        return sk.Mixture([sk.Source(roots[n], w, n) for n, w in ws.items()], samples_per_epoch=size,
+                          composition=composition)
+
+    mixes = [mix(dict(zip(OLD, old, strict=True))), mix(dict(zip(OLD, new[1:], strict=True))),
+             mix(dict(zip(["extra", *OLD], new, strict=True)))]
+    got: list[tuple[str, int]] = []
+    state: dict[str, Any] | None = None
+    for i, (mixture_i, batch_size) in enumerate(zip(mixes, batches, strict=True)):
+        current = loader(mixture_i, batch_size, 0)
+        if state is not None:
+            current.load_state_dict(json.loads(json.dumps(state)))
+        got += take(current, kills[i] if i < 2 else None)
+        state = current.state_dict()
+        assert [(e["name"], e["consumed"]) for e in state["mixture"]["sources"]] == \
+            [(n, per_source(got).get(n, 0)) for n in OLD]
+        if i == 1:
+            before_last = state
+    first_spec = sk.MixtureDataset(mixes[0], batch_size=1, **PARAMS).spec
+    assert collections.Counter(got) == planned(first_spec, 0, batches[0])
+    params = PlanParams(batch_size=batches[2], **PARAMS)  # type: ignore[arg-type]
+    mix_state = {**before_last["mixture"], "plan": before_last["plan"]}
+    _, later = resume_mixture(sk.MixtureDataset(mixes[2], batch_size=1, **PARAMS).spec, params, mix_state)
+    current.set_epoch(1)
+    assert collections.Counter(take(current)) == planned(later, 1, batches[2])
