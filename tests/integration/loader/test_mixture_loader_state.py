@@ -212,3 +212,21 @@ def test_any_chain_of_resumes_with_new_mixes_delivers_the_plan(
     _, later = resume_mixture(sk.MixtureDataset(mixes[2], batch_size=1, **PARAMS).spec, params, mix_state)
     current.set_epoch(1)
     assert collections.Counter(take(current)) == planned(later, 1, batches[2])
+
+
+def test_a_snapshot_boundary_counts_per_source_up_to_it(roots: dict[str, str]) -> None:
+    """``state_dict(snapshot)`` (what DevicePrefetcher saves) counts up to that boundary only."""
+    shard_loader = loader(mixture(roots, OLD), 4, 2)
+    batches = iter(shard_loader)
+    names = shard_loader.streaming.spec.names
+    received: list[str] = []
+    for _ in range(5):
+        batch = next(batches)
+        received += [names[s] for s in batch["_source"][~batch["_padded"]].tolist()]
+    snapshot = shard_loader.consumed_snapshot()
+    next(batches), next(batches)
+    state = shard_loader.state_dict(snapshot)
+    assert {e["name"]: e["consumed"] for e in state["mixture"]["sources"]} == \
+        {n: received.count(n) for n in OLD}
+    assert state["plan"]["offsets"] == shard_loader.state_dict(snapshot)["plan"]["offsets"]
+    assert state != shard_loader.state_dict()
