@@ -1,17 +1,21 @@
 """A training loop over a mixture (CPU, one process): 70/20/10 % of three datasets, exact per
-epoch, checkpointed mid-epoch and resumed with another batch size and worker count.
+epoch, checkpointed mid-epoch and resumed with another batch size, worker count *and new
+weights* (they take effect at the next epoch; the started epoch finishes as planned).
 
     python examples/train_mixture.py mix.toml        # a mixture file (specs/mixture.md)
-    python examples/train_mixture.py                 # makes three small datasets in a temp folder
+    python examples/train_mixture.py                 # makes three small datasets and a mix.toml
+    python examples/train_mixture.py --out DIR       # ... in DIR (kept), e.g. for `shardkit plan`
 
 Prints, per epoch, the samples trained from each source (``batch["_source"]``) next to the
-epoch's planned counts: they are equal, resume or not.
+epoch's planned counts, and what the loader state and ``loader.stats()`` counted: all equal.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import tempfile
 
 import numpy as np
@@ -19,28 +23,35 @@ import torch
 
 import shardkit as sk
 
+MIX_TOML = """samples_per_epoch = 1000
+composition = "stratified"
+{sources}"""
 
-def make_mixture(root: str) -> sk.Mixture:
+
+def make_mixture(root: str) -> str:
+    """Three small datasets and the mixture file naming them; returns the file's path."""
     rng = np.random.default_rng(0)
-    sources = []
+    entries = []
     for name, size, weight in (("web", 900, 0.7), ("code", 300, 0.2), ("math", 40, 0.1)):
         with sk.ShardWriter(f"{root}/{name}", shard_size="64KiB") as writer:
             for i in range(size):
                 writer.write({"x": rng.normal(size=8).astype(np.float32), "y": np.float32(i % 7)})
-        sources.append(sk.Source(f"{root}/{name}", weight, name))
-    return sk.Mixture(sources, samples_per_epoch=1000, composition="stratified")
+        entries.append(f'\n[[sources]]\npath = "{name}"\nweight = {weight}\n')
+    path = os.path.join(root, "mix.toml")
+    with open(path, "w") as fh:
+        fh.write(MIX_TOML.format(sources="".join(entries)))
+    return path
 
 
 def loader_for(mixture: sk.Mixture, batch_size: int, workers: int) -> sk.ShardLoader:
-    dataset = sk.MixtureDataset(mixture, batch_size=batch_size, seed=0, with_source=True)
+    dataset = sk.StreamingDataset(mixture, batch_size=batch_size, seed=0, with_source=True)  # a MixtureDataset
     return sk.ShardLoader(dataset, num_workers=workers)
 
 
-def train(loader: sk.ShardLoader, model: torch.nn.Module, epoch: int, counts: np.ndarray,
+def train(loader: sk.ShardLoader, model: torch.nn.Module, counts: np.ndarray,
           stop_after: int | None = None) -> dict | None:
     """Train until the epoch ends (returns None) or ``stop_after`` steps (returns the state)."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader.set_epoch(epoch)
     for step, batch in enumerate(loader):
         loss = torch.nn.functional.mse_loss(model(batch["x"]).squeeze(1), batch["y"])
         optimizer.zero_grad()
@@ -56,22 +67,34 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("mixture", nargs="?", help="mixture .toml/.json (default: a generated one)")
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--out", help="folder for the generated datasets and mix.toml (default: temporary)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as root:
-        mixture = sk.load_mixture(args.mixture) if args.mixture else make_mixture(root)
-        model = torch.nn.Linear(8, 1)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.out or tmp
+        os.makedirs(root, exist_ok=True)
+        mixture = sk.load_mixture(args.mixture or make_mixture(root))
         names = [source.label for source in mixture.sources]
+        model = torch.nn.Linear(8, 1)
+        counts = np.zeros(len(names), dtype=np.int64)
+        loader = loader_for(mixture, batch_size=16, workers=0)
+        state = train(loader, model, counts, stop_after=20)  # "killed" after 20 steps of epoch 0
+        # resumed elsewhere: batch 10, two workers, the weights reversed (from epoch 1 on)
+        reweighted = dataclasses.replace(mixture, sources=[
+            dataclasses.replace(s, weight=w) for s, w in zip(mixture.sources, [s.weight for s in mixture.sources][::-1],
+                                                             strict=True)])
+        loader = loader_for(reweighted, batch_size=10, workers=2)
+        if state is not None:
+            loader.load_state_dict(state)
         for epoch in range(args.epochs):
-            counts = np.zeros(len(names), dtype=np.int64)
-            first = loader_for(mixture, batch_size=16, workers=0)
-            state = train(first, model, epoch, counts, stop_after=20)  # "killed" after 20 steps
-            if state is not None:  # resume elsewhere: batch 10, two workers
-                resumed = loader_for(mixture, batch_size=10, workers=2)
-                resumed.load_state_dict(state)
-                train(resumed, model, epoch, counts)
-            plan = first.streaming.spec.counts(epoch)
+            loader.set_epoch(epoch)
+            if epoch > 0:
+                counts = np.zeros(len(names), dtype=np.int64)
+            train(loader, model, counts)
+            planned = loader.streaming.spec_for(epoch).counts(epoch)  # type: ignore[attr-defined]
+            consumed = {e["name"]: e["consumed"] for e in loader.state_dict()["mixture"]["sources"]}
             print(f"epoch {epoch}: trained {dict(zip(names, counts.tolist(), strict=True))}, "
-                  f"planned {dict(zip(names, plan.tolist(), strict=True))} (drop tail < ranks x batch)")
+                  f"planned {dict(zip(names, planned.tolist(), strict=True))} (drop tail < ranks x batch); "
+                  f"state counted {consumed}, stats() this iteration {loader.stats()['sources']}")
     return 0
 
 

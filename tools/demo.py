@@ -5,7 +5,8 @@
 3. stream it with ``torchrun --nproc_per_node 2`` × 2 workers and audit every sample;
 4. start a local S3 server (moto), pack straight to ``s3://``, verify it there;
 5. train from S3 through a node-local cache, SIGKILL the whole job mid-epoch, resume on a
-   different topology (1 rank × 3 workers), and audit: every sample exactly once.
+   different topology (1 rank × 3 workers), and audit: every sample exactly once;
+(between 3 and 4) a mixture of three datasets: trained, resumed with new weights, explained.
 """
 
 from __future__ import annotations
@@ -132,6 +133,14 @@ def local_part() -> str:
     return raw
 
 
+def mixture_part() -> None:
+    folder = os.path.join(OUT, "mixture")
+    say("a mixture of three datasets (70/20/10 %): trained, killed, resumed with new weights; then explained")
+    run(sys.executable, os.path.join(ROOT, "examples", "train_mixture.py"), "--out", folder,
+        env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1"))
+    shardkit("plan", os.path.join(folder, "mix.toml"), "--world-size", "2", "--workers", "2", "--batch-size", "16")
+
+
 def s3_part(raw: str) -> None:
     say("starting a local S3 server (moto) and packing straight to s3://")
     with start_moto_server() as endpoint:
@@ -159,6 +168,7 @@ def main() -> int:
     shutil.rmtree(OUT, ignore_errors=True)
     os.makedirs(OUT)
     raw = local_part()
+    mixture_part()
     s3_part(raw)
     say(f"demo finished; everything it made is in {OUT}")
     return 0

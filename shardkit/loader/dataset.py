@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset
 
-from shardkit.errors import PlanError
+from shardkit.errors import PlanError, StateError
 from shardkit.loader.batcher import BatchCut, cut_batches
 from shardkit.loader.collate import collate_samples
 from shardkit.loader.collate_columns import collate_pieces
@@ -28,6 +28,7 @@ from shardkit.loader.emitter import Emitter
 from shardkit.loader.env import cache_settings
 from shardkit.loader.epoch_check import check_dataset, check_plan
 from shardkit.loader.loader_stats import WorkerStats
+from shardkit.loader.mixture_state import SourceTally
 from shardkit.loader.topology import Topology, rank_and_world, worker_slot
 from shardkit.loader.transfer.arena import alloc_like
 from shardkit.loader.transfer.control import Control
@@ -38,6 +39,7 @@ from shardkit.plan import Plan, PlanParams, build_plan, worker_consumer
 from shardkit.plan.quality import warn_if_unshuffled
 from shardkit.read import ReadOptions, StoredDataset, open_dataset
 from shardkit.read.column_pieces import ColumnPiece, as_samples
+from shardkit.read.mixture import Mixture, is_mixture_file
 from shardkit.read.stream import WindowSamples, iter_consumer
 from shardkit.storage import ShardCache
 
@@ -64,11 +66,21 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     list of samples to a batch (default: ``collate_samples``). Both must be picklable for
     spawn-started workers. Rank and world size are read at ``__iter__``; a custom launcher can
     pin them with ``ds.options = dataclasses.replace(ds.options, rank=r, world_size=n)``.
+    ``path`` may be a ``Mixture`` or a mixture file: the result is then a ``MixtureDataset``.
     """
+
+    def __new__(cls, path: Any = None, *args: Any, **kwargs: Any) -> StreamingDataset:
+        """``StreamingDataset(mixture, ...)`` - a ``Mixture`` or the path of a mixture file
+        (.toml/.json) - makes a ``MixtureDataset`` (a subclass; specs/mixture.md)."""
+        if cls is StreamingDataset and (isinstance(path, Mixture) or (isinstance(path, str) and is_mixture_file(path))):
+            from shardkit.loader.mixture_dataset import MixtureDataset  # a subclass: imported late
+
+            return super().__new__(MixtureDataset)
+        return super().__new__(cls)
 
     def __init__(
         self,
-        path: str,
+        path: str | Mixture,
         *,
         batch_size: int,
         shuffle: bool = True,
@@ -83,6 +95,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
     ) -> None:
+        if not isinstance(path, str):
+            raise TypeError(f"StreamingDataset: expected a dataset path or a Mixture, got {type(path).__name__}")
         self.path = path
         self.params = PlanParams(seed=seed, batch_size=batch_size, tail=tail, shuffle=shuffle,
                                  shuffle_window=shuffle_window, interleave=interleave)
@@ -132,6 +146,26 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
             warn_if_unshuffled(self.dataset.manifest, params)  # P14: once per dataset and process
             self._plans = {key: plan}
         return plan
+
+    # ---- the dataset's part of a loader state (a mixture adds its own: mixture_dataset.py) ----
+    def state_fingerprint(self, epoch: int) -> str:
+        """The fingerprint the loader state's plan of ``epoch`` carries."""
+        return self.fingerprint
+
+    def state_part(self, epoch: int, resume: dict[str, Any] | None, received: Any) -> dict[str, Any]:
+        """Keys a loader state adds for this dataset (none for one dataset)."""
+        return {}
+
+    def load_state_part(self, state: dict[str, Any]) -> str:
+        """Apply the dataset's part of a loader state; returns the fingerprint its plan must carry."""
+        if "mixture" in state:
+            raise StateError("loader state: saved by a mixture (it has a 'mixture' key); resume it with "
+                             "the mixture (sk.StreamingDataset(mixture) or sk.MixtureDataset)")
+        return self.fingerprint
+
+    def new_tally(self) -> SourceTally | None:
+        """What counts received samples per source at the consumed boundary (mixtures only)."""
+        return None
 
     def num_batches(self, epoch: int, rank: int, world_size: int, num_workers: int,
                     resume: dict[str, Any] | None = None) -> int:

@@ -3,9 +3,10 @@
 The plan of each epoch is the mixture plan (shardkit.plan.mixture_state): the partition,
 equal steps, drop/pad, the consumed boundary and same-topology/elastic resume work exactly as
 for one dataset. Batches may carry ``_source`` (int64, the source index of each sample, with
-``with_source=True``). The loader state's plan fingerprint is the mixture's
-(:meth:`MixSpec.fingerprint`): resuming with other weights, sources or epoch size is refused
-through the loader (the plan layer's ``resume_mixture`` supports it; see the spec's MX8).
+``with_source=True``). The loader state adds the mixture state (loader/mixture_state.py), so a
+resume through ``ShardLoader`` is the plan layer's ``resume_mixture`` (MX8): the started epoch
+finishes as it was planned, new weights or sources take effect at the next epoch, a changed
+source is refused by name. ``sk.StreamingDataset(mixture_or_file, ...)`` makes one of these.
 """
 
 from __future__ import annotations
@@ -14,15 +15,27 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import torch
 
+from shardkit.errors import StateError
 from shardkit.loader.batcher import BatchCut
 from shardkit.loader.dataset import StreamingDataset
 from shardkit.loader.loader_stats import WorkerStats
+from shardkit.loader.mixture_state import SOURCES_KEY, SourceTally, mixture_of, with_consumed
+from shardkit.loader.topology import Topology
 from shardkit.loader.transfer.arena import alloc_like
+from shardkit.loader.transfer.ring import Ring
 from shardkit.plan import Plan, PlanParams, shard_offsets
-from shardkit.plan.mixture_state import mixture_plan, mixture_shard_sizes, shard_bases
-from shardkit.read.mixture import Mixture, open_mixture
+from shardkit.plan.mixture import MixSpec
+from shardkit.plan.mixture_state import (
+    mixture_description,
+    mixture_plan,
+    restore_mixture,
+    saved_spec,
+    spec_after,
+)
+from shardkit.read.mixture import Mixture, load_mixture, open_mixture
 from shardkit.read.mixture_stream import iter_mixture_consumer, source_of_indices
 from shardkit.read.options import ReadOptions
 from shardkit.read.stream import WindowSamples
@@ -31,33 +44,111 @@ from shardkit.storage import ShardCache
 
 class MixtureDataset(StreamingDataset):
     """Batches of ``batch_size`` samples drawn from several datasets by weight, exactly once per
-    element of each epoch's multiset. Keyword arguments as :class:`StreamingDataset`, plus
-    ``with_source``."""
+    element of each epoch's multiset. ``mixture``: a :class:`Mixture` or the path of a mixture
+    file (.toml/.json). Keyword arguments as :class:`StreamingDataset`, plus ``with_source``."""
 
-    def __init__(self, mixture: Mixture, *, batch_size: int, with_source: bool = False,
+    def __init__(self, mixture: Mixture | str, *, batch_size: int, with_source: bool = False,
                  storage_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        self.opened = open_mixture(mixture, storage_options)
-        self.spec = self.opened.spec()
+        self.mixture = load_mixture(mixture) if isinstance(mixture, str) else mixture
+        self.opened = open_mixture(self.mixture, storage_options)
+        self.spec = self.opened.spec()  # the mixture of every epoch but a started one
         self.with_source = with_source
         # The parent holds the first source as ``dataset`` (its store, its fork handling).
         super().__init__(self.opened.datasets[0].url, batch_size=batch_size, storage_options=storage_options,
                          **kwargs)
-        bases = shard_bases(self.spec)
-        self._sample_bases = shard_offsets(mixture_shard_sizes(self.spec))[bases]
+        self._started: dict[str, Any] | None = None  # the loaded mixture state, without its plan
+        self._saved: tuple[int, MixSpec, tuple[int, ...]] | None = None  # its epoch, spec, source order
+        self._bases: np.ndarray = self._sample_bases_of(range(len(self.spec.sources)))
+        self._order: tuple[int, ...] = tuple(range(len(self.spec.sources)))
 
     @property
     def fingerprint(self) -> str:
         return self.spec.fingerprint()
+
+    @property
+    def _sample_bases(self) -> np.ndarray:  # first global sample of each source (mixture order)
+        return self._sample_bases_of(range(len(self.spec.sources)))
+
+    def _sample_bases_of(self, order: Any) -> np.ndarray:
+        sizes = [self.opened.datasets[i].manifest.shard_sizes for i in order]
+        flat = np.concatenate([np.asarray(s, dtype=np.int64) for s in sizes] + [np.zeros(0, dtype=np.int64)])
+        firsts = np.cumsum([0] + [len(s) for s in sizes])[:-1]
+        return np.asarray(shard_offsets(flat)[firsts], dtype=np.int64)
+
+    # ---- the mixture of an epoch --------------------------------------------------------------
+    def spec_for(self, epoch: int) -> MixSpec:
+        """The mixture ``epoch`` is planned with: the loaded state's own for its epoch (MX8)."""
+        return self._saved[1] if self._saved is not None and self._saved[0] == epoch else self.spec
+
+    def _order_for(self, epoch: int) -> tuple[int, ...]:
+        """Indices (in this mixture) of the plan's sources of ``epoch``, in plan order."""
+        if self._saved is not None and self._saved[0] == epoch:
+            return self._saved[2]
+        return tuple(range(len(self.spec.sources)))
 
     def plan(self, epoch: int, world_size: int, num_workers: int, resume: dict[str, Any] | None = None) -> Plan:
         params: PlanParams = replace(self.params, epoch=epoch, world_size=world_size, num_workers=num_workers)
         key = repr((params, resume))
         plan = self._plans.get(key)
         if plan is None:
-            plan = mixture_plan(self.spec, params, resume)
+            plan = mixture_plan(self.spec_for(epoch), params, resume)
             self._plans = {key: plan}
         return plan
 
+    # ---- the loader state (loader/mixture_state.py) -----------------------------------------
+    def state_fingerprint(self, epoch: int) -> str:
+        return self.spec_for(epoch).digest(epoch)
+
+    def state_part(self, epoch: int, resume: dict[str, Any] | None, received: np.ndarray) -> dict[str, Any]:
+        """The ``mixture`` key of a loader state: ``received`` (per source of this mixture) plus,
+        when the iteration resumed the loaded state, what that state had consumed."""
+        order = self._order_for(epoch)
+        part = mixture_description(self.spec_for(epoch), epoch)
+        base = [0] * len(order)
+        if self._started is not None and resume is not None and self._started["epoch"] == epoch:
+            base = [entry["consumed"] for entry in self._started["sources"]]
+        return {"mixture": with_consumed(part, np.asarray(base, dtype=np.int64) + received[list(order)])}
+
+    def load_state_part(self, state: dict[str, Any]) -> str:
+        """Apply a loader state's mixture part; returns the fingerprint its plan must carry."""
+        mixture_state = mixture_of(state)
+        if mixture_state is None:  # a state saved before loader states carried the mixture
+            return self.spec.fingerprint()
+        if mixture_state.get("epoch") != state["epoch"]:
+            raise StateError(f"loader state: epoch {state['epoch']} but its mixture part is for epoch "
+                             f"{mixture_state.get('epoch')!r}")
+        restore_mixture(self.opened.spec(), mixture_state)  # refuses a changed source by name (MX7)
+        self._apply({k: v for k, v in mixture_state.items() if k != "plan"})
+        return self.state_fingerprint(int(mixture_state["epoch"]))
+
+    def _apply(self, started: dict[str, Any]) -> None:
+        base = self.opened.spec()
+        try:
+            saved = saved_spec(base, started)
+        except (KeyError, TypeError) as exc:
+            raise StateError(f"mixture state: malformed ({exc})") from None
+        index = {name: i for i, name in enumerate(base.names)}
+        self._saved = (int(started["epoch"]), saved, tuple(index[name] for name in saved.names))
+        self.spec = spec_after(base, started)
+        self._started, self._plans = started, {}
+
+    def new_tally(self) -> SourceTally:
+        return SourceTally(self.spec.names)
+
+    # ---- workers: the loaded mixture travels in the control block (L6) ------------------------
+    def publish(self, topology: Topology, resume: dict[str, Any] | None, generation: int,
+                ring: Ring | None = None, group: int = 1) -> None:
+        super().publish(topology, resume, generation, ring, group)
+        payload = self.control.read() or {}
+        self.control.write({**payload, "mixture": self._started})
+
+    def __iter__(self) -> Iterator[Any]:
+        started = (self.control.read() or {}).get("mixture")
+        if started is not None and started != self._started:  # a persistent worker's old copy
+            self._apply(started)
+        return super().__iter__()
+
+    # ---- reading -------------------------------------------------------------------------------
     def _shard_cache(self) -> ShardCache | None:
         if self.options.cache_dir is None or all(ds.store.is_local for ds in self.opened.datasets):
             return None
@@ -67,10 +158,21 @@ class MixtureDataset(StreamingDataset):
 
     def _read_consumer(self, plan: Plan, consumer: int, start: int, cache: ShardCache | None,
                        stats: WorkerStats, options: ReadOptions) -> Iterator[WindowSamples]:
-        return iter_mixture_consumer(self.opened, plan, consumer, start, cache, stats.read, options)
+        self._order = self._order_for(plan.params.epoch)
+        self._bases = self._sample_bases_of(self._order)
+        return iter_mixture_consumer(self.opened, plan, consumer, start, cache, stats.read, options, self._order)
 
     def _collate(self, cut: BatchCut) -> Any:
         batch = super()._collate(cut)
-        if isinstance(batch, dict) and self.with_source:
-            batch["_source"] = alloc_like(source_of_indices(self._sample_bases, cut.indices), torch.int64)
+        if isinstance(batch, dict):
+            in_plan = source_of_indices(self._bases, cut.indices)
+            sources = np.asarray(self._order, dtype=np.int64)[in_plan]
+            if self.options.with_index and self._order != tuple(range(len(self._order))):
+                # a resumed epoch's plan lists its sources in the saved order: _index is this mixture's
+                index = cut.indices - self._bases[in_plan] + self._sample_bases[sources]
+                batch["_index"] = alloc_like(index, torch.int64)
+            if self.with_source:
+                batch["_source"] = alloc_like(sources, torch.int64)
+            real = sources[~np.asarray(cut.padded, dtype=bool)]
+            batch[SOURCES_KEY] = alloc_like(np.bincount(real, minlength=len(self.spec.sources)), torch.int64)
         return batch

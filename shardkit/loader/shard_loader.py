@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader
 from shardkit.errors import StateError
 from shardkit.loader.dataset import StreamingDataset
 from shardkit.loader.loader_stats import LoaderStats
+from shardkit.loader.mixture_state import gather_sum
 from shardkit.loader.topology import Topology, rank_and_world
 from shardkit.loader.transfer.meta import META_KEY, BatchMeta
 from shardkit.loader.transfer.packed import BatchGroup, PackedBatch
@@ -100,6 +101,7 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         self._generation = 0
         self._stats = LoaderStats()
         self._ring: Ring | None = None
+        self._tally = dataset.new_tally()  # per-source samples received (mixtures, MX9)
 
     # ---- epochs -----------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -128,6 +130,8 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         plan = self.streaming.plan(self.streaming.epoch, topology.world_size, self.num_workers, resume)
         self._iter_topology, self._iter_resume = topology, resume
         self._offsets = dict(enumerate(plan.start_offsets))
+        if self._tally is not None:
+            self._tally.reset(list(plan.start_offsets))
         self._steps = 0
         self._generation += 1
         ring = self._ring_for_workers()
@@ -181,6 +185,8 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
             meta: BatchMeta | None = batch.pop(META_KEY, None) if isinstance(batch, dict) else None
             if meta is not None:
                 self._offsets[meta.consumer] = meta.position  # received by the training loop (G5, L1)
+            if self._tally is not None:
+                self._tally.record(batch, meta)
             self._steps += 1
             self._stats.step(time.perf_counter() - asked, self.streaming.params.batch_size, meta, in_group)
             if self.log_every and self._steps % self.log_every == 0:
@@ -189,7 +195,10 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
 
     def stats(self) -> dict[str, Any]:
         """Wait-time percentiles and throughput of the current iteration (G10)."""
-        return self._stats.summary()
+        summary = self._stats.summary()
+        if self._tally is not None:
+            summary["sources"] = self._tally.summary()  # this rank's samples received, per source
+        return summary
 
     # ---- Stateful -----------------------------------------------------------------------------
     def consumed_snapshot(self) -> tuple[dict[int, int], int]:
@@ -203,23 +212,28 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         batch a device prefetcher has staged but the training loop has not received yet."""
         consumed, steps = snapshot if snapshot is not None else (self._offsets, self._steps)
         topology = self._iter_topology or self._topology()
-        plan = self.streaming.plan(self.streaming.epoch, topology.world_size, self.num_workers,
-                                   self._iter_resume if self._iter_topology else self._resume)
+        resume = self._iter_resume if self._iter_topology else self._resume
+        epoch = self.streaming.epoch
+        plan = self.streaming.plan(epoch, topology.world_size, self.num_workers, resume)
         offsets = list(plan.start_offsets)
         for consumer, position in consumed.items():
             offsets[consumer] = position
         offsets = _gather_offsets(offsets, topology, max(self.num_workers, 1))
+        extra = {} if self._tally is None else \
+            self.streaming.state_part(epoch, resume, gather_sum(self._tally.at(consumed), topology))
         return {
             "version": LOADER_STATE_VERSION,
             "kind": LOADER_STATE_KIND,
-            "epoch": self.streaming.epoch,
+            "epoch": epoch,
             "steps": steps,
-            "plan": plan_to_state(plan, offsets, self.streaming.fingerprint),
+            "plan": plan_to_state(plan, offsets, self.streaming.state_fingerprint(epoch)),
+            **extra,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at the saved consumed boundary at the next ``iter(loader)`` — on any topology."""
-        check_loader_state(state, self.streaming.fingerprint)
+        check_loader_state(state, None)  # its shape first (L5), then the dataset's part (a mixture's)
+        check_loader_state(state, self.streaming.load_state_part(state))
         self.streaming.set_epoch(int(state["epoch"]))
         self._resume = state["plan"]
         self._offsets, self._steps, self._iter_topology = {}, 0, None
@@ -259,8 +273,9 @@ def _stats_line(stats: dict[str, Any]) -> str:
     )
 
 
-def check_loader_state(state: Any, fingerprint: str) -> None:
-    """Refuse malformed, newer or foreign states with a clear ``StateError`` (G6)."""
+def check_loader_state(state: Any, fingerprint: str | None) -> None:
+    """Refuse malformed, newer or foreign states with a clear ``StateError`` (G6); ``None``:
+    check the shape only."""
     if not isinstance(state, dict) or state.get("kind") != LOADER_STATE_KIND:
         raise StateError("not a shardkit loader state (missing kind='shardkit.loader')")
     version = state.get("version")
@@ -268,8 +283,11 @@ def check_loader_state(state: Any, fingerprint: str) -> None:
         raise StateError(f"loader state version {version!r}; this shardkit reads <= {LOADER_STATE_VERSION}")
     if not isinstance(state.get("epoch"), int) or not isinstance(state.get("plan"), dict):
         raise StateError("loader state needs an int 'epoch' and a 'plan' object")
-    validate_state(state["plan"], fingerprint)  # first: it refuses a malformed plan (params not an object …)
-    if state["plan"]["params"]["epoch"] != state["epoch"]:
+    if not isinstance(state["plan"].get("params"), dict):
+        raise StateError(f"state.params: plan params: expected an object, got {type(state['plan'].get('params')).__name__}")
+    if fingerprint is not None:
+        validate_state(state["plan"], fingerprint)  # also refuses a malformed plan
+    if state["plan"]["params"].get("epoch") != state["epoch"]:
         raise StateError("loader state: 'epoch' and plan params disagree")
 
 

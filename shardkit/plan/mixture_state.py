@@ -72,6 +72,11 @@ def mixture_to_state(spec: MixSpec, plan: Plan, offsets: Sequence[int],
     """The mixture resume state after consumer ``c`` delivered ``offsets[c]`` samples;
     ``consumed``: real samples delivered per source this epoch (accounting, MX9)."""
     epoch = plan.params.epoch
+    return {**mixture_description(spec, epoch, consumed), "plan": plan_to_state(plan, offsets, spec.digest(epoch))}
+
+
+def mixture_description(spec: MixSpec, epoch: int, consumed: Sequence[int] | None = None) -> dict[str, Any]:
+    """The mixture state of ``epoch`` without its ``plan`` (what the epoch is made of)."""
     counts, cursors = spec.counts(epoch), spec.cursors(epoch)
     tally = [0] * len(spec.sources) if consumed is None else [int(c) for c in consumed]
     if len(tally) != len(spec.sources):
@@ -80,8 +85,7 @@ def mixture_to_state(spec: MixSpec, plan: Plan, offsets: Sequence[int],
                 "weight": float(w), "count": int(q), "cursor": int(c), "consumed": t}
                for s, w, q, c, t in zip(spec.sources, spec.weights(epoch), counts, cursors, tally, strict=True)]
     return {"version": MIX_STATE_VERSION, "kind": MIX_KIND, "epoch": epoch,
-            "samples_per_epoch": spec.samples_per_epoch, "composition": spec.composition,
-            "sources": sources, "plan": plan_to_state(plan, offsets, spec.digest(epoch))}
+            "samples_per_epoch": spec.samples_per_epoch, "composition": spec.composition, "sources": sources}
 
 
 def resume_mixture(spec: MixSpec, params: PlanParams, state: Any) -> tuple[Plan, MixSpec]:
@@ -92,16 +96,30 @@ def resume_mixture(spec: MixSpec, params: PlanParams, state: Any) -> tuple[Plan,
     spec is ``spec`` rebased so every source continues its stream after that epoch. Raises
     StateError for a malformed or newer state, a changed or missing source (by name).
     """
+    epoch = state.get("epoch") if isinstance(state, dict) else None
+    if epoch is not None and params.epoch != epoch:
+        raise StateError(f"mixture state is for epoch {epoch}, the plan asked for epoch {params.epoch}")
+    saved, later = restore_mixture(spec, state)
+    return mixture_plan(saved, params, state["plan"]), later
+
+
+def restore_mixture(spec: MixSpec, state: Any) -> tuple[MixSpec, MixSpec]:
+    """``(saved, later)``: the mixture the state's epoch was planned with (over ``spec``'s
+    sources' shards) and ``spec`` rebased so every source continues after that epoch (MX8).
+
+    Checks the whole state (MX7), its plan part against the epoch digest included.
+    """
     _check_state(state)
     epoch = int(state["epoch"])
-    if params.epoch != epoch:
-        raise StateError(f"mixture state is for epoch {epoch}, the plan asked for epoch {params.epoch}")
     saved = saved_spec(spec, state)
     validate_state(state["plan"], saved.digest(epoch))
-    plan = mixture_plan(saved, params, state["plan"])
+    return saved, spec_after(spec, state)
+
+
+def spec_after(spec: MixSpec, state: dict[str, Any]) -> MixSpec:
+    """``spec`` rebased so every source continues after the state's epoch (a new one at 0)."""
     after = {s["name"]: int(s["cursor"]) + int(s["count"]) for s in state["sources"]}
-    later = [after.get(source.name, 0) for source in spec.sources]
-    return plan, spec.rebased(epoch + 1, later)
+    return spec.rebased(int(state["epoch"]) + 1, [after.get(source.name, 0) for source in spec.sources])
 
 
 def saved_spec(spec: MixSpec, state: dict[str, Any]) -> MixSpec:

@@ -10,7 +10,7 @@ Not thread-safe: one opener per consumer (DataLoader worker).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import cast
 
 import numpy as np
@@ -62,10 +62,18 @@ def source_of_indices(sample_bases: np.ndarray, indices: np.ndarray) -> np.ndarr
 
 def iter_mixture_consumer(opened: OpenMixture, plan: Plan, consumer: int, start: int,
                           cache: ShardCache | None = None, stats: ReadStats | None = None,
-                          options: ReadOptions = ReadOptions()) -> Iterator[WindowSamples]:
+                          options: ReadOptions = ReadOptions(),
+                          order: Sequence[int] | None = None) -> Iterator[WindowSamples]:
     """Consumer ``consumer``'s samples of a mixture plan from position ``start`` to its end;
-    ``indices`` are global (``source_of_indices`` maps them to sources)."""
-    bases = shard_bases(opened.spec())
+    ``indices`` are global (``source_of_indices`` maps them to sources). ``order``: the opened
+    datasets the plan's sources are, in plan order (default: all, in the mixture's order; a
+    resumed epoch may list a subset in its saved order)."""
+    if order is None:
+        bases = shard_bases(opened.spec())
+    else:
+        opened = OpenMixture(opened.mixture, tuple(opened.datasets[i] for i in order))
+        sizes = [0] + [len(ds.manifest.shard_sizes) for ds in opened.datasets]
+        bases = np.cumsum(sizes, dtype=np.int64)
     upcoming = list(plan.shards_of(consumer, start)) if cache is not None else None
     opener = MixtureOpener(opened, bases, cache, upcoming, stats, options)
     offsets = plan.shard_offsets

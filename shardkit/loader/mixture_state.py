@@ -1,0 +1,91 @@
+"""The mixture part of a loader state, and per-source accounting at the consumed boundary
+(specs/mixture.md MX8-MX10).
+
+A mixture loader state is the loader state of one dataset plus a ``mixture`` key: the mixture
+state of ``shardkit.plan.mixture_state`` *without* its ``plan`` (the loader's own ``plan`` is
+that plan, fingerprinted with the epoch digest). ``{**state["mixture"], "plan": state["plan"]}``
+is the plan layer's mixture state, so resuming through the loader is exactly ``resume_mixture``.
+
+Per-source counts: a mixture batch carries ``SOURCES_KEY`` (int64, its real samples per
+source); :class:`SourceTally` takes it out where the loader records the consumed boundary (L1),
+so it counts what the training loop received, never what workers prefetched.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from shardkit.errors import StateError
+from shardkit.loader.topology import Topology
+from shardkit.loader.transfer.meta import BatchMeta
+
+SOURCES_KEY = "_shardkit_sources"
+HISTORY = 256  # boundaries kept per consumer, for ``state_dict(snapshot)`` a few batches back
+
+
+class SourceTally:
+    """Per consumer: real samples per source the training loop received this iteration, and
+    the recent ``(position, cumulative counts)`` boundaries (a snapshot may name one)."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self._history: dict[int, deque[tuple[int, np.ndarray]]] = {}
+        self._zero = np.zeros(len(names), dtype=np.int64)
+
+    def reset(self, start_offsets: list[int]) -> None:
+        self._history = {c: deque([(start, self._zero)], maxlen=HISTORY) for c, start in enumerate(start_offsets)}
+
+    def record(self, batch: Any, meta: BatchMeta | None) -> None:
+        """Take ``SOURCES_KEY`` out of ``batch``; add it to ``meta.consumer``'s boundary."""
+        counts = batch.pop(SOURCES_KEY, None) if isinstance(batch, dict) else None
+        if counts is None or meta is None:
+            return
+        history = self._history.setdefault(meta.consumer, deque([(0, self._zero)], maxlen=HISTORY))
+        history.append((meta.position, history[-1][1] + np.asarray(counts, dtype=np.int64)))
+
+    def at(self, consumed: dict[int, int]) -> np.ndarray:
+        """Samples per source received up to the boundary ``consumed`` (consumer -> position)."""
+        total = self._zero.copy()
+        for consumer, position in consumed.items():
+            for seen, counts in reversed(self._history.get(consumer, ())):
+                if seen == position:
+                    total += counts
+                    break
+            else:
+                raise StateError(f"consumer {consumer}: no per-source count at position {position} "
+                                 f"(a snapshot more than {HISTORY} batches old?)")
+        return total
+
+    def summary(self) -> dict[str, int]:
+        latest = sum((h[-1][1] for h in self._history.values()), self._zero)
+        return {name: int(n) for name, n in zip(self.names, latest, strict=True)}
+
+
+def gather_sum(counts: np.ndarray, topology: Topology) -> np.ndarray:
+    """Every rank's per-source counts summed (an int64 all_reduce; collective like L2)."""
+    if topology.world_size == 1:
+        return counts
+    mine = torch.tensor(counts, dtype=torch.int64)
+    dist.all_reduce(mine)
+    return mine.numpy().astype(np.int64)
+
+
+def with_consumed(part: dict[str, Any], consumed: np.ndarray) -> dict[str, Any]:
+    """The ``mixture`` part with each source's ``consumed`` set (MX9)."""
+    sources = [dict(entry, consumed=int(n)) for entry, n in zip(part["sources"], consumed, strict=True)]
+    return dict(part, sources=sources)
+
+
+def mixture_of(state: dict[str, Any]) -> dict[str, Any] | None:
+    """The plan layer's mixture state in a loader state (None for a single-dataset state)."""
+    part = state.get("mixture")
+    if part is None:
+        return None
+    if not isinstance(part, dict) or "plan" in part:
+        raise StateError("loader state: 'mixture' must be a mixture state without its 'plan'")
+    return {**part, "plan": state["plan"]}

@@ -1,0 +1,61 @@
+"""``sk.StreamingDataset(mixture_or_file, ...)`` is a ``MixtureDataset`` (specs/mixture.md,
+"Reading and the loader"): a ``Mixture``, a .toml or .json mixture file; a dataset path stays a
+``StreamingDataset``; the result pickles (spawn-started workers) and streams the mixture."""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+
+import pytest
+
+import shardkit as sk
+from shardkit.plan import PlanParams
+from tests.helpers.datasets import write_dataset
+from tests.helpers.mixture_strategies import expected_multiset
+
+SIZES = {"web": [20, 11], "code": [6]}
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("dispatch")
+    return {name: write_dataset(str(root / name), sizes) for name, sizes in SIZES.items()}
+
+
+def test_a_mixture_or_a_mixture_file_makes_a_mixture_dataset(roots: dict[str, str], tmp_path: Path) -> None:
+    mix = sk.Mixture([sk.Source(roots["web"], 0.75), sk.Source(roots["code"], 0.25)], samples_per_epoch=40)
+    toml = tmp_path / "mix.toml"
+    toml.write_text(f'samples_per_epoch = 40\n[[sources]]\npath = "{roots["web"]}"\nweight = 0.75\n'
+                    f'[[sources]]\npath = "{roots["code"]}"\nweight = 0.25\n')
+    as_json = tmp_path / "mix.json"
+    as_json.write_text(json.dumps({"samples_per_epoch": 40, "sources": [{"path": roots["web"], "weight": 0.75},
+                                                                        {"path": roots["code"], "weight": 0.25}]}))
+    made = [sk.StreamingDataset(m, batch_size=4, seed=3, with_index=True) for m in (mix, str(toml), str(as_json))]
+    for dataset in made:
+        assert type(dataset) is sk.MixtureDataset and isinstance(dataset, sk.StreamingDataset)
+        assert dataset.spec.names == ("web", "code") and dataset.spec.counts(0).tolist() == [30, 10]
+        assert dataset.fingerprint == made[0].fingerprint
+    got = [i for batch in sk.ShardLoader(made[1]) for i in batch["_index"].tolist()]
+    assert collections.Counter(got) == expected_multiset(made[1].spec, PlanParams(seed=3, batch_size=4))
+    assert len(got) == 40
+
+
+@pytest.mark.slow
+def test_a_spawn_started_worker_gets_the_mixture_dataset(roots: dict[str, str]) -> None:
+    """A spawn-started worker unpickles the dataset: it must come back a MixtureDataset."""
+    mix = sk.Mixture([sk.Source(roots["web"], 0.75), sk.Source(roots["code"], 0.25)], samples_per_epoch=40)
+    dataset = sk.StreamingDataset(mix, batch_size=4, seed=3, with_index=True, with_source=True)
+    loader = sk.ShardLoader(dataset, num_workers=1, multiprocessing_context="spawn")
+    got = [(i, s) for batch in loader for i, s in zip(batch["_index"].tolist(), batch["_source"].tolist(), strict=True)]
+    assert collections.Counter(i for i, _ in got) == expected_multiset(dataset.spec, PlanParams(seed=3, batch_size=4))
+    assert collections.Counter(s for _, s in got) == {0: 30, 1: 10}
+    assert loader.stats()["sources"] == {"web": 30, "code": 10}
+
+
+def test_a_dataset_path_stays_a_streaming_dataset(roots: dict[str, str]) -> None:
+    plain = sk.StreamingDataset(roots["web"], batch_size=4)
+    assert type(plain) is sk.StreamingDataset
+    with pytest.raises(TypeError, match="a dataset path or a Mixture"):
+        sk.StreamingDataset(42, batch_size=4)  # type: ignore[arg-type]
