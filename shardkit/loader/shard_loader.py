@@ -283,11 +283,12 @@ def check_loader_state(state: Any, fingerprint: str | None) -> None:
         raise StateError(f"loader state version {version!r}; this shardkit reads <= {LOADER_STATE_VERSION}")
     if not isinstance(state.get("epoch"), int) or not isinstance(state.get("plan"), dict):
         raise StateError("loader state needs an int 'epoch' and a 'plan' object")
-    if not isinstance(state["plan"].get("params"), dict):
-        raise StateError(f"state.params: plan params: expected an object, got {type(state['plan'].get('params')).__name__}")
+    params = state["plan"].get("params")
+    if not isinstance(params, dict):
+        raise StateError(f"state.params: plan params: expected an object, got {type(params).__name__}")
     if fingerprint is not None:
         validate_state(state["plan"], fingerprint)  # also refuses a malformed plan
-    if state["plan"]["params"].get("epoch") != state["epoch"]:
+    if params.get("epoch") != state["epoch"]:
         raise StateError("loader state: 'epoch' and plan params disagree")
 
 
