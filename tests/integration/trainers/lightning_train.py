@@ -2,8 +2,9 @@
 
 Each training step appends ``{"run", "epoch", "step", "ids"}`` to ``AUDIT/runNNN-rankR.jsonl``
 (flushed before the step's checkpoint can be written), the format ``tools/audit.py`` reads;
-``step`` is the global step this batch completes. ``--raw`` hands Lightning the bare loader
-instead of the callback's wrapper (to see what the integration fixes).
+``step`` is the global step this batch completes. ``--unsized`` hides ``len()`` from Lightning,
+which then fetches one batch ahead (with a length, Lightning 2.6 does not). ``--raw`` hands
+Lightning the bare loader instead of the callback's wrapper (to see what the integration fixes).
 
     python tests/integration/trainers/lightning_train.py --data D --ckpt-dir C --audit-dir A --run 0 [--ckpt PATH]
 """
@@ -22,6 +23,23 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 import shardkit as sk
 from shardkit.loader.lightning import ShardkitCallback
+
+
+class Unsized:
+    """The loader behind an iterable without ``len()`` (as a user's own wrapper may be): Lightning
+    then fetches one batch ahead of the training step. State calls pass through."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __iter__(self) -> Any:
+        return iter(self.inner)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.inner.state_dict()  # type: ignore[no-any-return]
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state)
 
 
 class Tiny(pl.LightningModule):
@@ -61,6 +79,7 @@ def main() -> None:
     p.add_argument("--ckpt-every", type=int, default=3)
     p.add_argument("--step-sleep", type=float, default=0.02)
     p.add_argument("--raw", action="store_true")
+    p.add_argument("--unsized", action="store_true")
     args = p.parse_args()
     os.makedirs(args.audit_dir, exist_ok=True)
     dataset = sk.StreamingDataset(args.data, batch_size=args.batch_size, seed=0, tail="pad",
@@ -72,7 +91,9 @@ def main() -> None:
     trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=args.epochs,
                          callbacks=[shardkit_cb, checkpoints], logger=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0, use_distributed_sampler=False)
-    train = loader if args.raw else shardkit_cb.train_dataloader()
+    train: Any = loader if args.raw else shardkit_cb.train_dataloader()
+    if args.unsized:
+        train = Unsized(train)
     trainer.fit(Tiny(args.audit_dir, args.run, args.step_sleep), train_dataloaders=train, ckpt_path=args.ckpt)
 
 
