@@ -9,7 +9,7 @@ $(BIN)/shardkit: pyproject.toml benchmarks/requirements-nodeps.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev,s3,parquet]'
+	$(BIN)/pip install --quiet -e '.[dev,s3,parquet]' torch==2.13.0  # dev pulls lightning/transformers: keep torch
 	$(BIN)/pip install --quiet -e '.[ray]'
 	$(BIN)/pip install --quiet -c benchmarks/constraints.txt -e '.[peers]'
 	$(BIN)/pip install --quiet --no-deps -r benchmarks/requirements-nodeps.txt
