@@ -37,7 +37,8 @@ def peer(name: str) -> Any:
 
 
 def pack(src: Any, out: Any, *extra: str) -> int:
-    return main(["pack", str(src), str(out), "--no-progress", *extra])
+    """``shardkit pack`` keeping the source order, so samples compare one to one."""
+    return main(["pack", str(src), str(out), "--no-progress", "--no-shuffle", *extra])
 
 
 def read_back(out: Any) -> list[dict[str, Any]]:

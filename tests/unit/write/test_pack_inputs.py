@@ -35,7 +35,7 @@ def write(path, data: bytes) -> None:
 
 
 def pack(capsys, src, out, *extra: str) -> tuple[int, str]:
-    code = main(["pack", str(src), str(out), "--no-progress", *extra])
+    code = main(["pack", str(src), str(out), "--no-progress", "--no-shuffle", *extra])  # rows in source order
     captured = capsys.readouterr()
     return code, captured.out + captured.err
 
@@ -180,7 +180,7 @@ def test_kind_of_name(name, kind):
 
 def run_pack(src, out, *extra: str) -> subprocess.CompletedProcess:
     """A real ``shardkit pack`` process: a hang (the bug) fails on the timeout, not forever."""
-    return subprocess.run([SHARDKIT, "pack", str(src), str(out), "--no-progress", *extra],
+    return subprocess.run([SHARDKIT, "pack", str(src), str(out), "--no-progress", "--no-shuffle", *extra],
                           capture_output=True, timeout=60)
 
 
