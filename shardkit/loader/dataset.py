@@ -26,6 +26,7 @@ from shardkit.loader.collate import collate_samples
 from shardkit.loader.collate_columns import collate_pieces
 from shardkit.loader.emitter import Emitter
 from shardkit.loader.env import cache_settings
+from shardkit.loader.guard import check_caller
 from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.topology import Topology, rank_and_world, worker_slot
 from shardkit.loader.transfer.arena import alloc_like
@@ -33,6 +34,7 @@ from shardkit.loader.transfer.control import Control
 from shardkit.loader.transfer.meta import META_KEY
 from shardkit.loader.transfer.packed import in_groups
 from shardkit.loader.transfer.ring import Ring, find
+from shardkit.loader.transforms import Transform, takes_context, transformed
 from shardkit.plan import Plan, PlanParams, build_plan, worker_consumer
 from shardkit.read import ReadOptions, StoredDataset, open_dataset
 from shardkit.read.column_pieces import ColumnPiece, as_samples
@@ -58,7 +60,9 @@ class StreamOptions:
 class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     """Batches of ``batch_size`` samples from a shardkit dataset, exactly once per epoch.
 
-    ``transform`` maps one sample dict (in the worker, before collation); ``collate_fn`` maps a
+    ``transform`` maps one sample dict (in the worker, before collation) — ``transform(sample)``,
+    or ``transform(sample, ctx)`` with a ``SampleContext`` (global index, epoch, seed; decided
+    from the signature once: loader/transforms.py); ``collate_fn`` maps a
     list of samples to a batch (default: ``collate_samples``). Both must be picklable for
     spawn-started workers. Rank and world size are read at ``__iter__``; a custom launcher can
     pin them with ``ds.options = dataclasses.replace(ds.options, rank=r, world_size=n)``.
@@ -77,7 +81,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         cache_dir: str | None = None,
         cache_limit: int | str | None = None,  # None: $SHARDKIT_CACHE_LIMIT or 200GiB (loader/env.py)
         storage_options: dict[str, Any] | None = None,
-        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        transform: Transform | None = None,
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
     ) -> None:
         self.path = path
@@ -87,6 +91,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         self.options = StreamOptions(with_index=with_index, cache_dir=cache_dir,
                                      cache_limit=limit, storage_options=storage_options)
         self.transform = transform
+        self._transform_context = transform is not None and takes_context(transform)  # ctx (SampleContext)?
         self.collate_fn = collate_fn or collate_samples
         self.dataset: StoredDataset = open_dataset(path, storage_options)
         self.control = Control()
@@ -158,6 +163,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         return self._cache
 
     def __iter__(self) -> Iterator[Any]:
+        check_caller(f"StreamingDataset({self.path!r})")  # only ShardLoader may batch it (R11)
         self.dataset = self.dataset.in_this_process()
         payload = self.control.read() or {}
         topology = self._topology(payload)
@@ -189,8 +195,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         windows = self._read_consumer(plan, consumer, start, cache, stats, options)
         if self.transform is None:
             return windows
-        transform = self.transform
-        return (replace(w, samples=[transform(s) for s in as_samples(w.samples)]) for w in windows)
+        return transformed(windows, self.transform, self._transform_context, plan.params.epoch, plan.params.seed)
 
     def _read_consumer(self, plan: Plan, consumer: int, start: int, cache: ShardCache | None,
                        stats: WorkerStats, options: ReadOptions) -> Iterator[WindowSamples]:
