@@ -38,6 +38,7 @@ from shardkit.loader.transforms import Transform, takes_context, transformed
 from shardkit.plan import Plan, PlanParams, build_plan, worker_consumer
 from shardkit.read import ReadOptions, StoredDataset, open_dataset
 from shardkit.read.column_pieces import ColumnPiece, as_samples
+from shardkit.read.random_access import RandomAccess
 from shardkit.read.stream import WindowSamples, iter_consumer
 from shardkit.storage import ShardCache
 
@@ -98,6 +99,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         self._epoch = 0
         self._cache: ShardCache | None = None
         self._plans: dict[str, Plan] = {}
+        self._lookup: RandomAccess | None = None  # ds[i] (read/random_access.py), opened lazily
 
     # ---- configuration from the training process ------------------------------------------
     @property
@@ -141,10 +143,29 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         consumers = range(rank * width, (rank + 1) * width)
         return sum(plan.num_batches(c) - plan.start_offsets[c] // batch for c in consumers)
 
+    # ---- sizes and random access: sizes count samples; len(ShardLoader) counts steps (R12) ----
+    @property
+    def num_samples(self) -> int:
+        """Samples in the dataset (every shard), whatever the topology."""
+        return self.dataset.manifest.num_samples
+
     def __len__(self) -> int:
-        payload = self.control.read() or {}
-        rank, world = rank_and_world(payload.get("rank"), payload.get("world_size"))
-        return self.num_batches(payload.get("epoch", self._epoch), rank, world, 0, payload.get("resume"))
+        """Samples this rank yields in one whole epoch: its steps × ``batch_size`` (pads
+        included, the dropped tail not). The same every epoch; ``len(ShardLoader)`` counts steps."""
+        _, world = rank_and_world(self.options.rank, self.options.world_size)
+        return self.plan(self._epoch, world, 0).steps_per_rank * self.params.batch_size
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        """The stored sample at global ``index`` (manifest order, as ``batch["_index"]``), read
+        through range reads (no whole-shard download); no transform. Not thread-safe."""
+        return self._random_access().sample(index)
+
+    def _random_access(self) -> RandomAccess:
+        dataset = self.dataset.in_this_process()
+        if self._lookup is None or self._lookup.dataset is not dataset:
+            self.dataset = dataset
+            self._lookup = RandomAccess(dataset)
+        return self._lookup
 
     # ---- iteration (in the consumer's process) --------------------------------------------
     def _topology(self, payload: dict[str, Any]) -> Topology:
@@ -220,6 +241,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         state = self.__dict__.copy()
         state["_cache"] = None
         state["_plans"] = {}
+        state["_lookup"] = None
         return state
 
 
