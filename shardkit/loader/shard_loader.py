@@ -237,6 +237,14 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         """This rank's consumed offsets and step count right now (cheap, local; see ``state_dict``)."""
         return dict(self._offsets), self._steps
 
+    def rewind(self, snapshot: tuple[dict[int, int], int]) -> None:
+        """Take the consumed boundary back to ``snapshot`` (from ``consumed_snapshot``) in the
+        iteration under way: batches handed over since then were a look-ahead the loop never
+        used (``DevicePrefetcher``'s staged batch); an abandoned iteration continues there (R10)."""
+        offsets, steps = snapshot
+        self._offsets.update(offsets)
+        self._steps = steps
+
     def state_dict(self, snapshot: tuple[dict[int, int], int] | None = None) -> dict[str, Any]:
         """The global consumed offsets; collective across ranks when distributed (G5).
 

@@ -139,3 +139,18 @@ def test_a_restored_state_resumes_its_epoch_then_advances(small_dataset: str, nu
     following = take(loader)
     assert loader.epoch == 3
     check_once(following)
+
+
+@pytest.mark.parametrize(("num_workers", "persistent"), [(0, False), (2, True)])
+def test_a_rewound_look_ahead_is_yielded_again(small_dataset: str, num_workers: int, persistent: bool) -> None:
+    """R10 with a look-ahead (``DevicePrefetcher``'s staged batch): the loop used 2 batches, the
+    loader handed over 3; after ``rewind`` the next iteration starts at the third."""
+    reference = take(loader_for(small_dataset, num_workers, persistent))
+    loader = loader_for(small_dataset, num_workers, persistent)
+    iterator = iter(loader)
+    used = [to_record(next(iterator)) for _ in range(2)]
+    snapshot = loader.consumed_snapshot()
+    next(iterator)  # the look-ahead
+    loader.rewind(snapshot)
+    del iterator
+    assert used + take(loader) == reference
