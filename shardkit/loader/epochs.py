@@ -8,7 +8,8 @@ ended and whether the user chose the next epoch since. The rule:
   it was held) → the next one **continues the same epoch** at the consumed boundary, exactly as
   if its ``state_dict()`` had been loaded on the same topology: no batch twice, none skipped;
 * ``set_epoch(e)`` wins over both: the next iteration reads epoch ``e`` from its start (a
-  pending ``load_state_dict`` of epoch ``e`` excepted, L3); ``load_state_dict`` wins too.
+  pending ``load_state_dict`` of epoch ``e`` excepted, L3); ``load_state_dict`` wins too, and so
+  does ``StreamingDataset.set_epoch`` called on the dataset directly (trainers do).
 """
 
 from __future__ import annotations
@@ -32,13 +33,14 @@ class EpochCursor:
     def __init__(self) -> None:
         self.phase = Phase.CHOSEN
         self.generation = 0
+        self.epoch = 0  # the epoch of the last iteration
 
     def chosen(self) -> None:
         """The user chose the next iteration (``set_epoch``, ``load_state_dict``): it wins."""
         self.phase = Phase.CHOSEN
 
-    def started(self, generation: int) -> None:
-        self.phase, self.generation = Phase.RUNNING, generation
+    def started(self, generation: int, epoch: int) -> None:
+        self.phase, self.generation, self.epoch = Phase.RUNNING, generation, epoch
 
     def ended(self, generation: int) -> None:
         if generation == self.generation and self.phase is Phase.RUNNING:
@@ -54,12 +56,11 @@ class EpochCursor:
         """An iteration is under way (its iterator is open and has not reached its end)."""
         return self.phase is Phase.RUNNING
 
-    @property
-    def advances(self) -> bool:
-        """The next iteration reads the next epoch: the last one ran to its end."""
-        return self.phase is Phase.ENDED
+    def advances(self, epoch: int) -> bool:
+        """The next iteration reads the next epoch: the last one ran to its end, and the
+        dataset's ``epoch`` was not changed since."""
+        return self.phase is Phase.ENDED and epoch == self.epoch
 
-    @property
-    def continues(self) -> bool:
+    def continues(self, epoch: int) -> bool:
         """The next iteration continues the current epoch at the consumed boundary."""
-        return self.phase in (Phase.RUNNING, Phase.ABANDONED)
+        return self.phase in (Phase.RUNNING, Phase.ABANDONED) and epoch == self.epoch

@@ -118,9 +118,9 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
 
     def _next_iteration(self) -> tuple[int, dict[str, Any] | None]:
         """The epoch and plan state the next ``iter(loader)`` uses (R10), without side effects."""
-        if self._cursor.advances:
+        if self._cursor.advances(self.streaming.epoch):
             return self.streaming.epoch + 1, None
-        if self._cursor.continues:
+        if self._cursor.continues(self.streaming.epoch):
             return self.streaming.epoch, self._continuation()
         return self.streaming.epoch, self._resume
 
@@ -162,7 +162,7 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         self._offsets = dict(enumerate(plan.start_offsets))
         self._steps = 0
         self._generation += 1
-        self._cursor.started(self._generation)
+        self._cursor.started(self._generation, epoch)
         ring = self._ring_for_workers()
         self.streaming.publish(topology, resume, self._generation, ring, self.batches_per_transfer)
         self._stats.reset()

@@ -154,3 +154,14 @@ def test_a_rewound_look_ahead_is_yielded_again(small_dataset: str, num_workers: 
     loader.rewind(snapshot)
     del iterator
     assert used + take(loader) == reference
+
+
+def test_set_epoch_on_the_dataset_wins_too(small_dataset: str) -> None:
+    """R10: trainers that call ``dataset.set_epoch(e)`` (not the loader's) get epoch ``e``."""
+    loader = loader_for(small_dataset, 0, False)
+    take(loader)
+    loader.streaming.set_epoch(7)
+    seven = take(loader)
+    assert loader.epoch == 7
+    loader.set_epoch(7)
+    assert take(loader) == seven
