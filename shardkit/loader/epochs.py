@@ -39,6 +39,10 @@ class EpochCursor:
         """The user chose the next iteration (``set_epoch``, ``load_state_dict``): it wins."""
         self.phase = Phase.CHOSEN
 
+    def restored_ended(self, epoch: int) -> None:
+        """A loaded state of ``epoch`` has nothing left: it counts as run to its end."""
+        self.phase, self.epoch = Phase.ENDED, epoch
+
     def started(self, generation: int, epoch: int) -> None:
         self.phase, self.generation, self.epoch = Phase.RUNNING, generation, epoch
 

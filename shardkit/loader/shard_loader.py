@@ -104,7 +104,9 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         """Select the epoch of the next ``iter(loader)``, read from its start; without it, epochs
         advance by themselves (R10). A pending resume of another epoch is dropped."""
         if self._resume is not None and epoch != self.streaming.epoch:
-            log.warning("set_epoch(%d) drops the loaded state of epoch %d", epoch, self.streaming.epoch)
+            if not self._cursor.advances(self.streaming.epoch):  # a finished epoch's state: no loss
+                log.warning("set_epoch(%d) drops the loaded state of epoch %d", epoch,
+                            self.streaming.epoch)
             self._resume = None
         if epoch != self.streaming.epoch:
             self._offsets, self._steps, self._iter_topology = {}, 0, None
@@ -273,6 +275,18 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         self._resume = state["plan"]
         self._offsets, self._steps, self._iter_topology = {}, 0, None
         self._cursor.chosen()
+        if self._nothing_left(self._resume):  # saved at the end of its epoch: the next one follows (R10)
+            self._cursor.restored_ended(self.streaming.epoch)
+
+    def _nothing_left(self, resume: dict[str, Any]) -> bool:
+        """Whether the epoch of plan state ``resume`` has no batch left for any consumer."""
+        topology = self._topology()
+        try:
+            plan = self.streaming.plan(self.streaming.epoch, topology.world_size, self.num_workers, resume)
+        except StateError:
+            return False  # refused with its reason at the next iter(loader) (R9)
+        batch = self.streaming.params.batch_size
+        return all(plan.num_batches(c) == plan.start_offsets[c] // batch for c in range(plan.num_consumers))
 
 
 def _unprofiled_next(batches: Iterator[Any]) -> Callable[[], Any]:

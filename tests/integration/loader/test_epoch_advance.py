@@ -165,3 +165,24 @@ def test_set_epoch_on_the_dataset_wins_too(small_dataset: str) -> None:
     assert loader.epoch == 7
     loader.set_epoch(7)
     assert take(loader) == seven
+
+
+@pytest.mark.parametrize("then_set_epoch", [False, True])
+def test_a_state_saved_at_an_epoch_end_resumes_with_the_next_epoch(small_dataset: str, then_set_epoch: bool,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """R10: a state with nothing left of its epoch counts as that epoch run to its end: the next
+    iteration reads the following epoch in full (and ``set_epoch`` of it drops nothing worth a
+    warning)."""
+    saver = loader_for(small_dataset, 0, False)
+    saver.set_epoch(2)
+    take(saver)
+    state = saver.state_dict()
+    loader = loader_for(small_dataset, 0, False)
+    loader.load_state_dict(state)
+    assert len(loader) == 8
+    if then_set_epoch:
+        loader.set_epoch(3)
+    records = take(loader)
+    assert loader.epoch == 3
+    check_once(records)
+    assert "drops the loaded state" not in caplog.text
