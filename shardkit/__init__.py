@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from shardkit.format import Manifest
     from shardkit.loader import DevicePrefetcher, Ragged, ShardLoader, StreamingDataset
     from shardkit.loader.mixture_dataset import MixtureDataset
+    from shardkit.loader.transforms import SampleContext
     from shardkit.plan import sample_rng
     from shardkit.read import ShardReader, open_dataset
     from shardkit.read.mixture import Mixture, Source, load_mixture
@@ -33,6 +34,7 @@ _LAZY = {
     "DevicePrefetcher": "shardkit.loader",
     "Mixture": "shardkit.read.mixture",
     "MixtureDataset": "shardkit.loader.mixture_dataset",
+    "SampleContext": "shardkit.loader.transforms",
     "Source": "shardkit.read.mixture",
     "load_mixture": "shardkit.read.mixture",
 }
@@ -43,6 +45,7 @@ __all__ = [
     "Mixture",
     "MixtureDataset",
     "Ragged",
+    "SampleContext",
     "ShardLoader",
     "ShardReader",
     "ShardWriter",

@@ -62,3 +62,7 @@ class PlanError(ShardkitError, ValueError):
 
 class StateError(ShardkitError, ValueError):
     """A resume state that is malformed, from a newer version, or for another dataset."""
+
+
+class LoaderUsageError(ShardkitError, TypeError):
+    """A dataset iterated in a way that would break its guarantees (e.g. not by ``ShardLoader``)."""

@@ -27,6 +27,7 @@ from shardkit.loader.collate_columns import collate_pieces
 from shardkit.loader.emitter import Emitter
 from shardkit.loader.env import cache_settings
 from shardkit.loader.epoch_check import check_dataset, check_plan
+from shardkit.loader.guard import check_caller
 from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.mixture_state import SourceTally
 from shardkit.loader.topology import Topology, rank_and_world, worker_slot
@@ -35,11 +36,13 @@ from shardkit.loader.transfer.control import Control
 from shardkit.loader.transfer.meta import META_KEY
 from shardkit.loader.transfer.packed import in_groups
 from shardkit.loader.transfer.ring import Ring, find
+from shardkit.loader.transforms import Transform, takes_context, transformed
 from shardkit.plan import Plan, PlanParams, build_plan, worker_consumer
 from shardkit.plan.quality import warn_if_unshuffled
 from shardkit.read import ReadOptions, StoredDataset, open_dataset
 from shardkit.read.column_pieces import ColumnPiece, as_samples
 from shardkit.read.mixture import Mixture, is_mixture_file
+from shardkit.read.random_access import RandomAccess
 from shardkit.read.stream import WindowSamples, iter_consumer
 from shardkit.storage import ShardCache
 
@@ -62,7 +65,9 @@ class StreamOptions:
 class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     """Batches of ``batch_size`` samples from a shardkit dataset, exactly once per epoch.
 
-    ``transform`` maps one sample dict (in the worker, before collation); ``collate_fn`` maps a
+    ``transform`` maps one sample dict (in the worker, before collation) — ``transform(sample)``,
+    or ``transform(sample, ctx)`` with a ``SampleContext`` (global index, epoch, seed; decided
+    from the signature once: loader/transforms.py); ``collate_fn`` maps a
     list of samples to a batch (default: ``collate_samples``). Both must be picklable for
     spawn-started workers. Rank and world size are read at ``__iter__``; a custom launcher can
     pin them with ``ds.options = dataclasses.replace(ds.options, rank=r, world_size=n)``.
@@ -92,7 +97,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         cache_dir: str | None = None,
         cache_limit: int | str | None = None,  # None: $SHARDKIT_CACHE_LIMIT or 200GiB (loader/env.py)
         storage_options: dict[str, Any] | None = None,
-        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        transform: Transform | None = None,
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
     ) -> None:
         if not isinstance(path, str):
@@ -104,6 +109,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         self.options = StreamOptions(with_index=with_index, cache_dir=cache_dir,
                                      cache_limit=limit, storage_options=storage_options)
         self.transform = transform
+        self._transform_context = transform is not None and takes_context(transform)  # ctx (SampleContext)?
         self.collate_fn = collate_fn or collate_samples
         self.dataset: StoredDataset = open_dataset(path, storage_options)
         check_dataset(self.dataset.manifest.num_samples, self.params)  # fewer samples than a batch (P16)
@@ -111,6 +117,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         self._epoch = 0
         self._cache: ShardCache | None = None
         self._plans: dict[str, Plan] = {}
+        self._lookup: RandomAccess | None = None  # ds[i] (read/random_access.py), opened lazily
 
     # ---- configuration from the training process ------------------------------------------
     @property
@@ -176,10 +183,29 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         consumers = range(rank * width, (rank + 1) * width)
         return sum(plan.num_batches(c) - plan.start_offsets[c] // batch for c in consumers)
 
+    # ---- sizes and random access: sizes count samples; len(ShardLoader) counts steps (R12) ----
+    @property
+    def num_samples(self) -> int:
+        """Samples in the dataset (every shard), whatever the topology."""
+        return self.dataset.manifest.num_samples
+
     def __len__(self) -> int:
-        payload = self.control.read() or {}
-        rank, world = rank_and_world(payload.get("rank"), payload.get("world_size"))
-        return self.num_batches(payload.get("epoch", self._epoch), rank, world, 0, payload.get("resume"))
+        """Samples this rank yields in one whole epoch: its steps × ``batch_size`` (pads
+        included, the dropped tail not). The same every epoch; ``len(ShardLoader)`` counts steps."""
+        _, world = rank_and_world(self.options.rank, self.options.world_size)
+        return self.plan(self._epoch, world, 0).steps_per_rank * self.params.batch_size
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        """The stored sample at global ``index`` (manifest order, as ``batch["_index"]``), read
+        through range reads (no whole-shard download); no transform. Not thread-safe."""
+        return self._random_access().sample(index)
+
+    def _random_access(self) -> RandomAccess:
+        dataset = self.dataset.in_this_process()
+        if self._lookup is None or self._lookup.dataset is not dataset:
+            self.dataset = dataset
+            self._lookup = RandomAccess(dataset)
+        return self._lookup
 
     # ---- iteration (in the consumer's process) --------------------------------------------
     def _topology(self, payload: dict[str, Any]) -> Topology:
@@ -198,6 +224,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         return self._cache
 
     def __iter__(self) -> Iterator[Any]:
+        check_caller(f"StreamingDataset({self.path!r})")  # only ShardLoader may batch it (R11)
         self.dataset = self.dataset.in_this_process()
         payload = self.control.read() or {}
         topology = self._topology(payload)
@@ -229,8 +256,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         windows = self._read_consumer(plan, consumer, start, cache, stats, options)
         if self.transform is None:
             return windows
-        transform = self.transform
-        return (replace(w, samples=[transform(s) for s in as_samples(w.samples)]) for w in windows)
+        return transformed(windows, self.transform, self._transform_context, plan.params.epoch, plan.params.seed)
 
     def _read_consumer(self, plan: Plan, consumer: int, start: int, cache: ShardCache | None,
                        stats: WorkerStats, options: ReadOptions) -> Iterator[WindowSamples]:
@@ -255,6 +281,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         state = self.__dict__.copy()
         state["_cache"] = None
         state["_plans"] = {}
+        state["_lookup"] = None
         return state
 
 

@@ -63,7 +63,12 @@ class DevicePrefetcher:
             for batch in self.batches:
                 yield to_device(batch, self.device)
             return
-        yield from self._cuda_iter()
+        try:
+            yield from self._cuda_iter()
+        finally:  # left early (R10): the staged batch was never used; the loader continues there
+            rewind = getattr(self.batches, "rewind", None)
+            if self._snapshot is not None and rewind is not None:
+                rewind(self._snapshot)
 
     def _stage(self, stream: torch.cuda.Stream, host: Any) -> tuple[Any, Any, torch.cuda.Event]:
         with torch.cuda.stream(stream):
@@ -73,6 +78,7 @@ class DevicePrefetcher:
         return moved, host, event
 
     def _cuda_iter(self) -> Iterator[Any]:
+        self._snapshot = None  # a boundary of this iteration only
         stream = torch.cuda.Stream(self.device)
         iterator = iter(self.batches)
         snapshot_of = getattr(self.batches, "consumed_snapshot", None)

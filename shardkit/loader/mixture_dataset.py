@@ -62,6 +62,16 @@ class MixtureDataset(StreamingDataset):
         self._order: tuple[int, ...] = tuple(range(len(self.spec.sources)))
 
     @property
+    def num_samples(self) -> int:
+        """Samples in one epoch of the mixture (its multiset, MX1), not in any one source."""
+        return self.spec.samples_per_epoch
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        """Refused: a mixture has no global sample numbering of its own; index a source's
+        ``StreamingDataset`` instead (``batch["_source"]`` names the source)."""
+        raise TypeError("a mixture has no random access by global index; open the source's StreamingDataset")
+
+    @property
     def fingerprint(self) -> str:
         return self.spec.fingerprint()
 

@@ -26,6 +26,8 @@ from torch.utils.data import DataLoader
 
 from shardkit.errors import StateError
 from shardkit.loader.dataset import StreamingDataset
+from shardkit.loader.epochs import EpochCursor
+from shardkit.loader.guard import passthrough
 from shardkit.loader.loader_stats import LoaderStats
 from shardkit.loader.mixture_state import gather_sum
 from shardkit.loader.topology import Topology, rank_and_world
@@ -41,11 +43,6 @@ DEFAULT_PREFETCH = 4  # batches asked ahead per worker (rounded up to whole grou
 # 8 batches at the default group of 4); 2 (DataLoader's default) left workers idle at W=2
 DEFAULT_BATCHES_PER_TRANSFER = 4  # batches per DataLoader item (X8); see __init__
 RING_SPARE_SLOTS = 3  # ring slots per worker beyond the batches in flight: ones the loop holds
-
-
-def _passthrough(batch: Any) -> Any:
-    """The dataset already batches and collates; keep batches as they are."""
-    return batch
 
 
 class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
@@ -82,7 +79,7 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
             dataset,
             batch_size=None,
             num_workers=num_workers,
-            collate_fn=_passthrough,
+            collate_fn=passthrough,  # the dataset refuses any other collation (R11)
             pin_memory=pin_memory,
             prefetch_factor=(prefetch_factor or default_prefetch) if num_workers > 0 else None,
             persistent_workers=persistent_workers and num_workers > 0,
@@ -102,42 +99,80 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         self._stats = LoaderStats()
         self._ring: Ring | None = None
         self._tally = dataset.new_tally()  # per-source samples received (mixtures, MX9)
+        self._cursor = EpochCursor()  # which epoch the next iteration reads (R10)
 
     # ---- epochs -----------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch of the next ``iter(loader)``; a pending resume of another epoch is dropped."""
+        """Select the epoch of the next ``iter(loader)``, read from its start; without it, epochs
+        advance by themselves (R10). A pending resume of another epoch is dropped."""
         if self._resume is not None and epoch != self.streaming.epoch:
-            log.warning("set_epoch(%d) drops the loaded state of epoch %d", epoch, self.streaming.epoch)
+            if not self._cursor.advances(self.streaming.epoch):  # a finished epoch's state: no loss
+                log.warning("set_epoch(%d) drops the loaded state of epoch %d", epoch,
+                            self.streaming.epoch)
             self._resume = None
         if epoch != self.streaming.epoch:
             self._offsets, self._steps, self._iter_topology = {}, 0, None
         self.streaming.set_epoch(epoch)
+        self._cursor.chosen()
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the current (or last) iteration reads."""
+        return self.streaming.epoch
+
+    def _next_iteration(self) -> tuple[int, dict[str, Any] | None]:
+        """The epoch and plan state the next ``iter(loader)`` uses (R10), without side effects."""
+        if self._cursor.advances(self.streaming.epoch):
+            return self.streaming.epoch + 1, None
+        if self._cursor.continues(self.streaming.epoch):
+            return self.streaming.epoch, self._continuation()
+        return self.streaming.epoch, self._resume
+
+    def _continuation(self) -> dict[str, Any] | None:
+        """The plan state of this rank's consumed boundary in the unfinished iteration (local: only
+        this rank's consumers move, and the next iteration runs on the same topology)."""
+        topology = self._topology()
+        if self._iter_topology is None or topology != self._iter_topology:
+            log.warning("the topology changed since the unfinished iteration; epoch %d restarts",
+                        self.streaming.epoch)
+            return None
+        plan = self.streaming.plan(self.streaming.epoch, topology.world_size, self.num_workers,
+                                   self._iter_resume)
+        offsets = [self._offsets.get(c, start) for c, start in enumerate(plan.start_offsets)]
+        return plan_to_state(plan, offsets, self.streaming.state_fingerprint(self.streaming.epoch))
 
     def _topology(self) -> Topology:
         rank, world = rank_and_world(self.streaming.options.rank, self.streaming.options.world_size)
         return Topology(rank, world, 0, self.num_workers)
 
     def __len__(self) -> int:
+        """Steps (batches) this rank yields: in the iteration under way, all of them; otherwise
+        in the next ``iter(loader)`` (R10: a continued epoch counts only what is left)."""
         topology = self._topology()
-        return self.streaming.num_batches(
-            self.streaming.epoch, topology.rank, topology.world_size, self.num_workers, self._resume
-        )
+        if self._cursor.live and self._iter_topology is not None:
+            epoch, resume = self.streaming.epoch, self._iter_resume
+        else:
+            epoch, resume = self._next_iteration()
+        return self.streaming.num_batches(epoch, topology.rank, topology.world_size, self.num_workers, resume)
 
     # ---- iteration: the consumed boundary ---------------------------------------------------
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         topology = self._topology()
-        resume, self._resume = self._resume, None
-        plan = self.streaming.plan(self.streaming.epoch, topology.world_size, self.num_workers, resume)
+        epoch, resume = self._next_iteration()
+        self._resume = None
+        self.streaming.set_epoch(epoch)
+        plan = self.streaming.plan(epoch, topology.world_size, self.num_workers, resume)
         self._iter_topology, self._iter_resume = topology, resume
         self._offsets = dict(enumerate(plan.start_offsets))
         if self._tally is not None:
             self._tally.reset(list(plan.start_offsets))
         self._steps = 0
         self._generation += 1
+        self._cursor.started(self._generation, epoch)
         ring = self._ring_for_workers()
         self.streaming.publish(topology, resume, self._generation, ring, self.batches_per_transfer)
         self._stats.reset()
-        return self._track(super().__iter__(), ring)
+        return self._track(super().__iter__(), ring, self._generation)
 
     def _ring_for_workers(self) -> Ring | None:
         """Shared slots for this iteration's batches (``ring.py``), made before workers fork.
@@ -162,7 +197,15 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
             self._ring = None
         return self._ring
 
-    def _track(self, batches: Iterator[Any], ring: Ring | None) -> Iterator[Any]:
+    def _track(self, batches: Iterator[Any], ring: Ring | None, generation: int) -> Iterator[Any]:
+        """``_batches`` of iteration ``generation``, telling the epoch cursor how it ended (R10)."""
+        try:
+            yield from self._batches(batches, ring)
+            self._cursor.ended(generation)
+        finally:
+            self._cursor.closed(generation)
+
+    def _batches(self, batches: Iterator[Any], ring: Ring | None) -> Iterator[Any]:
         """Yield ``batches`` unpacked, recording the consumed boundary. Holds ``ring`` for as long
         as this iteration's workers may still name it (a later ``iter(loader)`` makes a new one)."""
         next_batch = _unprofiled_next(batches)
@@ -205,6 +248,14 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         """This rank's consumed offsets and step count right now (cheap, local; see ``state_dict``)."""
         return dict(self._offsets), self._steps
 
+    def rewind(self, snapshot: tuple[dict[int, int], int]) -> None:
+        """Take the consumed boundary back to ``snapshot`` (from ``consumed_snapshot``) in the
+        iteration under way: batches handed over since then were a look-ahead the loop never
+        used (``DevicePrefetcher``'s staged batch); an abandoned iteration continues there (R10)."""
+        offsets, steps = snapshot
+        self._offsets.update(offsets)
+        self._steps = steps
+
     def state_dict(self, snapshot: tuple[dict[int, int], int] | None = None) -> dict[str, Any]:
         """The global consumed offsets; collective across ranks when distributed (G5).
 
@@ -237,6 +288,19 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         self.streaming.set_epoch(int(state["epoch"]))
         self._resume = state["plan"]
         self._offsets, self._steps, self._iter_topology = {}, 0, None
+        self._cursor.chosen()
+        if self._nothing_left(self._resume):  # saved at the end of its epoch: the next one follows (R10)
+            self._cursor.restored_ended(self.streaming.epoch)
+
+    def _nothing_left(self, resume: dict[str, Any]) -> bool:
+        """Whether the epoch of plan state ``resume`` has no batch left for any consumer."""
+        topology = self._topology()
+        try:
+            plan = self.streaming.plan(self.streaming.epoch, topology.world_size, self.num_workers, resume)
+        except StateError:
+            return False  # refused with its reason at the next iter(loader) (R9)
+        batch = self.streaming.params.batch_size
+        return all(plan.num_batches(c) == plan.start_offsets[c] // batch for c in range(plan.num_consumers))
 
 
 def _unprofiled_next(batches: Iterator[Any]) -> Callable[[], Any]:

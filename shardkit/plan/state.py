@@ -24,7 +24,7 @@ from shardkit.plan.spans import ShardSizes
 STATE_VERSION = 1
 STATE_KEYS = ("version", "fingerprint", "params", "offsets", "parent")
 BasePlan = Callable[[np.ndarray, PlanParams], Plan]  # level 0 from (shard sizes, params)
-#: R10: a state and its parents; each parent is one elastic resume within the same epoch.
+#: R13: a state and its parents; each parent is one elastic resume within the same epoch.
 MAX_STATE_LEVELS = 100
 
 
@@ -154,7 +154,7 @@ def _checked_offsets(plan: Plan, offsets: Any, path: str) -> list[int]:
 
 
 def _check_shape(state: Any, path: str) -> None:
-    """Structure, types and versions of every level (at most ``MAX_STATE_LEVELS``, R10, walked
+    """Structure, types and versions of every level (at most ``MAX_STATE_LEVELS``, R13, walked
     without recursion); offsets vs counts are checked later."""
     level: Any = state
     root, epoch = path, None
@@ -163,7 +163,7 @@ def _check_shape(state: Any, path: str) -> None:
             return
         if depth == MAX_STATE_LEVELS:
             raise StateError(
-                f"{root}: resume state has more than {MAX_STATE_LEVELS} levels of 'parent' (R10); "
+                f"{root}: resume state has more than {MAX_STATE_LEVELS} levels of 'parent' (R13); "
                 "it cannot come from shardkit"
             )
         _check_level(level, path)

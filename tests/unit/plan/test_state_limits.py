@@ -1,4 +1,4 @@
-"""Hostile resume states are refused cleanly (specs/resume-state.md R8, R10): a parent chain
+"""Hostile resume states are refused cleanly (specs/resume-state.md R8, R13): a parent chain
 longer than the limit (without exhausting the stack, however long), and a loader state whose
 plan params are not an object."""
 
@@ -33,13 +33,13 @@ def chain(levels: int) -> dict[str, Any]:
 @settings(max_examples=15, deadline=None)
 @given(levels=st.integers(1, MAX_STATE_LEVELS + 5))
 def test_parent_chains_are_accepted_exactly_up_to_the_limit(levels):
-    """R10: up to MAX_STATE_LEVELS levels validate and rebuild; one more is a StateError."""
+    """R13: up to MAX_STATE_LEVELS levels validate and rebuild; one more is a StateError."""
     state = chain(levels)
     if levels <= MAX_STATE_LEVELS:
         validate_state(state, FINGERPRINT)
         assert build_plan(SIZES, PARAMS, state).level == levels - 1
         return
-    with pytest.raises(StateError, match=rf"more than {MAX_STATE_LEVELS} levels of 'parent' \(R10\)"):
+    with pytest.raises(StateError, match=rf"more than {MAX_STATE_LEVELS} levels of 'parent' \(R13\)"):
         validate_state(state, FINGERPRINT)
 
 
