@@ -276,16 +276,16 @@ def test_pack_workers_2_is_byte_identical_to_workers_1(tmp_path):
 
 @pytest.mark.slow
 def test_sigkill_during_pack_leaves_no_manifest(tmp_path):
-    """W2 / G9: a pack killed after its first shards leaves no manifest; rerunning works.
+    """W2: a pack killed after its first shards leaves no manifest; rerunning works.
 
-    Deterministic: the last input is a FIFO nobody writes to, so pack blocks on it for good
-    after sealing the earlier shards; the kill always lands in the middle of the pack."""
+    Deterministic: pack runs only in 5 ms slices between SIGSTOPs, and is checked and killed
+    while stopped, as soon as its first shard is sealed; the ~90 shards left cannot all be
+    written in one slice, so the kill always lands in the middle of the pack."""
     rng = np.random.default_rng(1)
     raw = tmp_path / "raw"
     for i in range(1500):
         write(raw / f"{i:05d}.bin", rng.bytes(4000))
     last = raw / "99999.bin"
-    os.mkfifo(last)
     out = tmp_path / "out"
     args = [
         *SHARDKIT,
@@ -302,18 +302,21 @@ def test_sigkill_during_pack_leaves_no_manifest(tmp_path):
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
-        while not (os.path.isdir(out / "shards") and any(n.endswith(".sks") for n in os.listdir(out / "shards"))):
-            assert proc.poll() is None, f"pack exited ({proc.returncode}) before it could be killed"
+        while True:
+            proc.send_signal(signal.SIGSTOP)
+            os.waitpid(proc.pid, os.WUNTRACED)  # stopped for sure before looking
+            if os.path.isdir(out / "shards") and any(n.endswith(".sks") for n in os.listdir(out / "shards")):
+                break
             assert time.monotonic() < deadline, "pack sealed no shard in 120 s"
-            time.sleep(0.01)
-        time.sleep(0.2)  # let it reach the FIFO
-        assert proc.poll() is None, "pack cannot finish while its last input blocks"
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(0.005)
+            assert proc.poll() is None, f"pack exited ({proc.returncode}) before it could be killed"
+        assert not os.path.exists(out / "manifest.json"), "pack finished within one slice"
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     assert not os.path.exists(out / "manifest.json")
-    os.unlink(last)
     write(last, b"the last one")
     subprocess.run(args, check=True, capture_output=True, timeout=120)
     assert not [n for n in os.listdir(out / "shards") if n.startswith(".tmp-")]  # the killed shard's
