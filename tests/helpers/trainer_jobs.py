@@ -102,3 +102,12 @@ def epoch_orders(audit_dir: Path, rank: int) -> dict[int, list[int]]:
         if line["rank"] == rank:
             orders[line["epoch"]] += line["ids"]
     return dict(orders)
+
+
+def start_job(cmd: list[str], log: Path, **env: str) -> subprocess.Popen[bytes]:
+    """Start a job in its own session, its output in ``log``, with ``env`` added to the
+    environment (one thread per rank, the repository importable)."""
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), **env}
+    with open(log, "wb") as out:
+        return subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)

@@ -12,10 +12,8 @@ uninterrupted plan's multiset. No timing is asserted; HANG_S only bounds a wait.
 from __future__ import annotations
 
 import collections
-import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -29,6 +27,7 @@ from hypothesis import strategies as st
 
 import shardkit as sk
 from tests.helpers.resume import DataSpec, Shape, consumer_batches, plan_of, real_ids
+from tests.helpers.trainer_jobs import kill_job, load_audit
 
 pytestmark = pytest.mark.slow
 
@@ -38,14 +37,6 @@ NUM_EPOCHS = 2
 CKPT_EVERY = 4
 SHUFFLE_WINDOW = 32
 HANG_S = 150  # bound on any wait for a launch; never a timing assertion
-
-
-def load_audit() -> Any:
-    spec = importlib.util.spec_from_file_location("shardkit_audit_tool", REPO / "tools" / "audit.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @dataclass(frozen=True)
@@ -118,53 +109,6 @@ class Job:
 
     def run_started(self, run: int) -> bool:
         return (self.audit / f"run{run:03d}.json").exists()
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (ranks are session leaders under torchrun)."""
-    children: dict[int, list[int]] = collections.defaultdict(list)
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            children[int(stat.rsplit(")", 1)[1].split()[1])].append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def kill_job(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the whole job at once: torchrun's group and each rank's session (its workers)."""
-    pids = descendants(proc.pid)
-    for pid in pids:
-        try:
-            os.killpg(pid, signal.SIGKILL)  # a rank leads its own group: rank + its workers
-        except (ProcessLookupError, PermissionError):
-            pass
-    os.killpg(proc.pid, signal.SIGKILL)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait(HANG_S)
-    deadline = time.monotonic() + HANG_S
-    while any(alive(pid) for pid in pids):
-        assert time.monotonic() < deadline, "killed processes did not go away"
-        time.sleep(0.01)
 
 
 def wait_until(job: Job, proc: subprocess.Popen[bytes], number: int, ready: Any, what: str) -> None:

@@ -15,25 +15,17 @@ import shardkit as sk
 from shardkit.plan import PlanParams
 from shardkit.read import open_dataset
 from tests.helpers.fault_proxy import FaultProxy
+from tests.helpers.mixture_sources import SOURCES, write_sources
 from tests.helpers.mixture_strategies import expected_multiset
 from tests.helpers.s3 import storage_options
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow,
               pytest.mark.filterwarnings("ignore::UserWarning:torch.utils.data.dataloader")]
-SOURCES = {"web": (300, 0.6), "code": (120, 0.3), "math": (30, 0.1)}
 
 
 @pytest.fixture
 def s3_sources(s3_bucket: tuple[str, dict[str, Any]]) -> dict[str, str]:
-    urls = {}
-    for offset, (name, (size, _)) in enumerate(SOURCES.items()):
-        url = f"{s3_bucket[0]}/{name}"
-        rng = np.random.default_rng(offset)
-        with sk.ShardWriter(url, shard_size="4KiB", block_size="1KiB", storage_options=s3_bucket[1]) as writer:
-            for i in range(size):
-                writer.write({"id": i, "tokens": rng.integers(0, 1000, int(rng.integers(8, 64)), dtype=np.int32)})
-        urls[name] = url
-    return urls
+    return write_sources(*s3_bucket)
 
 
 def loader(urls: dict[str, str], options: dict[str, Any], cache: str, batch_size: int, workers: int) -> sk.ShardLoader:

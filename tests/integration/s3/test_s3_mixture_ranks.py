@@ -24,27 +24,19 @@ import pytest
 
 import shardkit as sk
 from shardkit.plan import PlanParams
+from tests.helpers.mixture_sources import SOURCES, write_sources
 from tests.helpers.mixture_strategies import expected_multiset, source_of
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[3]
 RANK_SCRIPT = Path(__file__).with_name("s3_mixture_rank.py")
-SOURCES = {"web": (300, 0.6), "code": (120, 0.3), "math": (30, 0.1)}
 NEW_WEIGHTS = {"web": 0.2, "code": 0.2, "math": 0.6}
 HANG_S = 240
 
 
 @pytest.fixture
 def s3_sources(s3_bucket: tuple[str, dict[str, Any]]) -> dict[str, str]:
-    urls = {}
-    for offset, (name, (size, _)) in enumerate(SOURCES.items()):
-        url = f"{s3_bucket[0]}/{name}"
-        rng = np.random.default_rng(offset)
-        with sk.ShardWriter(url, shard_size="4KiB", block_size="1KiB", storage_options=s3_bucket[1]) as writer:
-            for i in range(size):
-                writer.write({"id": i, "tokens": rng.integers(0, 1000, int(rng.integers(8, 64)), dtype=np.int32)})
-        urls[name] = url
-    return urls
+    return write_sources(*s3_bucket)
 
 
 def launch(job: Path, run: int, world: int) -> list[subprocess.Popen[bytes]]:

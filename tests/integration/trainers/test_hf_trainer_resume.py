@@ -13,7 +13,6 @@ train again, without skipping any.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -23,7 +22,16 @@ import numpy as np
 import pytest
 
 import shardkit as sk
-from tests.helpers.trainer_jobs import HANG_S, REPO, epoch_orders, kill_job, last_audit_step, load_audit, tail, wait_for
+from tests.helpers.trainer_jobs import (
+    HANG_S,
+    epoch_orders,
+    kill_job,
+    last_audit_step,
+    load_audit,
+    start_job,
+    tail,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -62,11 +70,8 @@ class HFJob:
                "--run-number", str(run)]
         if step:
             cmd.append("--resume")
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-        with open(self.log(run), "wb") as log:
-            self.runs += 1
-            return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+        self.runs += 1
+        return start_job(cmd, self.log(run), HF_HUB_OFFLINE="1")
 
     def log(self, run: int) -> Path:
         return self.root / f"run{run}.log"

@@ -11,7 +11,6 @@ run must train again, and Lightning's fetched-ahead batch, which it must not ski
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -20,7 +19,16 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.datasets import write_dataset
-from tests.helpers.trainer_jobs import HANG_S, REPO, epoch_orders, kill_job, last_audit_step, load_audit, tail, wait_for
+from tests.helpers.trainer_jobs import (
+    HANG_S,
+    epoch_orders,
+    kill_job,
+    last_audit_step,
+    load_audit,
+    start_job,
+    tail,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -48,11 +56,8 @@ class LightningJob:
                "--audit-dir", str(self.audit), "--run", str(run), *self.extra]
         if path is not None:
             cmd += ["--ckpt", str(path)]
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-        with open(self.log(run), "wb") as log:
-            self.runs += 1
-            return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+        self.runs += 1
+        return start_job(cmd, self.log(run))
 
     def log(self, run: int) -> Path:
         return self.root / f"run{run}.log"
