@@ -31,10 +31,12 @@ class BlockCutter:
         self._pending_bytes += len(data)
         return self.flush() if self._pending_bytes >= self.block_size else None
 
-    def make_room(self, sample_bytes: int, sample_index: int) -> ArrangedBlock | None:
+    def make_room(self, sample_bytes: int, sample_index: int, limit: int | None = None) -> ArrangedBlock | None:
         """I12: the pending block, sealed now if a sample of ``sample_bytes`` would take it past
-        ``max_block_bytes`` (a sample larger than a whole block is an ``EncodeError``)."""
-        if seal_first(self._pending_bytes, sample_bytes, sample_index, self.max_block_bytes):
+        ``limit`` (default ``max_block_bytes``; a sample larger than a whole block is an
+        ``EncodeError``)."""
+        limit = self.max_block_bytes if limit is None else limit
+        if seal_first(self._pending_bytes, sample_bytes, sample_index, limit):
             return self.flush()
         return None
 

@@ -98,8 +98,7 @@ class ShardWriter:
         self.schema = SchemaBuilder()
         self.shards: list[ShardInfo] = []
         self._encoder = SampleEncoder()
-        self._cutter = BlockCutter(self.options.block_size, self.options.shard_size, self.options.layout,
-                                   self.options.max_block_bytes)
+        self._cutter = BlockCutter(self.options.block_size, self.options.shard_size, self.options.layout)
         self._shard_blocks: deque[Future[SealedBlock]] = deque()  # sealed, not yet in the file
         self._shard: tuple[ShardAssembler, AtomicWrite] | None = None  # the shard being written
         self._commits: list[tuple[Future[None], AtomicWrite]] = []  # at most one in flight
@@ -181,7 +180,8 @@ class ShardWriter:
 
     # ---- internals --------------------------------------------------------------------------
     def _append(self, data: bytes) -> None:
-        self._take(self._cutter.make_room(len(data), self._num_samples))  # I12: no block past the maximum
+        # I12: no block past the maximum (the options' limit, which tools and tests may lower)
+        self._take(self._cutter.make_room(len(data), self._num_samples, self.options.max_block_bytes))
         self._num_samples += 1
         self._take(self._cutter.add(data))
 
