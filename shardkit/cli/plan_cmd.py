@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 
 from shardkit.cli import mix_cmd
-from shardkit.cli.common import add_storage_options, dataset_path, int_at_least, print_json, storage_options
+from shardkit.cli.common import add_storage_options, dataset_path, int_at_least, print_json
+from shardkit.cli.dataset_cmds import load
 from shardkit.errors import ShardkitError
 from shardkit.plan import Plan, PlanParams, build_plan
 from shardkit.plan.quality import LabelQuality, label_quality, quality_advice
-from shardkit.read import StoredDataset, open_dataset
+from shardkit.read import StoredDataset
 from shardkit.read.mixture import is_mixture_file
 
 _MAX_ROWS = 32
@@ -52,7 +53,7 @@ def _dataset_or_mixture(text: str) -> str:
 def run(args: argparse.Namespace) -> int:
     if is_mixture_file(args.path):  # a mixture description (specs/mixture.md)
         return mix_cmd.run(args)
-    dataset = open_dataset(args.path, storage_options(args))
+    dataset = load(args)  # an unreadable manifest exits 2, as for info and verify
     params = PlanParams(
         seed=args.seed, epoch=args.epoch, world_size=args.world_size, num_workers=args.workers,
         batch_size=args.batch_size, tail=args.tail, shuffle=not args.no_shuffle,

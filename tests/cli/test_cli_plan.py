@@ -38,3 +38,9 @@ def test_pad_and_small_drops_are_quiet(hundred, capsys):
     assert main(["plan", hundred, "--batch-size", "64", "--world-size", "2", "--tail", "pad"]) == 0
     assert main(["plan", hundred, "--batch-size", "5", "--world-size", "2"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_an_unreadable_manifest_exits_2_naming_it(tmp_path, capsys):
+    (tmp_path / "manifest.json").write_text('{"x":')
+    assert main(["plan", str(tmp_path), "--batch-size", "2"]) == 2
+    assert "manifest.json: not valid JSON" in capsys.readouterr().err
