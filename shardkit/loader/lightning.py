@@ -80,8 +80,9 @@ class TrainedBoundaryLoader:
                 "pass Trainer(callbacks=[shardkit_cb]) and train_dataloaders=shardkit_cb.train_dataloader()"
             )
         epoch = int(trainer.current_epoch)
-        if epoch != self.loader.streaming.epoch or self.loader._resume is None:
-            self.loader.set_epoch(epoch)  # a pending resume of this epoch is kept
+        # Always: a pending resume of this epoch is kept, and a state saved at this epoch's end
+        # then yields nothing rather than advancing to the next epoch on its own (R10).
+        self.loader.set_epoch(epoch)
 
     def _record(self, batches: Iterator[Any]) -> Iterator[Any]:
         for batch in batches:
