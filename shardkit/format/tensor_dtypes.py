@@ -77,15 +77,6 @@ def decode_torch_only(payload: bytes | memoryview, name: str) -> Any:
     return torch.frombuffer(data, dtype=torch.uint8).view(dtype).reshape(shape)
 
 
-def _torch_only_name(payload: bytes | memoryview) -> str | None:
-    """The dtype name of a tensor payload if it is a torch-only one (S4), else None."""
-    if not len(payload):
-        return None
-    name = bytes(payload[1 : 1 + payload[0]])
-    text = name.decode("ascii", "replace")
-    return text if text in TORCH_ONLY_DTYPES and len(payload) > 1 + len(name) else None
-
-
 def torch_only_name(payload: bytes | memoryview) -> str | None:
     """The dtype name of a tensor payload if it is a torch-only one, else None."""
     if not len(payload):
