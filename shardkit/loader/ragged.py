@@ -9,8 +9,8 @@ benchmarks/README.md exist to avoid). Sample ``i`` is
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from itertools import pairwise
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
