@@ -203,7 +203,9 @@ def _targets(records: list[Record], rows: dict[tuple[Any, ...], dict[str, Any]])
         row = rows.get((kind, "local", config, workers))
         return row["sps"][0] if row else None
 
-    for kind, need in (("tokens", 2.5), ("images", 2.0)):
+    needs = {"tokens": 2.5, "images": 2.0}  # W=2 factor per kind; "images@0.3" is a larger images set
+    kinds = sorted({key[0] for key in rows}, key=lambda k: (k.split("@")[0] != "tokens", k))
+    for kind, need in ((k, needs[k.split("@")[0]]) for k in kinds if k.split("@")[0] in needs):
         mine = median(kind, "shardkit", 2)
         for workers, factor in ((0, 1.0), (2, need)):
             peers = [v for p in PEERS if (v := median(kind, p, workers)) is not None]

@@ -1,6 +1,7 @@
 """Every benchmark, interleaved, then RESULTS.md. Run inside the bench venv (see README.md).
 
     python -m benchmarks.run_all [--scale 0.025] [--reps 3] [--kind tokens] [--peer mosaic …]
+                                 [--large-images 0.3]
 
 For each kind: pack with every available library (repetitions interleaved: A B C A B C …),
 read each packed set once untimed (page cache hot, one-time work such as mosaic's shard
@@ -27,6 +28,7 @@ from benchmarks.scenarios import SCENARIOS
 
 RESULTS_DIR = Path(__file__).parent / "results"
 DEFAULT_SCALE = 0.025
+LARGE_PEERS = ("shardkit", "litdata-none")  # the fastest peer at W=0 on images
 MIN_TIMED_SAMPLES = 20_000  # images at 0.025 are 2,304 samples: 9 passes, not a 0.1 s window
 
 
@@ -58,22 +60,27 @@ def passes_for(num_samples: int) -> int:
     return max(1, -(-MIN_TIMED_SAMPLES // max(num_samples, 1)))
 
 
-def run_kind(rec: Recorder, kind: str, args: argparse.Namespace, peers: list[str]) -> None:
-    source = data.load(kind, args.scale)
-    rec.write({"event": "data", **source.meta})
-    common = _common(kind, args.scale)
+def run_kind(rec: Recorder, kind: str, args: argparse.Namespace, peers: list[str],
+             scale: float | None = None) -> None:
+    """All of one kind's measurements. With ``scale`` (a second, larger set of the same kind),
+    records are labelled ``kind@scale`` so the report gives that set tables of its own."""
+    label = kind if scale is None else f"{kind}@{scale:g}"
+    scale = args.scale if scale is None else scale
+    source = data.load(kind, scale)
+    rec.write({"event": "data", **source.meta}, kind=label)
+    common = _common(kind, scale)
     timed = [*common, "--passes", str(passes_for(source.num_samples))]
     for rep in range(1, args.reps + 1):
         for peer in peers:
             for record in run_child("benchmarks.pack", ["--peer", peer, *common]):
-                rec.write(record, event="pack", peer=peer, kind=kind, rep=rep)
+                rec.write(record, event="pack", peer=peer, kind=label, rep=rep)
     raw_blocks = ["shardkit", "own"] if "shardkit" in peers else ["own"]
     for scenario in SCENARIOS.values():
         urls = {p: scenario.prepare(source.packed_dir(p), p) for p in peers}
         for peer in peers:  # untimed warm-up read
             warm_args = ["--peer", peer, "--url", urls[peer], *common]
             for record in run_child("benchmarks.read", warm_args):
-                rec.write(record, event="read", peer=peer, kind=kind, rep=0, warmup=True,
+                rec.write(record, event="read", peer=peer, kind=label, rep=0, warmup=True,
                           scenario=scenario.name)
         for rep in range(1, args.reps + 1):
             for peer in peers:
@@ -81,13 +88,13 @@ def run_kind(rec: Recorder, kind: str, args: argparse.Namespace, peers: list[str
                     scenario.before_read(peer)
                     child_args = ["--peer", peer, "--url", urls[peer], "--workers", str(workers)]
                     for record in run_child("benchmarks.read", [*child_args, *timed]):
-                        rec.write(record, event="read", peer=peer, kind=kind, rep=rep,
+                        rec.write(record, event="read", peer=peer, kind=label, rep=rep,
                                   workers=workers, scenario=scenario.name)
             for blocks in raw_blocks:
                 for procs in (1, 2):
                     raw_args = ["--blocks", blocks, "--procs", str(procs), *timed]
                     for record in run_child("benchmarks.raw", raw_args):
-                        rec.write(record, event="raw", peer=f"raw-{blocks}", kind=kind, rep=rep,
+                        rec.write(record, event="raw", peer=f"raw-{blocks}", kind=label, rep=rep,
                                   workers=procs, scenario=scenario.name)
 
 
@@ -100,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer", action="append", help="only these configurations")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     parser.add_argument("--no-report", action="store_true", help="don't rewrite RESULTS.md")
+    parser.add_argument("--large-images", type=float, metavar="SCALE",
+                        help="also measure images at this scale, a set of many shards "
+                             "(0.3: 30,000 samples, 39 shards of 64 MiB), where per-shard costs show")
+    parser.add_argument("--large-peer", action="append",
+                        help=f"configurations for --large-images (default: {', '.join(LARGE_PEERS)})")
     args = parser.parse_args(argv)
 
     env = report.environment()
@@ -118,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     rec.write({"event": "env", **env, "scale": args.scale, "reps": args.reps})
     for kind in args.kind or data.KINDS:
         run_kind(rec, kind, args, peers)
+    if args.large_images:
+        large = [p for p in peers if p in (args.large_peer or LARGE_PEERS)]
+        run_kind(rec, "images", args, large, scale=args.large_images)
     rec.write({"event": "done", "wall_s": round(time.monotonic() - rec.started, 1)})
     print(f"results: {rec.path}", file=sys.stderr)
     if not args.no_report:

@@ -59,9 +59,12 @@ class Ragged:
         if not -len(self) <= index < len(self):
             raise IndexError(f"Ragged index {index} out of range for {len(self)} items")
         index %= len(self)
-        start, end = int(self.offsets[index]), int(self.offsets[index + 1])
-        item = self.values[start:end]
-        return item.numpy().tobytes() if self.kind == "bytes" else item
+        on_cpu = self.values.device.type == "cpu"
+        bounds = self.offsets.numpy() if on_cpu else self.offsets  # numpy scalars: no torch dispatch
+        start, end = int(bounds[index]), int(bounds[index + 1])
+        if self.kind == "bytes":
+            return (self.values.numpy() if on_cpu else self.values.cpu().numpy())[start:end].tobytes()
+        return self.values[start:end]
 
     def __iter__(self) -> Iterator[Any]:
         # One offsets read and (for bytes) one numpy view for the whole batch: indexing a tensor
