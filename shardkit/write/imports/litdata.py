@@ -29,9 +29,11 @@ from typing import Any
 from shardkit.errors import SourceError
 from shardkit.write.imports import litdata_values
 from shardkit.write.imports.peer_files import (
+    INDEX_NAME,
     as_int,
     inside,
     offset_table,
+    probe_index,
     read_bytes,
     read_json,
     rising,
@@ -40,7 +42,6 @@ from shardkit.write.imports.peer_files import (
 )
 from shardkit.write.sources import Item
 
-INDEX_NAME = "index.json"
 _MAGIC = b"LDFZ01\0\0"
 _ARROW_MAGIC = b"LDARW01\0"
 _PREFIX = struct.Struct("<8sHHIII")
@@ -50,14 +51,8 @@ _INFLATE_LIMIT = 1 << 34
 
 def is_litdata(path: str) -> bool:
     """An ``index.json`` with LitData's ``config`` and ``chunks``."""
-    index = os.path.join(path, INDEX_NAME)
-    if not os.path.isfile(index):
-        return False
-    try:
-        loaded = read_json(index)
-    except SourceError:
-        return False
-    return isinstance(loaded, dict) and isinstance(loaded.get("config"), dict) and "chunks" in loaded
+    loaded = probe_index(path)
+    return loaded is not None and isinstance(loaded.get("config"), dict) and "chunks" in loaded
 
 
 def iter_litdata(root: str) -> Iterator[Item]:

@@ -28,10 +28,18 @@ from typing import Any
 
 from shardkit.errors import SourceError
 from shardkit.write.imports import mds_values
-from shardkit.write.imports.peer_files import as_int, inside, offset_table, read_bytes, read_json, u32_at, unzstd
+from shardkit.write.imports.peer_files import (
+    INDEX_NAME,
+    as_int,
+    inside,
+    offset_table,
+    probe_index,
+    read_bytes,
+    read_json,
+    u32_at,
+    unzstd,
+)
 from shardkit.write.sources import Item
-
-INDEX_NAME = "index.json"
 
 
 @dataclass(frozen=True)
@@ -43,14 +51,8 @@ class _Columns:
 
 def is_mds(path: str) -> bool:
     """An ``index.json`` whose shards say ``"format": "mds"``."""
-    index = os.path.join(path, INDEX_NAME)
-    if not os.path.isfile(index):
-        return False
-    try:
-        loaded = read_json(index)
-    except SourceError:  # not ours to judge: an unreadable index.json is not an MDS index
-        return False
-    shards = loaded.get("shards") if isinstance(loaded, dict) else None
+    loaded = probe_index(path)
+    shards = loaded.get("shards") if loaded is not None else None
     return isinstance(shards, list) and bool(shards) and all(
         isinstance(s, dict) and s.get("format") == "mds" for s in shards
     )

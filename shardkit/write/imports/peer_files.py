@@ -25,6 +25,22 @@ def read_json(path: str) -> Any:
         raise SourceError(f"{path}: not valid JSON: {exc}") from None
 
 
+INDEX_NAME = "index.json"  # LitData's and MosaicML Streaming's index file both have this name
+
+
+def probe_index(folder: str) -> dict[str, Any] | None:
+    """``folder/index.json`` as a JSON object, or ``None`` when there is none or it is unreadable:
+    a format probe is not the place to judge a file that may belong to another format."""
+    index = os.path.join(folder, INDEX_NAME)
+    if not os.path.isfile(index):
+        return None
+    try:
+        loaded = read_json(index)
+    except SourceError:
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
 def read_bytes(path: str) -> bytes:
     try:
         with open(path, "rb") as fh:
