@@ -59,6 +59,8 @@ class _State:
     records: list[Record] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     rng: random.Random = field(default_factory=lambda: random.Random(1234))
+    in_flight: int = 0
+    max_in_flight: int = 0  # the most requests the proxy was answering at once
 
 
 class FaultProxy:
@@ -96,6 +98,12 @@ class FaultProxy:
         with self.state.lock:
             return [r for r in self.state.records
                     if (method is None or r.method == method) and (key is None or key in r.key)]
+
+    @property
+    def max_in_flight(self) -> int:
+        """The most requests answered at once so far (concurrency, as a count, not a time)."""
+        with self.state.lock:
+            return self.state.max_in_flight
 
     def bytes_served(self, key: str) -> int:
         """Body bytes sent for GETs of objects whose key contains ``key`` (all responses)."""
@@ -137,6 +145,17 @@ class _Handler(BaseHTTPRequestHandler):
     do_PUT = do_POST = do_HEAD = do_DELETE = do_GET
 
     def _handle(self) -> None:
+        state = self.proxy.state
+        with state.lock:
+            state.in_flight += 1
+            state.max_in_flight = max(state.max_in_flight, state.in_flight)
+        try:
+            self._answer()
+        finally:
+            with state.lock:
+                state.in_flight -= 1
+
+    def _answer(self) -> None:
         body = self._read_body()
         key = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path.lstrip("/"))
         record = Record(self.command, key, self.headers.get("Range"), 200, None)
