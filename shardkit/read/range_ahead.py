@@ -63,16 +63,14 @@ class RangesAhead:
     ``fetch(first, stop)`` runs on a pool thread and returns the checked stored bytes of blocks
     ``[first, stop)``; ``sizes[i]`` is block ``i``'s stored size."""
 
-    def __init__(self, fetch: Fetch, sizes: Sequence[int], blocks: range,
-                 options: RangeOptions) -> None:
+    def __init__(self, fetch: Fetch, sizes: Sequence[int], blocks: range, options: RangeOptions) -> None:
         self._fetch, self._sizes, self._options = fetch, sizes, options
         self._groups = deque(group_blocks(sizes, blocks, options.coalesce_bytes))
         self._in_flight: deque[tuple[range, Future[Sequence[bytes | memoryview]]]] = deque()
         self._ready: deque[bytes | memoryview] = deque()
         self._next = blocks.start  # the block ``take`` hands out next
         self._bytes = 0  # stored bytes requested and not yet taken
-        self._pool = ThreadPoolExecutor(max_workers=options.max_requests,
-                                        thread_name_prefix="shardkit-range")
+        self._pool = ThreadPoolExecutor(max_workers=options.max_requests, thread_name_prefix="shardkit-range")
         self._submit()
 
     def take(self, block_index: int) -> bytes | memoryview:

@@ -44,16 +44,16 @@ def s3_blocks(s3_bucket: tuple[str, dict[str, Any]]) -> tuple[str, sk.Manifest]:
 def _reader(url: str, manifest: sk.Manifest, proxy: FaultProxy, ranges: RangeOptions = SMALL) -> ShardReader:
     dataset = open_dataset(url, storage_options(proxy.endpoint_url))
     info = manifest.shards[0]
-    return ShardReader(StoreSource(dataset.store, info.name, info.num_bytes), info,
-                       options=ReadOptions(ranges=ranges))
+    return ShardReader(StoreSource(dataset.store, info.name, info.num_bytes), info, options=ReadOptions(ranges=ranges))
 
 
 def _range_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("shardkit-range")]
 
 
-def test_blocks_are_fetched_concurrently_and_joined(s3_blocks: tuple[str, sk.Manifest],
-                                                     fault_proxy: FaultProxy) -> None:
+def test_blocks_are_fetched_concurrently_and_joined(
+    s3_blocks: tuple[str, sk.Manifest], fault_proxy: FaultProxy
+) -> None:
     """K33: with 0.2 s of latency on every block request, up to ``max_requests`` are answered at
     once (never more), adjacent blocks share a request, and the samples are the ones written."""
     url, manifest = s3_blocks
@@ -71,8 +71,9 @@ def test_blocks_are_fetched_concurrently_and_joined(s3_blocks: tuple[str, sk.Man
     assert not _range_threads()
 
 
-def test_a_failed_request_names_the_shard_and_block(s3_blocks: tuple[str, sk.Manifest],
-                                                     fault_proxy: FaultProxy) -> None:
+def test_a_failed_request_names_the_shard_and_block(
+    s3_blocks: tuple[str, sk.Manifest], fault_proxy: FaultProxy
+) -> None:
     """K33: a request failing on a pool thread is raised where the consumer reaches its blocks,
     naming the URL, the shard and the block; samples before it were handed out."""
     url, manifest = s3_blocks
@@ -89,13 +90,14 @@ def test_a_failed_request_names_the_shard_and_block(s3_blocks: tuple[str, sk.Man
     assert not _range_threads()
 
 
-def test_a_corrupt_block_is_caught_on_the_fetching_thread(s3_blocks: tuple[str, sk.Manifest],
-                                                          fault_proxy: FaultProxy) -> None:
+def test_a_corrupt_block_is_caught_on_the_fetching_thread(
+    s3_blocks: tuple[str, sk.Manifest], fault_proxy: FaultProxy
+) -> None:
     """I5 + K33: a block whose bytes changed in the store fails its checksum, naming the block."""
     url, manifest = s3_blocks
     info = manifest.shards[0]
     fs = s3fs.S3FileSystem(skip_instance_cache=True, **storage_options(fault_proxy.endpoint_url))
-    path = f"{url[len('s3://'):]}/{info.name}"
+    path = f"{url[len('s3://') :]}/{info.name}"
     with _reader(url, manifest, fault_proxy) as reader:
         block = reader.index.blocks[5]
         data = bytearray(fs.cat_file(path))
@@ -111,8 +113,9 @@ def test_early_break_leaves_no_thread(s3_blocks: tuple[str, sk.Manifest], fault_
     leaves no read-ahead thread behind, at W=0 (in this process)."""
     url, _ = s3_blocks
     fault_proxy.add(Fault(kind="slow", rate=1.0, key="/shards/", delay=0.1))
-    dataset = sk.StreamingDataset(url, batch_size=4, shuffle=False, storage_options=storage_options(
-        fault_proxy.endpoint_url))
+    dataset = sk.StreamingDataset(
+        url, batch_size=4, shuffle=False, storage_options=storage_options(fault_proxy.endpoint_url)
+    )
     batches = iter(sk.ShardLoader(dataset, num_workers=0))
     next(batches)
     assert _range_threads()
@@ -122,14 +125,14 @@ def test_early_break_leaves_no_thread(s3_blocks: tuple[str, sk.Manifest], fault_
 
 
 @pytest.mark.slow
-def test_forked_workers_read_ahead_exactly_once(s3_blocks: tuple[str, sk.Manifest],
-                                                fault_proxy: FaultProxy) -> None:
+def test_forked_workers_read_ahead_exactly_once(s3_blocks: tuple[str, sk.Manifest], fault_proxy: FaultProxy) -> None:
     """K17 + K33: DataLoader workers (fork) each read ahead over their own connections; every
     sample exactly once, several requests answered at once, and a break mid-epoch returns."""
     url, _ = s3_blocks
     options = storage_options(fault_proxy.endpoint_url)
-    dataset = sk.StreamingDataset(url, batch_size=8, shuffle=True, seed=5, with_index=True, tail="pad",
-                                  storage_options=options)
+    dataset = sk.StreamingDataset(
+        url, batch_size=8, shuffle=True, seed=5, with_index=True, tail="pad", storage_options=options
+    )
     seen: list[int] = []
     for batch in sk.ShardLoader(dataset, num_workers=2):
         seen += batch["_index"][~batch["_padded"]].tolist()

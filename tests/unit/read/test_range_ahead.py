@@ -24,10 +24,16 @@ def test_groups_cover_the_run_in_order_first_block_alone(sizes: list[int], coale
 
 
 @settings(max_examples=40, deadline=None)
-@given(sizes=sizes_st, requests=st.integers(1, 4), max_bytes=st.integers(1, 30000),
-       coalesce=st.integers(1, 12000), stop_after=st.integers(0, 40))
-def test_blocks_come_back_in_order_within_the_bounds(sizes: list[int], requests: int, max_bytes: int,
-                                                      coalesce: int, stop_after: int) -> None:
+@given(
+    sizes=sizes_st,
+    requests=st.integers(1, 4),
+    max_bytes=st.integers(1, 30000),
+    coalesce=st.integers(1, 12000),
+    stop_after=st.integers(0, 40),
+)
+def test_blocks_come_back_in_order_within_the_bounds(
+    sizes: list[int], requests: int, max_bytes: int, coalesce: int, stop_after: int
+) -> None:
     """Every block is the one asked for; requests and outstanding bytes stay within the
     options (one group alone may exceed ``max_bytes``); closing early leaves no thread."""
     options = RangeOptions(max_requests=requests, max_bytes=max_bytes, coalesce_bytes=coalesce)
