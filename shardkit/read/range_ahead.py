@@ -23,8 +23,12 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 Fetch = Callable[[int, int], Sequence[bytes | memoryview]]
+Sizes = Sequence[int] | np.ndarray[Any, Any]  # stored size of each block of the shard, by index
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,7 @@ class RangeOptions:
             raise ValueError(f"RangeOptions need positive values, got {self}")
 
 
-def group_blocks(sizes: Sequence[int], blocks: range, coalesce_bytes: int) -> list[range]:
+def group_blocks(sizes: Sizes, blocks: range, coalesce_bytes: int) -> list[range]:
     """``blocks`` cut into runs of adjacent blocks, one range request each: the first block
     alone, then as many blocks as fit in ``coalesce_bytes`` (a larger block goes alone)."""
     groups: list[range] = []
@@ -63,7 +67,7 @@ class RangesAhead:
     ``fetch(first, stop)`` runs on a pool thread and returns the checked stored bytes of blocks
     ``[first, stop)``; ``sizes[i]`` is block ``i``'s stored size."""
 
-    def __init__(self, fetch: Fetch, sizes: Sequence[int], blocks: range, options: RangeOptions) -> None:
+    def __init__(self, fetch: Fetch, sizes: Sizes, blocks: range, options: RangeOptions) -> None:
         self._fetch, self._sizes, self._options = fetch, sizes, options
         self._groups = deque(group_blocks(sizes, blocks, options.coalesce_bytes))
         self._in_flight: deque[tuple[range, Future[Sequence[bytes | memoryview]]]] = deque()
