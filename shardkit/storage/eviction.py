@@ -139,6 +139,8 @@ class SpaceManager:
         recently used (K6); None on success, else the bytes in use."""
         stats = scan(self.root)
         used = sum(s.size + s.temp_bytes for s in stats.values())
+        if used + num_bytes <= self.limit_bytes:
+            return None
         in_use = 0
         uses = read_next_uses(self.root) if self.plan_eviction else NextUses()
         for item in sorted(stats.values(), key=lambda s: uses.victim_key(s.entry.name, s.last_use)):

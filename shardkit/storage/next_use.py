@@ -29,7 +29,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from shardkit.errors import CacheError
 from shardkit.storage.cache_files import check_dir, create_new, make_dir, open_regular
 
 logger = logging.getLogger(__name__)
@@ -55,7 +54,7 @@ class UsePublisher:
             check_dir(self._folder, follow=False)
             self._fd = self._publish(horizon)
             self._write_position()
-        except (OSError, CacheError) as exc:  # CacheError is an OSError too; listed for clarity
+        except OSError as exc:  # CacheError included (a planted link or special file, K13)
             logger.debug("not publishing next uses in %s: %s", self._folder, exc)
             self.close()
 
@@ -99,13 +98,12 @@ class UsePublisher:
 
     def close(self) -> None:
         """Remove the published files (position first: a ``.pos`` never outlives its list)."""
-        if os.getpid() != self._pid:
-            return  # a forked child never removes its parent's list
-        for suffix in (POS_SUFFIX + NEW_MARK, POS_SUFFIX, KEYS_SUFFIX, KEYS_SUFFIX + NEW_MARK):
+        if os.getpid() != self._pid or self._fd is None:
+            return  # a forked child never removes its parent's list; nothing was published
+        for suffix in (POS_SUFFIX + NEW_MARK, POS_SUFFIX, KEYS_SUFFIX):
             _unlink(self._path(suffix))
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        os.close(self._fd)
+        self._fd = None
 
 
 @dataclass
@@ -123,28 +121,28 @@ class NextUses:
     def distance(self, entry: str) -> float:
         """How many entries from now some live consumer opens ``entry`` (0: at it now); inf when
         no live consumer lists it ahead."""
-        best = math.inf
+        return self._nearest(entry)[0]
+
+    def protected(self, entry: str) -> bool:
+        """Within some live consumer's prefetch horizon: evicted only as a last resort (K31)."""
+        return self._nearest(entry)[1]
+
+    def victim_key(self, entry: str, last_use: float) -> tuple[bool, float, float]:
+        """Sort key of eviction victims: unprotected first, then furthest next use (unknown
+        first), then least recently used (K30)."""
+        distance, protected = self._nearest(entry)
+        return protected, -distance, last_use
+
+    def _nearest(self, entry: str) -> tuple[float, bool]:
+        best, protected = math.inf, False
         for published, position in self.consumers:
             indices = published.positions.get(entry)
             if indices:
                 at = bisect.bisect_left(indices, position)
                 if at < len(indices):
-                    best = min(best, indices[at] - position)
-        return best
-
-    def protected(self, entry: str) -> bool:
-        """Within some live consumer's prefetch horizon: evicted only as a last resort (K31)."""
-        for published, position in self.consumers:
-            indices = published.positions.get(entry, [])
-            at = bisect.bisect_left(indices, position)
-            if at < len(indices) and indices[at] - position <= published.horizon:
-                return True
-        return False
-
-    def victim_key(self, entry: str, last_use: float) -> tuple[bool, float, float]:
-        """Sort key of eviction victims: unprotected first, then furthest next use (unknown
-        first), then least recently used (K30)."""
-        return self.protected(entry), -self.distance(entry), last_use
+                    ahead = indices[at] - position
+                    best, protected = min(best, ahead), protected or ahead <= published.horizon
+        return best, protected
 
 
 _parsed: dict[str, tuple[tuple[int, int, int], _Published]] = {}
@@ -154,9 +152,12 @@ def read_next_uses(root: str) -> NextUses:
     """Every live publisher's list and position under ``root``; dead publishers' files are
     removed (K32). Unreadable or malformed files are skipped."""
     folder = os.path.join(root, USES_DIR)
+    if not os.path.isdir(folder):
+        return NextUses()
     try:
+        check_dir(folder, follow=False)  # a link planted there is never followed (K13)
         names = sorted(os.listdir(folder))
-    except OSError:
+    except OSError:  # CacheError included
         return NextUses()
     for stale in set(_parsed) - {os.path.join(folder, name) for name in names}:
         del _parsed[stale]

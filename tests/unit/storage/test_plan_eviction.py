@@ -140,3 +140,17 @@ def test_a_publisher_removes_its_files_on_close(tmp_path: Any) -> None:
     assert len(os.listdir(os.path.join(cache.root, USES_DIR))) == 2
     publisher.close()
     assert os.listdir(os.path.join(cache.root, USES_DIR)) == []
+
+
+def test_a_planted_uses_link_is_never_followed(tmp_path: Any) -> None:
+    """K13 + K32: ``uses`` made a link to another folder: nothing there is read or removed."""
+    cache = ShardCache(str(tmp_path / "cache"), SIZE)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "1-x.keys").write_text('{"horizon": 1, "entries": ["e-a"]}')
+    os.symlink(elsewhere, os.path.join(cache.root, USES_DIR))
+    assert read_next_uses(cache.root).consumers == []
+    publisher = UsePublisher(cache.root, ["e-a"], horizon=1)  # publishes nothing, fails nothing
+    publisher.reach("e-a")
+    publisher.close()
+    assert sorted(os.listdir(elsewhere)) == ["1-x.keys"]
