@@ -5,6 +5,7 @@ counting proxy. Counts, not times: the plans are seeded and the consumer is one 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ import shardkit as sk
 from shardkit.read import open_dataset
 from shardkit.read.stream import iter_consumer
 from shardkit.storage import CacheOptions, ShardCache
+from shardkit.storage.next_use import USES_DIR
 from tests.helpers.fault_proxy import FaultProxy
 from tests.helpers.s3 import storage_options
 
@@ -84,3 +86,36 @@ def test_half_size_cache_two_shuffled_epochs_downloads_less_than_lru(
     lru, plan = counts[False] - shards, counts[True] - shards
     print(json.dumps({"shards": shards, "lru_downloads": counts[False], "plan_downloads": counts[True]}))
     assert plan * 1.3 <= lru, counts
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::UserWarning:torch.utils.data.dataloader")
+def test_workers_publish_their_plans_and_remove_them(
+    s3_shards: tuple[str, sk.Manifest], fault_proxy: FaultProxy, tmp_path: Any
+) -> None:
+    """K32 with forked DataLoader workers sharing a half-size cache: every sample once, fewer
+    downloads than shards twice over, and no published list left once the epoch is over."""
+    url, manifest = s3_shards
+    cache = tmp_path / "cache"
+    dataset = sk.StreamingDataset(
+        url,
+        batch_size=4,
+        shuffle=True,
+        seed=3,
+        shuffle_window=20,
+        with_index=True,
+        tail="pad",
+        cache_dir=str(cache),
+        cache_limit=manifest.num_bytes // 2,
+        storage_options=storage_options(fault_proxy.endpoint_url),
+    )
+    seen: list[int] = []
+    uses, most = cache / "v1" / USES_DIR, 0
+    for batch in sk.ShardLoader(dataset, num_workers=2):
+        seen += batch["_index"][~batch["_padded"]].tolist()
+        names = os.listdir(uses) if uses.is_dir() else []
+        most = max(most, sum(name.endswith(".keys") for name in names))
+    assert most == 2  # one list per worker, while they read
+    assert sorted(seen) == list(range(NUM_SAMPLES))
+    assert downloads(fault_proxy, manifest) < 2 * len(manifest.shards)
+    assert os.listdir(uses) == []
