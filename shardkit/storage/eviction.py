@@ -1,11 +1,10 @@
 """Space accounting and eviction for the cache (specs/cache.md, "Eviction").
 
 Before a download, ``reserve`` takes the cache-wide ``.space.lock``, counts published entries
-plus in-progress temp files, evicts entries that nobody holds (K5) — the one whose next use by
-the node's consumers is furthest away first (next_use.py; K30, K31), least recently used where
-no consumer says (K6) — and
-creates the temp file already ``num_bytes`` long (so the next process counts it, and a full disk
-fails here, before any byte is fetched). If the bytes in use leave no room it polls until
+plus in-progress temp files, evicts entries that nobody holds (K5) — first the one the node's
+consumers will use furthest ahead (next_use.py; K30, K31), least recently used where no
+consumer says (K6) — and creates the temp file already ``num_bytes`` long (so the next process
+counts it, and a full disk fails here, before any byte is fetched). If the bytes in use leave no room it polls until
 ``space_timeout``, then raises ``CacheError`` with the numbers (K7).
 
 An entry is "in use" when its lock cannot be taken exclusively without waiting: a lease
