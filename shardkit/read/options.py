@@ -3,7 +3,9 @@ loader through ``iter_consumer`` and ``ShardOpener`` to every ``ShardReader``)."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from shardkit.read.range_ahead import RangeOptions
 
 
 @dataclass(frozen=True)
@@ -16,7 +18,11 @@ class ReadOptions:
     collation): large bin values and arrays come as views of the verified block
     (``decode_block_samples(views=True)``), column blocks as ``ColumnPiece``s
     (read/column_pieces.py) instead of sample dicts, and the read-ahead thread also checks raw
-    (stored uncompressed) blocks."""
+    (stored uncompressed) blocks.
+
+    ``ranges``: how a shard read by range requests (no cache dir) fetches its next blocks:
+    concurrent, coalesced, bounded in bytes (read/range_ahead.py)."""
 
     read_ahead: bool = False
     views: bool = False
+    ranges: RangeOptions = field(default_factory=RangeOptions)

@@ -1,8 +1,9 @@
 """``ShardReader``: one shard, random access by sample index, reading only the blocks it needs.
 
 Opening costs one suffix read (footer + index; its length is in the manifest, so exactly one
-request when the manifest entry is given). Every block read is one range request, checked
-against its xxh64 before it is decompressed, and decompressed within its declared size.
+request when the manifest entry is given). A block is checked against its xxh64 before it is
+decompressed, and decompressed within its declared size. From a store (no local copy), a run
+of blocks is fetched ahead by concurrent range requests that join adjacent blocks (K33).
 
 Thread-safety: not thread-safe; use one reader per thread (its zstd context is its own). The
 reader's own read-ahead helper thread (``ReadOptions.read_ahead``) uses a second context.
@@ -34,6 +35,7 @@ from shardkit.format.shard_layout import (
 )
 from shardkit.read.column_pieces import ColumnPiece, as_samples
 from shardkit.read.options import ReadOptions
+from shardkit.read.range_ahead import RangesAhead
 from shardkit.read.read_ahead import BlocksAhead
 from shardkit.read.sources import ByteSource
 from shardkit.read.stats import ReadStats
@@ -81,6 +83,8 @@ class ShardReader:
         self.index = self._read_index()
         self.read_ahead = options.read_ahead and getattr(source, "thread_safe", False)
         self.views = options.views
+        # A remote source (range requests): blocks are fetched ahead, concurrently (K33).
+        self.ranges = options.ranges if getattr(source, "ranged", False) else None
         self._ahead_decompressor: BlockDecompressor | None = None
 
     # ---- structure --------------------------------------------------------------------------
@@ -133,13 +137,31 @@ class ShardReader:
     # ---- blocks -----------------------------------------------------------------------------
     def read_stored_block(self, block_index: int) -> bytes | memoryview:
         """The stored bytes of one block, checksum-verified (I5)."""
-        block = self.index.blocks[block_index]
-        self._check_block_size(block_index)
-        start = int(block["offset"])
-        stored = self.source.read_range(start, start + int(block["stored_size"]))
-        if xxh64_int(stored) != int(block["checksum"]):
-            raise CorruptShardError(f"{self.where}: {self._block_label(block_index)}: checksum mismatch")
-        return stored
+        return self.fetch_stored_blocks(block_index, block_index + 1)[0]
+
+    def fetch_stored_blocks(self, first: int, stop: int) -> list[bytes | memoryview]:
+        """The stored bytes of the adjacent blocks ``[first, stop)``, read with one range request
+        and each checksum-verified (I5). Thread-safe when the source is."""
+        blocks = self.index.blocks
+        for block_index in range(first, stop):
+            self._check_block_size(block_index)
+        start = int(blocks[first]["offset"])
+        end = int(blocks[stop - 1]["offset"]) + int(blocks[stop - 1]["stored_size"])
+        try:
+            data = self.source.read_range(start, end)
+        except Exception as exc:  # the store's error names the URL and range; add the blocks
+            more = f" to block {stop - 1}" if stop - first > 1 else ""
+            exc.add_note(f"reading {self.where}: {self._block_label(first)}{more}")
+            raise
+        view = memoryview(data) if stop - first > 1 else data
+        pieces = []
+        for block_index in range(first, stop):
+            offset = int(blocks[block_index]["offset"]) - start
+            stored = view[offset : offset + int(blocks[block_index]["stored_size"])] if stop - first > 1 else data
+            if xxh64_int(stored) != int(blocks[block_index]["checksum"]):
+                raise CorruptShardError(f"{self.where}: {self._block_label(block_index)}: checksum mismatch")
+            pieces.append(stored)
+        return pieces
 
     def _check_block_size(self, block_index: int) -> None:
         """I12, before anything is read: the raw size, and the stored size (a raw block's stored
@@ -234,11 +256,18 @@ class ShardReader:
         first = self.index.first_sample
         blocks = range(self.index.block_of(start), self.index.block_of(stop - 1) + 1)
         ahead = BlocksAhead(self._raw_block_ahead) if self.read_ahead and len(blocks) > 1 else None
+        ranged = (RangesAhead(self.fetch_stored_blocks, self.index.blocks["stored_size"], blocks, self.ranges)
+                  if self.ranges is not None and len(blocks) > 1 else None)
         candidate = blocks.start + 1  # the next block to consider handing to the helper
         try:
             for block_index in blocks:
                 raw = None
-                if ahead is not None:
+                if ranged is not None:
+                    waited = time.perf_counter()
+                    stored = ranged.take(block_index)
+                    self.stats.io_seconds += time.perf_counter() - waited
+                    raw = self.decode_stored_block(block_index, stored)
+                elif ahead is not None:
                     candidate = self._send_ahead(ahead, max(candidate, block_index + 1), blocks.stop)
                     if ahead.holds(block_index):
                         waited = time.perf_counter()
@@ -251,6 +280,8 @@ class ShardReader:
         finally:
             if ahead is not None:  # the helper must be done with this reader before it closes
                 ahead.close()
+            if ranged is not None:  # no request of this run outlives it (K33)
+                ranged.close()
 
     def _send_ahead(self, ahead: BlocksAhead, candidate: int, stop: int) -> int:
         """Hand blocks ``candidate…`` to the helper while it has room; the next candidate."""

@@ -64,7 +64,10 @@ class LocalFileSource:
 
 
 class StoreSource:
-    """An object in a store, read with range requests (no local copy)."""
+    """An object in a store, read with range requests (no local copy). Thread-safe (the store
+    is); ``ranged``: a reader fetches its blocks ahead with concurrent requests (K33)."""
+
+    ranged = True
 
     def __init__(self, store: Store, name: str, size: int | None = None) -> None:
         self.where = store.url_of(name)

@@ -13,6 +13,7 @@ from typing import Any
 from shardkit.storage.cache_layout import dataset_prefix, key_from_name, layout_root, read_meta
 from shardkit.storage.eviction import remove_entry, remove_temps, scan, try_exclusive
 from shardkit.storage.locks import FileLock
+from shardkit.storage.next_use import read_next_uses
 
 
 def list_cache(cache_dir: str) -> list[dict[str, Any]]:
@@ -48,6 +49,7 @@ def clear_cache(cache_dir: str, older_than_seconds: float | None = None) -> tupl
     removed too (their bytes count, not their number).
     """
     root = layout_root(cache_dir)
+    read_next_uses(root)  # removes the lists dead consumers published (K32)
     cutoff = None if older_than_seconds is None else time.time() - older_than_seconds
     count = freed = 0
     for item in scan(root).values():

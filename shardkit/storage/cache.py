@@ -50,6 +50,7 @@ class CacheOptions:
     verify_attempts: int = 3         # downloads tried when the fetched bytes fail ``verify``
     chunk_bytes: int = 16 * 1024 * 1024
     download_threads: int = 4
+    plan_eviction: bool = True       # evict by the consumers' published next uses (K30); else LRU
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,8 @@ class ShardCache:
             raise CacheError(f"cannot create cache dir {self.cache_dir}: {exc}") from exc
         self._space = SpaceManager(self.root, self.limit_bytes, timeout=self.options.space_timeout,
                                    warn_after=self.options.warn_after,
-                                   poll_interval=self.options.poll_interval)
+                                   poll_interval=self.options.poll_interval,
+                                   plan_eviction=self.options.plan_eviction)
         self._verified: set[tuple[int, int, int]] = set()
         self._pid = os.getpid()
         self._guard = threading.Lock()

@@ -1,9 +1,10 @@
-"""Space accounting and LRU eviction for the cache (specs/cache.md, "Eviction").
+"""Space accounting and eviction for the cache (specs/cache.md, "Eviction").
 
 Before a download, ``reserve`` takes the cache-wide ``.space.lock``, counts published entries
-plus in-progress temp files, evicts least-recently-used entries that nobody holds (K5, K6), and
-creates the temp file already ``num_bytes`` long (so the next process counts it, and a full disk
-fails here, before any byte is fetched). If the bytes in use leave no room it polls until
+plus in-progress temp files, evicts entries that nobody holds (K5) — first the one the node's
+consumers will use furthest ahead (next_use.py; K30, K31), least recently used where no
+consumer says (K6) — and creates the temp file already ``num_bytes`` long (so the next process
+counts it, and a full disk fails here, before any byte is fetched). If the bytes in use leave no room it polls until
 ``space_timeout``, then raises ``CacheError`` with the numbers (K7).
 
 An entry is "in use" when its lock cannot be taken exclusively without waiting: a lease
@@ -29,6 +30,7 @@ from shardkit.storage.cache_layout import (
     entry_of_filename,
 )
 from shardkit.storage.locks import FileLock
+from shardkit.storage.next_use import NextUses, read_next_uses
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +100,9 @@ class SpaceManager:
     """Keeps published + in-progress bytes under ``limit_bytes`` for one cache root."""
 
     def __init__(self, root: str, limit_bytes: int, *, timeout: float, warn_after: float,
-                 poll_interval: float) -> None:
+                 poll_interval: float, plan_eviction: bool = True) -> None:
         self.root = root
+        self.plan_eviction = plan_eviction
         self.limit_bytes = limit_bytes
         self.timeout = timeout
         self.warn_after = warn_after
@@ -131,11 +134,15 @@ class SpaceManager:
             time.sleep(self.poll_interval)
 
     def _make_room(self, entry: Entry, num_bytes: int) -> int | None:
-        """Evict LRU entries until ``num_bytes`` fit; None on success, else bytes in use."""
+        """Evict entries until ``num_bytes`` fit, furthest next use first (K30, K31), else least
+        recently used (K6); None on success, else the bytes in use."""
         stats = scan(self.root)
         used = sum(s.size + s.temp_bytes for s in stats.values())
+        if used + num_bytes <= self.limit_bytes:
+            return None
         in_use = 0
-        for item in sorted(stats.values(), key=lambda s: s.last_use):
+        uses = read_next_uses(self.root) if self.plan_eviction else NextUses()
+        for item in sorted(stats.values(), key=lambda s: uses.victim_key(s.entry.name, s.last_use)):
             if used + num_bytes <= self.limit_bytes:
                 return None
             if item.entry.name == entry.name:

@@ -2,9 +2,11 @@
 
 A ``Prefetcher`` walks ``items`` in order, keeping at most ``max_ahead`` entries and
 ``max_bytes`` bytes fetched-but-not-yet-reached. It holds no leases: a prefetched entry is an
-ordinary LRU entry until the consumer opens it. A background failure is stored with its entry
-and raised by ``open`` when the consumer reaches that entry — never in a random thread, never
-lost (and logged at close if the consumer never got there).
+ordinary entry until the consumer opens it. It publishes the consumer's order and position in
+the cache dir, so that eviction keeps what the node's consumers need soonest (next_use.py).
+A background failure is stored with its entry and raised by ``open`` when the consumer
+reaches that entry — never in a random thread, never lost (and logged at close if the
+consumer never got there).
 
 Usage::
 
@@ -26,6 +28,8 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from shardkit.storage.cache_layout import entry_name
+from shardkit.storage.next_use import UsePublisher
 from shardkit.storage.store import Store
 
 if TYPE_CHECKING:
@@ -46,6 +50,8 @@ class Prefetcher:
         self.max_ahead = max_ahead
         self.max_bytes = cache.limit_bytes // 2 if max_bytes is None else max_bytes
         self._pending: collections.deque[CacheItem] = collections.deque(items)
+        # The node's evictors read this consumer's order and position (K30–K32).
+        self._uses = UsePublisher(cache.root, [entry_name(i.key) for i in self._pending], max_ahead)
         self._ahead: collections.OrderedDict[str, tuple[CacheItem, Future[None]]] = (
             collections.OrderedDict())
         self._cancel = threading.Event()
@@ -85,9 +91,11 @@ class Prefetcher:
                 logger.debug("prefetch of %s failed and was never reached: %s",
                              self.store.url_of(item.name), future.exception())
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._uses.close()
 
     def _reach(self, key: str) -> Future[None] | None:
         """Mark the consumer at ``key``: entries before it are dropped, the window moves."""
+        self._uses.reach(entry_name(key))
         with self._lock:
             future = None
             if key in self._ahead:
