@@ -119,7 +119,7 @@ def _checked(weights: Sequence[float] | np.ndarray, num_samples: int, where: str
     bad = ~np.isfinite(values) | (values < 0)
     if bad.any():
         index = int(np.argmax(bad))
-        raise PlanError(f"{where}: sample {index}: weight {values[index]!r}; expected a finite number >= 0")
+        raise PlanError(f"{where}: sample {index}: weight {float(values[index])}; expected a finite number >= 0")
     if num_samples and not (values > 0).any():
         raise PlanError(f"{where}: every weight is 0; at least one sample needs a positive weight")
     return values
