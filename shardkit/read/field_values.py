@@ -14,7 +14,7 @@ import numpy as np
 
 from shardkit.errors import FormatError
 from shardkit.read.column_pieces import ColumnPiece, as_samples
-from shardkit.read.dataset import StoredDataset
+from shardkit.read.dataset import StoredDataset, open_dataset
 from shardkit.read.options import ReadOptions
 from shardkit.read.shard_reader import SampleChunk, ShardReader
 from shardkit.read.sources import open_source
@@ -22,6 +22,13 @@ from shardkit.read.sources import open_source
 
 class FieldValueError(FormatError):
     """A field that the samples lack, or whose value is not one number."""
+
+
+def field_values(path: str, field: str, storage_options: dict[str, Any] | None = None) -> np.ndarray:
+    """``field`` (one number per sample) of every sample of the dataset at ``path``, as float64 in
+    manifest order: e.g. labels to compute class-balanced ``sample_weights`` from. One pass over
+    the dataset."""
+    return read_numeric_field(open_dataset(path, storage_options), field)
 
 
 def read_numeric_field(dataset: StoredDataset, field: str) -> np.ndarray:
