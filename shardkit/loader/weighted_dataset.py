@@ -127,4 +127,4 @@ def _separate_copies(window: WindowSamples) -> WindowSamples:
         if id(sample) in seen:
             samples[i] = copy.deepcopy(sample)
         seen.add(id(sample))
-    return WindowSamples(samples, window.indices, window.padded)
+    return WindowSamples(samples, window.indices, window.padded, window.copies)

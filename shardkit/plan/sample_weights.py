@@ -19,7 +19,7 @@ from shardkit.errors import PlanError
 from shardkit.plan.rng import philox_key
 from shardkit.plan.spans import shard_offsets
 
-SALT_WEIGHT_ROUNDING = 13  # the epoch's systematic-rounding offset U: (13, seed, epoch)
+SALT_WEIGHT_ROUNDING = 21  # the epoch's systematic-rounding offset U: (21, seed, epoch)
 
 
 class SampleWeights:

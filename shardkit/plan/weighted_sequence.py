@@ -6,7 +6,8 @@ unchanged (SW4). Its ``T`` positions are the epoch's multiset in epoch shard ord
 in the seeded order of partition.md, each sample ``m_j`` times in a row (systematic rounding,
 ``shardkit.plan.sample_weights``). Window ``j`` (positions ``j*win ... (j+1)*win``) decodes the
 distinct samples those positions name - once each, however many copies - and outputs the
-positions permuted (Philox key ``(14, seed, epoch, j)``), or in order without shuffle.
+positions permuted (Philox key ``(22, seed, epoch, j)``), or in order without shuffle; each
+output carries its copy number (``Window.copies``, SW8).
 
 Position -> sample: per-shard counts from the rounding at the shard boundaries (O(shards)),
 then a bisect inside one shard's running counts (O(shard size), the last few shards cached).
@@ -31,7 +32,7 @@ from shardkit.plan.sequence import SampleSequence, window_bounds
 from shardkit.plan.spans import Span, Window
 from shardkit.plan.state import build_plan
 
-SALT_WEIGHT_WINDOW = 14  # window j's permutation: (14, seed, epoch, j)
+SALT_WEIGHT_WINDOW = 22  # window j's permutation: (22, seed, epoch, j)
 SPAN_GAP = 64  # absent samples (multiplicity 0) a span reads through rather than starting a new span
 CACHED_SHARDS = 4  # running counts kept per sequence (a window touches a few consecutive shards)
 _NO_SHARDS = np.zeros(0, dtype=np.int64)
@@ -57,11 +58,13 @@ class WeightedSequence(SampleSequence):
     def __len__(self) -> int:
         return int(self._cum[-1])
 
-    def _running(self, shard: int) -> np.ndarray:
-        """Copies of shard ``shard``'s samples ``0..i`` (inclusive), per ``i``."""
+    def _firsts(self, shard: int) -> np.ndarray:
+        """Position of each sample of shard ``shard`` in the shard's run (its first copy), then
+        the run's length."""
         found = self._cache.get(shard)
         if found is None:
-            found = self._rounding(self._weights.cumulative(shard)) - self._bounds[shard]
+            running = self._rounding(self._weights.cumulative(shard)) - self._bounds[shard]
+            found = np.concatenate([np.zeros(1, dtype=np.int64), running])
             self._cache[shard] = found
             while len(self._cache) > CACHED_SHARDS:
                 self._cache.popitem(last=False)
@@ -74,24 +77,28 @@ class WeightedSequence(SampleSequence):
         for index in range(start // self._window, (stop - 1) // self._window + 1):
             w_lo = index * self._window
             w_hi = min(w_lo + self._window, len(self))
-            spans, decoded = self._content(w_lo, w_hi)
-            order = decoded
-            if self._key is not None and len(decoded) > 1:
-                order = decoded[permutation(philox_key(SALT_WEIGHT_WINDOW, *self._key, index), len(decoded))]
-            yield Window(tuple(spans), order[max(start, w_lo) - w_lo : min(stop, w_hi) - w_lo])
+            spans, order, copies = self._content(w_lo, w_hi)
+            if self._key is not None and len(order) > 1:
+                permuted = permutation(philox_key(SALT_WEIGHT_WINDOW, *self._key, index), len(order))
+                order, copies = order[permuted], copies[permuted]
+            kept = slice(max(start, w_lo) - w_lo, min(stop, w_hi) - w_lo)
+            yield Window(tuple(spans), order[kept], copies[kept])
 
-    def _content(self, lo: int, hi: int) -> tuple[list[Span], np.ndarray]:
+    def _content(self, lo: int, hi: int) -> tuple[list[Span], np.ndarray, np.ndarray]:
         """Spans decoding the distinct samples of positions ``lo:hi``, and per position its
-        index into their concatenation."""
+        index into their concatenation and its copy number (SW8)."""
         spans: list[Span] = []
         parts: list[np.ndarray] = []
+        copies: list[np.ndarray] = []
         base = 0  # samples decoded by the spans so far
         rank = int(np.searchsorted(self._cum, lo, side="right")) - 1
         while lo < hi:
             first, end = int(self._cum[rank]), min(hi, int(self._cum[rank + 1]))
             if end > lo:
                 shard = int(self._order[rank])
-                ids = np.searchsorted(self._running(shard), np.arange(lo - first, end - first), side="right")
+                firsts, positions = self._firsts(shard), np.arange(lo - first, end - first)
+                ids = np.searchsorted(firsts, positions, side="right") - 1
+                copies.append(positions - firsts[ids])
                 starts, ends = _runs(ids)
                 within = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(ends - starts)])
                 run = np.searchsorted(starts, ids, side="right") - 1
@@ -100,7 +107,9 @@ class WeightedSequence(SampleSequence):
                 base += int(within[-1])
             lo = max(lo, end)
             rank += 1
-        return spans, np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        if not parts:
+            return spans, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return spans, np.concatenate(parts), np.concatenate(copies)
 
     def shards(self, start: int, stop: int) -> np.ndarray:
         self.check_range(start, stop)

@@ -121,6 +121,28 @@ def test_copies_are_separate_dicts_for_an_in_place_transform(root: str) -> None:
         assert (batch["id"] == batch["_index"] + 1000).all()
 
 
+def augment(sample: dict[str, Any], ctx: sk.SampleContext) -> dict[str, Any]:
+    return {"id": sample["id"], "copy": ctx.copy, "draw": ctx.rng().random()}
+
+
+def test_every_copy_gets_its_own_context_and_draw(root: str) -> None:
+    """SW8: ``ctx.copy`` numbers a sample's copies 0 .. m - 1 across the epoch (2 workers), copy 0
+    draws exactly ``sample_rng(seed, epoch, index)`` (P11) and the other copies draw otherwise."""
+    dataset = sk.StreamingDataset(root, batch_size=4, sample_weights="weight", transform=augment, **PARAMS)
+    draws: dict[int, dict[int, float]] = collections.defaultdict(dict)
+    for batch in sk.ShardLoader(dataset, num_workers=2):
+        for index, copy, draw in zip(
+            batch["_index"].tolist(), batch["copy"].tolist(), batch["draw"].tolist(), strict=True
+        ):
+            assert copy not in draws[index]
+            draws[index][copy] = draw
+    expected = planned(dataset, 0)
+    assert {index: sorted(found) for index, found in draws.items()} == {i: list(range(k)) for i, k in expected.items()}
+    for index, found in draws.items():
+        assert found[0] == sk.sample_rng(PARAMS["seed"], 0, index).random()
+        assert len(set(found.values())) == len(found)
+
+
 def test_other_weights_or_epoch_sizes_are_refused_by_name(root: str) -> None:
     """SW7: a state planned with other weights, another samples_per_epoch, or without weights."""
     first = sk.ShardLoader(sk.StreamingDataset(root, batch_size=4, sample_weights="weight", **PARAMS))

@@ -160,20 +160,26 @@ def test_another_epoch_gives_another_rounding_and_order() -> None:
 def test_a_window_decodes_each_sample_once_and_copies_share_windows(
     case: tuple[SampleWeights, int], params: PlanParams
 ) -> None:
-    """Step 4 and SW5: a window's spans never overlap (a sample is decoded once however many
-    copies it outputs), decode at most its distinct samples plus gaps, and a sample's copies
-    span at most ceil(m / win) + 1 windows."""
+    """Step 4, SW5, SW8: a window's spans never overlap (a sample is decoded once however many
+    copies it outputs), a sample's copies span at most ceil(m / win) + 1 windows, and they are
+    numbered 0 .. m - 1."""
     weights, total = case
     one = replace(params, world_size=1, num_workers=0, batch_size=1)  # the whole epoch, one range
     plan = weighted_plan(weights, total, one)
     source = plan.remainder([0])
     windows_of: dict[int, set[int]] = collections.defaultdict(set)
+    copies_of: dict[int, list[int]] = collections.defaultdict(list)
     for number, window in enumerate(source.windows(0, len(source))):
         decoded = [(s.shard_index, i) for s in window.spans for i in range(s.start, s.end)]
         assert len(decoded) == len(set(decoded))
-        for index in window.global_indices(plan.shard_offsets).tolist():
+        assert window.copies is not None and len(window.copies) == window.num_samples
+        for index, copy in zip(window.global_indices(plan.shard_offsets).tolist(), window.copies.tolist(), strict=True):
             windows_of[index].add(number)
+            copies_of[index].append(copy)
     m = multiplicities(weights, total, params.seed, params.epoch)
+    assert {index: sorted(found) for index, found in copies_of.items()} == {
+        index: list(range(int(k))) for index, k in enumerate(m) if k
+    }
     for index, numbers in windows_of.items():
         assert len(numbers) <= -(-int(m[index]) // params.shuffle_window) + 1
 
@@ -183,17 +189,17 @@ def test_worked_example() -> None:
     labels = np.array([0] * 20 + [1] * 3)
     weights = SampleWeights(1.0 / np.bincount(labels)[labels], [5, 0, 7, 3, 8])
     m = multiplicities(weights, 23, 0, 0)
-    assert m.tolist() == [0, 1, 1, 0, 1, 0, 1, 0, 1, 1, 0, 1, 0, 1, 1, 0, 1, 0, 1, 0, 4, 4, 4]
+    assert m.tolist() == [0, 1, 0, 1, 1, 0, 1, 0, 1, 0, 1, 1, 0, 1, 0, 1, 1, 0, 1, 0, 4, 4, 4]
     assert [int(m[labels == k].sum()) for k in (0, 1)] == [11, 12]
     params = PlanParams(world_size=2, num_workers=2, batch_size=3, shuffle=False, shuffle_window=4)
     plan = weighted_plan(weights, 23, params)
     got = [out.ids.tolist() for out in all_samples(plan)]
-    assert got == [[1, 2, 4, 6, 8, 9], [11, 13, 14], [16, 18, 20, 20, 20, 20], [21, 21, 21]]
+    assert got == [[1, 3, 4, 6, 8, 10], [11, 13, 15], [16, 18, 20, 20, 20, 20], [21, 21, 21]]
     assert dropped_ids(plan) == [21, 22, 22, 22, 22]
     shuffled = all_samples(
         weighted_plan(weights, 23, PlanParams(world_size=2, num_workers=2, batch_size=3, shuffle_window=4))
     )
-    assert shuffled[0].ids.tolist() == [14, 8, 6, 13, 11, 18]
+    assert shuffled[0].ids.tolist() == [10, 13, 8, 6, 11, 15]
     assert shuffled[2].ids.tolist() == [20, 20, 20, 21, 21, 21]
 
 
