@@ -83,12 +83,9 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         (.toml/.json) - makes a ``MixtureDataset`` (a subclass; specs/mixture.md)."""
         mixture = isinstance(path, Mixture) or (isinstance(path, str) and is_mixture_file(path))
         if cls is StreamingDataset and "sample_weights" in kwargs:  # specs/sample-weights.md
-            if mixture:
-                raise TypeError("sample_weights is not supported for a mixture (SW10): weight its sources, "
-                                "or stream the weighted dataset on its own")
-            from shardkit.loader.weighted_dataset import WeightedDataset  # a subclass: imported late
+            from shardkit.loader.weighted_dataset import weighted_class  # a subclass: imported late
 
-            return super().__new__(WeightedDataset)
+            return super().__new__(weighted_class(mixture))
         if cls is StreamingDataset and mixture:
             from shardkit.loader.mixture_dataset import MixtureDataset  # a subclass: imported late
 

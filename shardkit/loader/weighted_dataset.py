@@ -128,3 +128,13 @@ def _separate_copies(window: WindowSamples) -> WindowSamples:
             samples[i] = copy.deepcopy(sample)
         seen.add(id(sample))
     return WindowSamples(samples, window.indices, window.padded, window.copies)
+
+
+def weighted_class(mixture: bool) -> type[WeightedDataset]:
+    """What ``StreamingDataset(path, sample_weights=...)`` makes; refused for a mixture (SW10)."""
+    if mixture:
+        raise TypeError(
+            "sample_weights is not supported for a mixture (SW10): weight its sources, "
+            "or stream the weighted dataset on its own"
+        )
+    return WeightedDataset
