@@ -15,8 +15,10 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from shardkit.loader import DevicePrefetcher, Ragged, ShardLoader, StreamingDataset
     from shardkit.loader.mixture_dataset import MixtureDataset
     from shardkit.loader.transforms import SampleContext
+    from shardkit.loader.weighted_dataset import WeightedDataset
     from shardkit.plan import sample_rng
     from shardkit.read import ShardReader, open_dataset
+    from shardkit.read.field_values import field_values
     from shardkit.read.mixture import Mixture, Source, load_mixture
     from shardkit.write import ShardWriter
     from shardkit.write.map import pack
@@ -37,6 +39,8 @@ _LAZY = {
     "SampleContext": "shardkit.loader.transforms",
     "Source": "shardkit.read.mixture",
     "load_mixture": "shardkit.read.mixture",
+    "WeightedDataset": "shardkit.loader.weighted_dataset",  # specs/sample-weights.md
+    "field_values": "shardkit.read.field_values",
 }
 
 __all__ = [
@@ -51,7 +55,9 @@ __all__ = [
     "ShardWriter",
     "Source",
     "StreamingDataset",
+    "WeightedDataset",
     "__version__",
+    "field_values",
     "load_mixture",
     "open_dataset",
     "pack",

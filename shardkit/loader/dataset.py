@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
@@ -38,6 +39,7 @@ from shardkit.loader.transfer.packed import in_groups
 from shardkit.loader.transfer.ring import Ring, find
 from shardkit.loader.transforms import Transform, takes_context, transformed
 from shardkit.plan import Plan, PlanParams, build_plan, worker_consumer
+from shardkit.plan.plan import base_plan
 from shardkit.plan.quality import warn_if_unshuffled
 from shardkit.read import ReadOptions, StoredDataset, open_dataset
 from shardkit.read.column_pieces import ColumnPiece, as_samples
@@ -72,12 +74,19 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     spawn-started workers. Rank and world size are read at ``__iter__``; a custom launcher can
     pin them with ``ds.options = dataclasses.replace(ds.options, rank=r, world_size=n)``.
     ``path`` may be a ``Mixture`` or a mixture file: the result is then a ``MixtureDataset``.
+    ``sample_weights=`` (a numeric field or one weight per sample) and ``samples_per_epoch=``
+    make a ``WeightedDataset`` (specs/sample-weights.md).
     """
 
     def __new__(cls, path: Any = None, *args: Any, **kwargs: Any) -> StreamingDataset:
         """``StreamingDataset(mixture, ...)`` - a ``Mixture`` or the path of a mixture file
         (.toml/.json) - makes a ``MixtureDataset`` (a subclass; specs/mixture.md)."""
-        if cls is StreamingDataset and (isinstance(path, Mixture) or (isinstance(path, str) and is_mixture_file(path))):
+        mixture = isinstance(path, Mixture) or (isinstance(path, str) and is_mixture_file(path))
+        if cls is StreamingDataset and "sample_weights" in kwargs:  # specs/sample-weights.md
+            from shardkit.loader.weighted_dataset import weighted_class  # a subclass: imported late
+
+            return super().__new__(weighted_class(mixture))
+        if cls is StreamingDataset and mixture:
             from shardkit.loader.mixture_dataset import MixtureDataset  # a subclass: imported late
 
             return super().__new__(MixtureDataset)
@@ -148,11 +157,15 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         key = repr((params, resume))
         plan = self._plans.get(key)
         if plan is None:
-            plan = build_plan(self.dataset.manifest.shard_sizes, params, resume)
+            plan = build_plan(self.dataset.manifest.shard_sizes, params, resume, self.level0)
             check_plan(plan)  # no batch for this topology, or a large drop: logged once (P16, P17)
             warn_if_unshuffled(self.dataset.manifest, params)  # P14: once per dataset and process
             self._plans = {key: plan}
         return plan
+
+    def level0(self, shard_sizes: np.ndarray, params: PlanParams) -> Plan:
+        """Level 0 of an epoch's plan (a ``WeightedDataset`` plans its weighted multiset)."""
+        return base_plan(shard_sizes, params)
 
     # ---- the dataset's part of a loader state (a mixture adds its own: mixture_dataset.py) ----
     def state_fingerprint(self, epoch: int) -> str:
@@ -165,6 +178,9 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
 
     def load_state_part(self, state: dict[str, Any]) -> str:
         """Apply the dataset's part of a loader state; returns the fingerprint its plan must carry."""
+        if "sample_weights" in state:
+            raise StateError("loader state: saved with sample weights (it has a 'sample_weights' key); "
+                             "resume it with the same sample_weights= (specs/sample-weights.md SW7)")
         if "mixture" in state:
             raise StateError("loader state: saved by a mixture (it has a 'mixture' key); resume it with "
                              "the mixture (sk.StreamingDataset(mixture) or sk.MixtureDataset)")

@@ -270,8 +270,8 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         for consumer, position in consumed.items():
             offsets[consumer] = position
         offsets = _gather_offsets(offsets, topology, max(self.num_workers, 1))
-        extra = {} if self._tally is None else \
-            self.streaming.state_part(epoch, resume, gather_sum(self._tally.at(consumed), topology))
+        received = None if self._tally is None else gather_sum(self._tally.at(consumed), topology)
+        extra = self.streaming.state_part(epoch, resume, received)  # a mixture's or weights' part
         return {
             "version": LOADER_STATE_VERSION,
             "kind": LOADER_STATE_KIND,

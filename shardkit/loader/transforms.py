@@ -27,15 +27,17 @@ Transform = Callable[..., dict[str, Any]]
 @dataclass(frozen=True)
 class SampleContext:
     """Which sample a transform sees: ``index`` (global, manifest order; a pad repeats the index
-    of the sample it repeats), ``epoch`` and ``seed`` (the dataset's)."""
+    of the sample it repeats), ``epoch`` and ``seed`` (the dataset's), and ``copy``: which copy
+    of the sample this is in a weighted epoch (0 otherwise; specs/sample-weights.md SW8)."""
 
     index: int
     epoch: int
     seed: int
+    copy: int = 0
 
     def rng(self) -> np.random.Generator:
-        """``sample_rng(seed, epoch, index)``: this sample's own counter-based generator."""
-        return sample_rng(self.seed, self.epoch, self.index)
+        """``sample_rng(seed, epoch, index, copy)``: this sample's (copy's) own counter-based generator."""
+        return sample_rng(self.seed, self.epoch, self.index, self.copy)
 
 
 def takes_context(transform: Transform) -> bool:
@@ -59,8 +61,9 @@ def transformed(windows: Iterator[WindowSamples], transform: Transform, with_con
     for window in windows:
         samples = as_samples(window.samples)
         if with_context:
-            out = [transform(sample, SampleContext(int(index), epoch, seed))
-                   for sample, index in zip(samples, window.indices.tolist(), strict=True)]
+            copies = [0] * len(samples) if window.copies is None else window.copies.tolist()
+            out = [transform(sample, SampleContext(int(index), epoch, seed, copy))
+                   for sample, index, copy in zip(samples, window.indices.tolist(), copies, strict=True)]
         else:
             out = [transform(sample) for sample in samples]
         yield replace(window, samples=out)

@@ -34,10 +34,12 @@ def permutation(key: int, length: int) -> np.ndarray:
     return np.argsort(raw, kind="stable").astype(np.int64, copy=False)
 
 
-def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
-    """A generator for per-sample augmentation keyed by (seed, epoch, global sample index).
+def sample_rng(seed: int, epoch: int, index: int, copy: int = 0) -> np.random.Generator:
+    """A generator for per-sample augmentation keyed by (seed, epoch, global sample index), and
+    for copy ``copy > 0`` of a sample in a weighted epoch by that copy number too (SW8).
 
     Independent of which rank or worker decodes the sample, so a resumed or re-partitioned run
     draws the same augmentation for the same sample.
     """
-    return np.random.Generator(np.random.Philox(key=philox_key(SALT_SAMPLE, seed, epoch, index)))
+    words = (SALT_SAMPLE, seed, epoch, index) if copy == 0 else (SALT_SAMPLE, seed, epoch, index, copy)
+    return np.random.Generator(np.random.Philox(key=philox_key(*words)))

@@ -38,6 +38,9 @@ class Window:
 
     spans: tuple[Span, ...]
     order: np.ndarray
+    # Per output sample, which copy of its sample it is in a weighted epoch (specs/sample-weights.md
+    # SW8); None: every sample is copy 0 (every other sequence).
+    copies: np.ndarray | None = None
 
     @property
     def num_samples(self) -> int:

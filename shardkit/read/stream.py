@@ -132,6 +132,7 @@ class WindowSamples:
     samples: SampleChunk  # dicts, or a ColumnPiece from readers made with ``views``
     indices: np.ndarray
     padded: np.ndarray
+    copies: np.ndarray | None = None  # copy numbers in a weighted epoch (Window.copies)
 
 
 def read_window(opener: ShardOpener, window: Window, offsets: np.ndarray) -> Iterator[WindowSamples]:
@@ -151,10 +152,10 @@ def read_window(opener: ShardOpener, window: Window, offsets: np.ndarray) -> Ite
     if chunks and all(isinstance(chunk, ColumnPiece) for chunk in chunks):
         joined = join_pieces(chunks)  # type: ignore[arg-type]
         if joined is not None:  # one selection of the window's columns, in output order
-            yield WindowSamples(joined.select(order), indices, padded)
+            yield WindowSamples(joined.select(order), indices, padded, window.copies)
             return
     decoded = [sample for chunk in chunks for sample in as_samples(chunk, opener.options.views)]
-    yield WindowSamples([decoded[i] for i in order.tolist()], indices, padded)
+    yield WindowSamples([decoded[i] for i in order.tolist()], indices, padded, window.copies)
 
 
 def _read_run(
@@ -167,7 +168,9 @@ def _read_run(
         if lo >= hi:
             continue
         for chunk in opener.reader(span.shard_index).sample_chunks(span.start + lo, span.start + hi):
-            yield WindowSamples(chunk, indices[emitted : emitted + len(chunk)], padded[emitted : emitted + len(chunk)])
+            part = slice(emitted, emitted + len(chunk))
+            copies = None if window.copies is None else window.copies[part]
+            yield WindowSamples(chunk, indices[part], padded[part], copies)
             emitted += len(chunk)
 
 

@@ -1,0 +1,69 @@
+"""One numeric field of every sample, in manifest order (per-sample weights, specs/sample-weights.md).
+
+One pass over the dataset: every block of every shard is read and decoded once. Column blocks
+give a scalar column straight from its array; row blocks go sample by sample. Errors name the
+dataset, the shard and the sample.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from shardkit.errors import FormatError
+from shardkit.read.column_pieces import ColumnPiece, as_samples
+from shardkit.read.dataset import StoredDataset, open_dataset
+from shardkit.read.options import ReadOptions
+from shardkit.read.shard_reader import SampleChunk, ShardReader
+from shardkit.read.sources import open_source
+
+
+class FieldValueError(FormatError):
+    """A field that the samples lack, or whose value is not one number."""
+
+
+def field_values(path: str, field: str, storage_options: dict[str, Any] | None = None) -> np.ndarray:
+    """``field`` (one number per sample) of every sample of the dataset at ``path``, as float64 in
+    manifest order: e.g. labels to compute class-balanced ``sample_weights`` from. One pass over
+    the dataset."""
+    return read_numeric_field(open_dataset(path, storage_options), field)
+
+
+def read_numeric_field(dataset: StoredDataset, field: str) -> np.ndarray:
+    """``field`` of every sample as float64, manifest order (one read of the whole dataset)."""
+    manifest = dataset.manifest
+    if field not in manifest.schema:
+        known = ", ".join(sorted(manifest.schema))
+        raise FieldValueError(f"{dataset.url}: no field {field!r} in the schema (fields: {known})")
+    values = np.empty(manifest.num_samples, dtype=np.float64)
+    at = 0
+    for info in manifest.shards:
+        source = open_source(dataset.store, info.name, info.num_bytes)
+        with ShardReader(source, info, options=ReadOptions(views=True)) as reader:
+            for chunk in reader.sample_chunks():
+                where = f"{dataset.url}: shard {info.name}"
+                values[at : at + len(chunk)] = _chunk_values(chunk, field, where, at)
+                at += len(chunk)
+    return values
+
+
+def _chunk_values(chunk: SampleChunk, field: str, where: str, first: int) -> np.ndarray:
+    if isinstance(chunk, ColumnPiece):
+        column = next((c for c in chunk.columns if c.name == field), None)
+        if column is not None and column.offsets is None and column.data.ndim == 1 and column.data.dtype.kind in "biuf":
+            return np.asarray(column.data[chunk.index], dtype=np.float64)
+    samples = as_samples(chunk)
+    return np.array([_number(s.get(field), field, where, first + i) for i, s in enumerate(samples)], dtype=np.float64)
+
+
+def _number(value: Any, field: str, where: str, index: int) -> float:
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(-1)[0]
+    if isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_):
+        return float(value)
+    raise FieldValueError(
+        f"{where}: sample {index} (manifest order): field {field!r} is "
+        f"{type(value).__name__} {value!r:.40}; sample weights need one number per sample"
+    )
