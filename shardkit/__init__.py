@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from shardkit.loader.mixture_dataset import MixtureDataset
     from shardkit.loader.transforms import SampleContext
     from shardkit.plan import sample_rng
+    from shardkit.plan.token_config import TokenBlocks
     from shardkit.read import ShardReader, open_dataset
     from shardkit.read.mixture import Mixture, Source, load_mixture
     from shardkit.write import ShardWriter
@@ -37,6 +38,7 @@ _LAZY = {
     "SampleContext": "shardkit.loader.transforms",
     "Source": "shardkit.read.mixture",
     "load_mixture": "shardkit.read.mixture",
+    "TokenBlocks": "shardkit.plan.token_config",
 }
 
 __all__ = [
@@ -51,6 +53,7 @@ __all__ = [
     "ShardWriter",
     "Source",
     "StreamingDataset",
+    "TokenBlocks",
     "__version__",
     "load_mixture",
     "open_dataset",

@@ -37,8 +37,10 @@ from shardkit.loader.transfer.meta import META_KEY
 from shardkit.loader.transfer.packed import in_groups
 from shardkit.loader.transfer.ring import Ring, find
 from shardkit.loader.transforms import Transform, takes_context, transformed
-from shardkit.plan import Plan, PlanParams, build_plan, worker_consumer
+from shardkit.plan import Plan, PlanParams, build_plan, plan_to_state, worker_consumer
 from shardkit.plan.quality import warn_if_unshuffled
+from shardkit.plan.rotation import StepPlan
+from shardkit.plan.token_config import TokenBlocks
 from shardkit.read import ReadOptions, StoredDataset, open_dataset
 from shardkit.read.column_pieces import ColumnPiece, as_samples
 from shardkit.read.mixture import Mixture, is_mixture_file
@@ -72,6 +74,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     spawn-started workers. Rank and world size are read at ``__iter__``; a custom launcher can
     pin them with ``ds.options = dataclasses.replace(ds.options, rank=r, world_size=n)``.
     ``path`` may be a ``Mixture`` or a mixture file: the result is then a ``MixtureDataset``.
+    ``tokens=sk.TokenBlocks(seq_len, ...)``: batches of ``batch_size`` fixed-length token blocks
+    instead of samples (a ``TokenDataset``, specs/token-blocks.md).
     """
 
     def __new__(cls, path: Any = None, *args: Any, **kwargs: Any) -> StreamingDataset:
@@ -81,6 +85,10 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
             from shardkit.loader.mixture_dataset import MixtureDataset  # a subclass: imported late
 
             return super().__new__(MixtureDataset)
+        if cls is StreamingDataset and kwargs.get("tokens") is not None:
+            from shardkit.loader.token_dataset import TokenDataset  # a subclass: imported late
+
+            return super().__new__(TokenDataset)
         return super().__new__(cls)
 
     def __init__(
@@ -99,6 +107,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         storage_options: dict[str, Any] | None = None,
         transform: Transform | None = None,
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
+        tokens: TokenBlocks | None = None,
     ) -> None:
         if not isinstance(path, str):
             raise TypeError(f"StreamingDataset: expected a dataset path or a Mixture, got {type(path).__name__}")
@@ -112,7 +121,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         self._transform_context = transform is not None and takes_context(transform)  # ctx (SampleContext)?
         self.collate_fn = collate_fn or collate_samples
         self.dataset: StoredDataset = open_dataset(path, storage_options)
-        check_dataset(self.dataset.manifest.num_samples, self.params)  # fewer samples than a batch (P16)
+        if tokens is None:  # a batch of token blocks may come from fewer documents
+            check_dataset(self.dataset.manifest.num_samples, self.params)  # fewer samples than a batch (P16)
         self.control = Control()
         self._epoch = 0
         self._cache: ShardCache | None = None
@@ -154,6 +164,12 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
             self._plans = {key: plan}
         return plan
 
+    def step_plan(self, epoch: int, world_size: int, num_workers: int,
+                  resume: dict[str, Any] | None = None) -> StepPlan:
+        """What ``ShardLoader`` counts steps and consumed offsets with: the sample plan here,
+        a token plan (offsets in blocks) for token blocks."""
+        return self.plan(epoch, world_size, num_workers, resume)
+
     # ---- the dataset's part of a loader state (a mixture adds its own: mixture_dataset.py) ----
     def state_fingerprint(self, epoch: int) -> str:
         """The fingerprint the loader state's plan of ``epoch`` carries."""
@@ -163,8 +179,19 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         """Keys a loader state adds for this dataset (none for one dataset)."""
         return {}
 
+    def plan_state(self, plan: Any, offsets: list[int], epoch: int) -> dict[str, Any]:
+        """The loader state's ``plan``: ``plan`` (from ``step_plan``) after ``offsets``."""
+        return plan_to_state(plan, offsets, self.state_fingerprint(epoch))
+
+    def extra_state(self, plan: Any, offsets: list[int]) -> dict[str, Any]:
+        """Keys a loader state adds for this kind of dataset at ``offsets`` (token blocks)."""
+        return {}
+
     def load_state_part(self, state: dict[str, Any]) -> str:
         """Apply the dataset's part of a loader state; returns the fingerprint its plan must carry."""
+        if "tokens" in state:
+            raise StateError("loader state: saved by a token-block dataset (it has a 'tokens' key); resume "
+                             "it with the same tokens=sk.TokenBlocks(...)")
         if "mixture" in state:
             raise StateError("loader state: saved by a mixture (it has a 'mixture' key); resume it with "
                              "the mixture (sk.StreamingDataset(mixture) or sk.MixtureDataset)")
@@ -177,7 +204,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     def num_batches(self, epoch: int, rank: int, world_size: int, num_workers: int,
                     resume: dict[str, Any] | None = None) -> int:
         """Batches rank ``rank`` still yields this epoch (all ranks get the same number)."""
-        plan = self.plan(epoch, world_size, num_workers, resume)
+        plan = self.step_plan(epoch, world_size, num_workers, resume)
         batch = self.params.batch_size
         width = max(num_workers, 1)
         consumers = range(rank * width, (rank + 1) * width)
@@ -193,7 +220,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         """Samples this rank yields in one whole epoch: its steps × ``batch_size`` (pads
         included, the dropped tail not). The same every epoch; ``len(ShardLoader)`` counts steps."""
         _, world = rank_and_world(self.options.rank, self.options.world_size)
-        return self.plan(self._epoch, world, 0).steps_per_rank * self.params.batch_size
+        return self.step_plan(self._epoch, world, 0).steps_per_rank * self.params.batch_size
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         """The stored sample at global ``index`` (manifest order, as ``batch["_index"]``), read
