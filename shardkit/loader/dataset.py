@@ -135,6 +135,11 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         return self.dataset.manifest.fingerprint
 
     @property
+    def yields_tokens(self) -> bool:
+        """Whether batches are token blocks carrying ``num_tokens``/``num_padding`` (TB9)."""
+        return False
+
+    @property
     def epoch(self) -> int:
         return self._epoch
 

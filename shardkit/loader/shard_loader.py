@@ -231,7 +231,8 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
             if self._tally is not None:
                 self._tally.record(batch, meta)
             self._steps += 1
-            self._stats.step(time.perf_counter() - asked, self.streaming.params.batch_size, meta, in_group)
+            counts = (batch["num_tokens"], batch["num_padding"]) if self.streaming.yields_tokens else None
+            self._stats.step(time.perf_counter() - asked, self.streaming.params.batch_size, meta, in_group, counts)
             if self.log_every and self._steps % self.log_every == 0:
                 log.info("shardkit loader: %s", _stats_line(self._stats.summary()))
             yield batch
@@ -330,8 +331,10 @@ def _unprofiled_next(batches: Iterator[Any]) -> Callable[[], Any]:
 
 
 def _stats_line(stats: dict[str, Any]) -> str:
+    tokens = "" if "tokens_per_s" not in stats else \
+        f"{stats['tokens_per_s']:.0f} effective tokens/s ({stats['padding_fraction']:.1%} padding), "
     return (
-        f"{stats['steps']} steps, {stats['samples_per_s']:.0f} samples/s, "
+        f"{stats['steps']} steps, {tokens}{stats['samples_per_s']:.0f} samples/s, "
         f"{stats['decoded_bytes_per_s'] / 1e6:.1f} MB/s decoded, wait p50 {stats['wait_p50_s'] * 1e3:.2f} ms "
         f"p99 {stats['wait_p99_s'] * 1e3:.2f} ms, cache hits {stats['cache']['cache_hits']:.0f} "
         f"misses {stats['cache']['cache_misses']:.0f}"

@@ -59,6 +59,10 @@ class TokenDataset(StreamingDataset):
         self._cuts: list[dict[str, Any]] = []  # the loaded state's token levels (with consumer states)
         self._token_plans: dict[str, TokenPlan] = {}
 
+    @property
+    def yields_tokens(self) -> bool:
+        return True
+
     # ---- plan -----------------------------------------------------------------------------------
     def lengths(self) -> np.ndarray:
         """Tokens per sample of the token field, manifest order (read once, then kept)."""

@@ -139,3 +139,19 @@ def test_an_edited_cutter_state_is_refused(tmp_path):
     state["tokens"]["levels"][0]["consumers"][0]["token_offset"] += 1
     with pytest.raises(StateError, match="cutter state"):
         sk.ShardLoader(sk.StreamingDataset(path, batch_size=1, tokens=sk.TokenBlocks(4))).load_state_dict(state)
+
+
+def test_stats_count_effective_tokens_and_padding(tmp_path, caplog):
+    """TB9: loader.stats() and the periodic log line count non-padding tokens received."""
+    path = write_token_dataset(str(tmp_path / "ds"), [5, 0, 40, 7, 3, 12, 9])
+    ds = sk.StreamingDataset(path, batch_size=2, tokens=sk.TokenBlocks(8, mode="pack", eos_id=2), tail="pad")
+    loader = sk.ShardLoader(ds, log_every=1)
+    with caplog.at_level("INFO", logger="shardkit"):
+        batches = list(loader)
+    stats = loader.stats()
+    assert stats["tokens"] == sum(b["num_tokens"] for b in batches) == 5 + 40 + 7 + 3 + 12 + 9  # EOS in, last out
+    padding = sum(b["num_padding"] for b in batches)
+    assert stats["padding_fraction"] == padding / (len(batches) * 2 * 8) > 0
+    assert stats["tokens_per_s"] > 0
+    assert "effective tokens/s" in caplog.text
+    assert "tokens" not in sk.ShardLoader(sk.StreamingDataset(path, batch_size=2)).stats()
