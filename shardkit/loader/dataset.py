@@ -111,6 +111,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     ) -> None:
         if not isinstance(path, str):
             raise TypeError(f"StreamingDataset: expected a dataset path or a Mixture, got {type(path).__name__}")
+        if tokens is not None and not self.yields_tokens:  # a mixture: token mixtures are planned
+            raise TypeError("StreamingDataset(mixture, tokens=...): token blocks over a mixture are not supported yet")
         self.path = path
         self.params = PlanParams(seed=seed, batch_size=batch_size, tail=tail, shuffle=shuffle,
                                  shuffle_window=shuffle_window, interleave=interleave)

@@ -98,3 +98,21 @@ def test_gloo_ranks_killed_then_resumed_on_one_rank(tmp_path):
     got = Counter(first) + Counter(rest)
     assert max(got.values()) == 1
     assert got + dropped_pairs(plan) == epoch_pairs(LENGTHS, TOKENS)
+
+
+def test_persistent_workers_read_every_position_once_in_each_epoch(tmp_path):
+    """G4 for token blocks: epochs follow one another on persistent workers, each complete."""
+    path = write_token_dataset(str(tmp_path / "ds"), LENGTHS)
+    loader = sk.ShardLoader(_dataset(path, 2, TOKENS), num_workers=2, persistent_workers=True)
+    orders = []
+    for _ in range(2):
+        pairs = _take(loader, None)
+        assert Counter(pairs) == epoch_pairs(LENGTHS, TOKENS)
+        orders.append(pairs)
+    assert orders[0] != orders[1]  # each epoch its own order (TB11)
+
+
+def test_a_mixture_with_token_blocks_is_refused(tmp_path):
+    path = write_token_dataset(str(tmp_path / "ds"), LENGTHS)
+    with pytest.raises(TypeError, match="mixture"):
+        sk.StreamingDataset(sk.Mixture([sk.Source(path, weight=1.0)]), batch_size=2, tokens=TOKENS)
