@@ -57,6 +57,7 @@ class TokenDataset(StreamingDataset):
         self.tokens = tokens
         self._lengths: np.ndarray | None = None  # tokens per sample, manifest order (TB6)
         self._cuts: list[dict[str, Any]] = []  # the loaded state's token levels (with consumer states)
+        self._cuts_epoch: int | None = None  # ... which belong to this epoch's chains only
         self._token_plans: dict[str, TokenPlan] = {}
 
     @property
@@ -73,13 +74,18 @@ class TokenDataset(StreamingDataset):
     def step_plan(self, epoch: int, world_size: int, num_workers: int,
                   resume: dict[str, Any] | None = None) -> TokenPlan:
         params = replace(self.params, epoch=epoch, world_size=world_size, num_workers=num_workers)
-        key = repr((params, resume, self._cuts if resume is not None else None))
+        cuts = self._loaded_cuts(epoch) if resume is not None else []
+        key = repr((params, resume, cuts))
         plan = self._token_plans.get(key)
         if plan is None:
             plan = build_token_plan(self.dataset.manifest.shard_sizes, self.lengths(), params, self.tokens,
-                                    resume, self._cuts if resume is not None else ())
+                                    resume, cuts)
             self._token_plans = {key: plan}
         return plan
+
+    def _loaded_cuts(self, epoch: int) -> list[dict[str, Any]]:
+        """The loaded state's token levels when ``epoch`` is its epoch (later epochs start fresh)."""
+        return self._cuts if epoch == self._cuts_epoch else []
 
     def plan(self, epoch: int, world_size: int, num_workers: int, resume: dict[str, Any] | None = None) -> Any:
         raise TypeError("a token-block dataset has no sample plan; use step_plan")
@@ -89,7 +95,7 @@ class TokenDataset(StreamingDataset):
         return dict(plan.to_state(offsets, self.state_fingerprint(epoch)))
 
     def extra_state(self, plan: Any, offsets: list[int]) -> dict[str, Any]:
-        return {TOKENS_KEY: plan.tokens_part(self.tokens, offsets, self._cuts)}
+        return {TOKENS_KEY: plan.tokens_part(self.tokens, offsets, self._loaded_cuts(plan.params.epoch))}
 
     def load_state_part(self, state: dict[str, Any]) -> str:
         part = state.get(TOKENS_KEY)
@@ -99,7 +105,7 @@ class TokenDataset(StreamingDataset):
             if part.get(key) != getattr(self.tokens, key):
                 raise StateError(f"loader state: token {key} is {part.get(key)!r}, this dataset's is "
                                  f"{getattr(self.tokens, key)!r}; a resume cannot change what a position is (TB8)")
-        self._cuts, self._token_plans = list(part["levels"]), {}
+        self._cuts, self._cuts_epoch, self._token_plans = list(part["levels"]), int(state["epoch"]), {}
         self._check_loaded(state["plan"])
         return self.fingerprint
 
@@ -126,14 +132,15 @@ class TokenDataset(StreamingDataset):
                 ring: Ring | None = None, group: int = 1) -> None:
         super().publish(topology, resume, generation, ring, group)
         payload = self.control.read() or {}
-        self.control.write({**payload, TOKENS_KEY: self._cuts})
+        self.control.write({**payload, TOKENS_KEY: {"epoch": self._cuts_epoch, "levels": self._cuts}})
 
     def __iter__(self) -> Iterator[Any]:
         check_caller(f"StreamingDataset({self.path!r}, tokens=...)")  # only ShardLoader (R11)
         self.dataset = self.dataset.in_this_process()
         payload = self.control.read() or {}
-        if payload.get(TOKENS_KEY) is not None and payload[TOKENS_KEY] != self._cuts:  # a persistent worker
-            self._cuts, self._token_plans = payload[TOKENS_KEY], {}
+        loaded = payload.get(TOKENS_KEY)
+        if loaded is not None and (loaded["epoch"], loaded["levels"]) != (self._cuts_epoch, self._cuts):
+            self._cuts, self._cuts_epoch, self._token_plans = loaded["levels"], loaded["epoch"], {}  # persistent worker
         topology = self._topology(payload)
         epoch = payload.get("epoch", self._epoch)
         plan = self.step_plan(epoch, topology.world_size, topology.num_workers, payload.get("resume"))

@@ -134,14 +134,15 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
                      cuts: Sequence[dict[str, Any]] = ()) -> TokenPlan:
     """The token plan of ``params.epoch`` (``lengths``: tokens per sample, manifest order).
 
-    ``resume``: a plan state (already validated) whose level ``i`` cut is ``cuts[i]`` (with,
+    ``resume``: a plan state (already validated) whose level ``i`` cut is ``cuts[i]`` (this
+    config's cut past ``cuts``; with,
     when loaded, its ``consumers`` states: checked against a replay of its offsets); like
     ``build_plan`` (R2-R5): when its last level has the same params and cut as now, the same
     plan resumes at its offsets; otherwise a new level splits the remainder (TB7, TB8).
     """
     chain = _chain(resume)
-    if len(cuts) < len(chain):
-        raise StateError(f"token state: {len(chain)} plan levels but {len(cuts)} token levels")
+    # levels past the given cuts were cut with this config (a continuation of this process, R10)
+    cuts = [*cuts[: len(chain)], *[blocks.level()] * (len(chain) - len(cuts))]
     root = PlanParams.from_dict(chain[0]["params"]) if chain else params
     if chain and root.epoch != params.epoch:
         raise StateError(f"resume state is for epoch {root.epoch}, but the plan asked for epoch {params.epoch}")

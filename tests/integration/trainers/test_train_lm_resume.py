@@ -5,27 +5,17 @@ every (document, position) of the epoch was trained exactly once."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.helpers.token_data import write_token_dataset
-from tests.helpers.trainer_jobs import HANG_S, REPO, kill_job, last_audit_step, start_job, tail, wait_for
+from tests.helpers.trainer_jobs import HANG_S, REPO, kill_job, last_audit_step, load_audit, start_job, tail, wait_for
 
 pytestmark = pytest.mark.slow
 LENGTHS = [(i * 37) % 61 for i in range(120)]  # 0 … 60 tokens, empty documents included
-
-
-def _audit_tokens() -> Any:
-    spec = importlib.util.spec_from_file_location("shardkit_audit_tokens", REPO / "tools" / "audit_tokens.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _cmd(data: str, root: Path, nproc: int, workers: int, seq_len: int, batch: int, resume: bool) -> list[str]:
@@ -46,6 +36,6 @@ def test_killed_lm_run_resumed_elastically_trains_every_token_once(tmp_path):
     assert job.wait(HANG_S) == 0, tail(second_log)
     resumed = json.loads((tmp_path / "audit" / "run001.json").read_text())
     assert resumed["resumed_from_step"] >= 6 and resumed["world_size"] == 1
-    report = _audit_tokens().audit(str(tmp_path / "audit"), data, 1)
+    report = load_audit("audit_tokens").audit(str(tmp_path / "audit"), data, 1)
     assert report["ok"], report
     assert report["epochs"][0]["expected"] == sum(n + 1 for n in LENGTHS if n)  # + one EOS per document

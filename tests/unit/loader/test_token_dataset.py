@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import shardkit as sk
 from shardkit.errors import StateError
 from tests.helpers.token_data import (
+    consumed_pairs,
     check_against_reference,
     dropped_pairs,
     epoch_pairs,
@@ -155,3 +156,26 @@ def test_stats_count_effective_tokens_and_padding(tmp_path, caplog):
     assert stats["tokens_per_s"] > 0
     assert "effective tokens/s" in caplog.text
     assert "tokens" not in sk.ShardLoader(sk.StreamingDataset(path, batch_size=2)).stats()
+
+
+def test_an_epoch_after_a_loaded_state_continues_exactly_after_a_break(tmp_path):
+    """R10 with token blocks: the loaded state's levels belong to its epoch only; a later epoch
+    broken off and iterated again continues at its boundary, on one level, every position once."""
+    lengths = [3, 17, 0, 9, 25, 4, 11, 6, 30, 2, 14]
+    path = write_token_dataset(str(tmp_path / "ds"), lengths)
+    first = sk.ShardLoader(_indexed(path, 1, sk.TokenBlocks(6, eos_id=2)))
+    next(iter(first))
+    loader = sk.ShardLoader(_indexed(path, 2, sk.TokenBlocks(8, eos_id=2)))
+    loader.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    list(loader)  # the rest of epoch 0, elastic
+    pairs: Counter = Counter()
+    batches = iter(loader)  # epoch 1
+    pairs.update(p for _ in range(2) for p in consumed_pairs(next(batches)))
+    del batches
+    assert loader.epoch == 1 and len(loader.state_dict()["tokens"]["levels"]) == 1
+    pairs.update(p for batch in loader for p in consumed_pairs(batch))  # continues epoch 1
+    assert pairs == epoch_pairs(lengths, sk.TokenBlocks(8, eos_id=2))
+
+
+def _indexed(path: str, batch_size: int, tokens: sk.TokenBlocks) -> sk.StreamingDataset:
+    return sk.StreamingDataset(path, batch_size=batch_size, tokens=tokens, tail="pad", with_index=True)
