@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 import shardkit as sk
 from shardkit.errors import StateError
 from tests.helpers.token_data import (
-    consumed_pairs,
     check_against_reference,
+    consumed_pairs,
     dropped_pairs,
     epoch_pairs,
     order_of,
