@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from shardkit.loader.transforms import SampleContext
     from shardkit.loader.weighted_dataset import WeightedDataset
     from shardkit.plan import sample_rng
+    from shardkit.plan.token_config import TokenBlocks
     from shardkit.read import ShardReader, open_dataset
     from shardkit.read.field_values import field_values
     from shardkit.read.mixture import Mixture, Source, load_mixture
@@ -41,6 +42,7 @@ _LAZY = {
     "load_mixture": "shardkit.read.mixture",
     "WeightedDataset": "shardkit.loader.weighted_dataset",  # specs/sample-weights.md
     "field_values": "shardkit.read.field_values",
+    "TokenBlocks": "shardkit.plan.token_config",
 }
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "Source",
     "StreamingDataset",
     "WeightedDataset",
+    "TokenBlocks",
     "__version__",
     "field_values",
     "load_mixture",

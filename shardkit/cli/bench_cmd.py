@@ -24,6 +24,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--step-time", type=duration, default=None, help="simulate a training step of this long, e.g. 50ms")
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--no-shuffle", action="store_true")
+    p.add_argument("--tokens", type=int_at_least(1), default=None, metavar="SEQ_LEN",
+                   help="read token blocks of SEQ_LEN (batch size counts blocks); report effective tokens/s")
+    p.add_argument("--token-field", default="tokens", help="the integer array field of the documents")
+    p.add_argument("--token-mode", choices=("concat", "pack"), default="concat")
     p.add_argument("--json", action="store_true")
     add_storage_options(p)
     p.set_defaults(handler=run)
@@ -31,8 +35,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from shardkit.loader.bench import BenchOptions, run_bench  # torch is imported only here
+    from shardkit.plan.token_config import TokenBlocks
 
+    tokens = None if args.tokens is None else TokenBlocks(args.tokens, field=args.token_field, mode=args.token_mode)
     options = BenchOptions(
+        tokens=tokens,
         workers=args.workers, batch_size=args.batch_size, steps=args.steps,
         step_time=args.step_time,
         cache_dir=args.cache_dir, shuffle=not args.no_shuffle, storage_options=storage_options(args) or None,
@@ -49,6 +56,9 @@ def _print(report: dict[str, Any]) -> None:
     t = report["throughput"]
     print(f"{report['path']}: {report['workers']} workers, batch {report['batch_size']}, {t['steps']} steps")
     print(f"  throughput      {t['samples_per_s']:.0f} samples/s, {t['decoded_bytes_per_s'] / 1e6:.1f} MB/s decoded")
+    if "tokens_per_s" in t:
+        print(f"  tokens          {t['tokens_per_s']:.0f} effective tokens/s, padding {t['padding_fraction']:.1%} "
+              f"(blocks of {report['tokens']['seq_len']}, {report['tokens']['mode']})")
     print(f"  first batch     {t['time_to_first_batch_s'] * 1e3:.1f} ms")
     print(f"  wait per step   p50 {t['wait_p50_s'] * 1e3:.2f} ms, p99 {t['wait_p99_s'] * 1e3:.2f} ms")
     stages = t["stages_s"]

@@ -1,7 +1,8 @@
 """``shardkit bench``: read a dataset as training would and report what it can feed (G10).
 
 Phase 1 reads ``steps`` batches as fast as possible (time to first batch, samples/s, decoded
-MB/s, wait percentiles, time per worker stage). With ``step_time``, phase 2 simulates a training
+MB/s, wait percentiles, time per worker stage; with token blocks, effective tokens/s and the
+padding fraction, TB9). With ``step_time``, phase 2 simulates a training
 loop that spends ``step_time`` per step and reports whether data keeps up: the rule of thumb
 is loader throughput ≥ 1.2 × consumption (G10 in docs/guarantees.md).
 """
@@ -14,6 +15,7 @@ from typing import Any
 
 from shardkit.loader.dataset import StreamingDataset
 from shardkit.loader.shard_loader import ShardLoader
+from shardkit.plan.token_config import TokenBlocks
 
 KEEP_UP_FACTOR = 1.2
 
@@ -27,11 +29,13 @@ class BenchOptions:
     cache_dir: str | None = None
     shuffle: bool = True
     storage_options: dict[str, Any] | None = None
+    tokens: TokenBlocks | None = None  # read token blocks (batch_size counts blocks, TB9)
 
 
 def _loader(path: str, options: BenchOptions) -> ShardLoader:
     dataset = StreamingDataset(path, batch_size=options.batch_size, shuffle=options.shuffle,
-                               cache_dir=options.cache_dir, storage_options=options.storage_options)
+                               cache_dir=options.cache_dir, storage_options=options.storage_options,
+                               tokens=options.tokens)
     return ShardLoader(dataset, num_workers=options.workers)
 
 
@@ -54,7 +58,11 @@ def _run(loader: ShardLoader, steps: int, step_time: float | None) -> dict[str, 
 
 
 def run_bench(path: str, options: BenchOptions) -> dict[str, Any]:
-    report: dict[str, Any] = {"path": path, **{k: v for k, v in options.__dict__.items() if k != "storage_options"}}
+    report: dict[str, Any] = {"path": path, **{k: v for k, v in options.__dict__.items()
+                                               if k not in ("storage_options", "tokens")}}
+    if options.tokens is not None:
+        report["tokens"] = {"seq_len": options.tokens.seq_len, "mode": options.tokens.mode,
+                            "field": options.tokens.field}
     report["throughput"] = _run(_loader(path, options), options.steps, None)
     if options.step_time:
         consume = options.batch_size / options.step_time

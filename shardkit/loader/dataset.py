@@ -38,9 +38,11 @@ from shardkit.loader.transfer.meta import META_KEY
 from shardkit.loader.transfer.packed import in_groups
 from shardkit.loader.transfer.ring import Ring, find
 from shardkit.loader.transforms import Transform, takes_context, transformed
-from shardkit.plan import Plan, PlanParams, build_plan, worker_consumer
+from shardkit.plan import Plan, PlanParams, build_plan, plan_to_state, worker_consumer
 from shardkit.plan.plan import base_plan
 from shardkit.plan.quality import warn_if_unshuffled
+from shardkit.plan.rotation import StepPlan
+from shardkit.plan.token_config import TokenBlocks
 from shardkit.read import ReadOptions, StoredDataset, open_dataset
 from shardkit.read.column_pieces import ColumnPiece, as_samples
 from shardkit.read.mixture import Mixture, is_mixture_file
@@ -76,6 +78,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     ``path`` may be a ``Mixture`` or a mixture file: the result is then a ``MixtureDataset``.
     ``sample_weights=`` (a numeric field or one weight per sample) and ``samples_per_epoch=``
     make a ``WeightedDataset`` (specs/sample-weights.md).
+    ``tokens=sk.TokenBlocks(seq_len, ...)``: batches of ``batch_size`` fixed-length token blocks
+    instead of samples (a ``TokenDataset``, specs/token-blocks.md).
     """
 
     def __new__(cls, path: Any = None, *args: Any, **kwargs: Any) -> StreamingDataset:
@@ -90,6 +94,10 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
             from shardkit.loader.mixture_dataset import MixtureDataset  # a subclass: imported late
 
             return super().__new__(MixtureDataset)
+        if cls is StreamingDataset and kwargs.get("tokens") is not None:
+            from shardkit.loader.token_dataset import TokenDataset  # a subclass: imported late
+
+            return super().__new__(TokenDataset)
         return super().__new__(cls)
 
     def __init__(
@@ -108,9 +116,13 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         storage_options: dict[str, Any] | None = None,
         transform: Transform | None = None,
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
+        tokens: TokenBlocks | None = None,
     ) -> None:
         if not isinstance(path, str):
             raise TypeError(f"StreamingDataset: expected a dataset path or a Mixture, got {type(path).__name__}")
+        if tokens is not None and not self.yields_tokens:  # a mixture: token mixtures are planned
+            raise TypeError("StreamingDataset(..., tokens=...): token blocks over a mixture or with "
+                            "sample_weights= are not supported yet")
         self.path = path
         self.params = PlanParams(seed=seed, batch_size=batch_size, tail=tail, shuffle=shuffle,
                                  shuffle_window=shuffle_window, interleave=interleave)
@@ -121,7 +133,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         self._transform_context = transform is not None and takes_context(transform)  # ctx (SampleContext)?
         self.collate_fn = collate_fn or collate_samples
         self.dataset: StoredDataset = open_dataset(path, storage_options)
-        check_dataset(self.dataset.manifest.num_samples, self.params)  # fewer samples than a batch (P16)
+        if tokens is None:  # a batch of token blocks may come from fewer documents
+            check_dataset(self.dataset.manifest.num_samples, self.params)  # fewer samples than a batch (P16)
         self.control = Control()
         self._epoch = 0
         self._cache: ShardCache | None = None
@@ -132,6 +145,11 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     @property
     def fingerprint(self) -> str:
         return self.dataset.manifest.fingerprint
+
+    @property
+    def yields_tokens(self) -> bool:
+        """Whether batches are token blocks carrying ``num_tokens``/``num_padding`` (TB9)."""
+        return False
 
     @property
     def epoch(self) -> int:
@@ -167,6 +185,12 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         """Level 0 of an epoch's plan (a ``WeightedDataset`` plans its weighted multiset)."""
         return base_plan(shard_sizes, params)
 
+    def step_plan(self, epoch: int, world_size: int, num_workers: int,
+                  resume: dict[str, Any] | None = None) -> StepPlan:
+        """What ``ShardLoader`` counts steps and consumed offsets with: the sample plan here,
+        a token plan (offsets in blocks) for token blocks."""
+        return self.plan(epoch, world_size, num_workers, resume)
+
     # ---- the dataset's part of a loader state (a mixture adds its own: mixture_dataset.py) ----
     def state_fingerprint(self, epoch: int) -> str:
         """The fingerprint the loader state's plan of ``epoch`` carries."""
@@ -176,11 +200,22 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         """Keys a loader state adds for this dataset (none for one dataset)."""
         return {}
 
+    def plan_state(self, plan: Any, offsets: list[int], epoch: int) -> dict[str, Any]:
+        """The loader state's ``plan``: ``plan`` (from ``step_plan``) after ``offsets``."""
+        return plan_to_state(plan, offsets, self.state_fingerprint(epoch))
+
+    def extra_state(self, plan: Any, offsets: list[int]) -> dict[str, Any]:
+        """Keys a loader state adds for this kind of dataset at ``offsets`` (token blocks)."""
+        return {}
+
     def load_state_part(self, state: dict[str, Any]) -> str:
         """Apply the dataset's part of a loader state; returns the fingerprint its plan must carry."""
         if "sample_weights" in state:
             raise StateError("loader state: saved with sample weights (it has a 'sample_weights' key); "
                              "resume it with the same sample_weights= (specs/sample-weights.md SW7)")
+        if "tokens" in state:
+            raise StateError("loader state: saved by a token-block dataset (it has a 'tokens' key); resume "
+                             "it with the same tokens=sk.TokenBlocks(...)")
         if "mixture" in state:
             raise StateError("loader state: saved by a mixture (it has a 'mixture' key); resume it with "
                              "the mixture (sk.StreamingDataset(mixture) or sk.MixtureDataset)")
@@ -193,7 +228,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     def num_batches(self, epoch: int, rank: int, world_size: int, num_workers: int,
                     resume: dict[str, Any] | None = None) -> int:
         """Batches rank ``rank`` still yields this epoch (all ranks get the same number)."""
-        plan = self.plan(epoch, world_size, num_workers, resume)
+        plan = self.step_plan(epoch, world_size, num_workers, resume)
         batch = self.params.batch_size
         width = max(num_workers, 1)
         consumers = range(rank * width, (rank + 1) * width)
@@ -209,7 +244,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         """Samples this rank yields in one whole epoch: its steps × ``batch_size`` (pads
         included, the dropped tail not). The same every epoch; ``len(ShardLoader)`` counts steps."""
         _, world = rank_and_world(self.options.rank, self.options.world_size)
-        return self.plan(self._epoch, world, 0).steps_per_rank * self.params.batch_size
+        return self.step_plan(self._epoch, world, 0).steps_per_rank * self.params.batch_size
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         """The stored sample at global ``index`` (manifest order, as ``batch["_index"]``), read

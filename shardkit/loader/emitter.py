@@ -40,13 +40,18 @@ class Emitter:
         self.recycler = Recycler()
 
     def emit(self, cut: BatchCut) -> Any:
+        return self.emit_made(lambda: self.collate(cut), len(cut.indices))
+
+    def emit_made(self, make: Callable[[], Any], count: int) -> Any:
+        """Emit the batch ``make()`` builds (its tensors allocated in the right memory), which
+        moves the consumer's position by ``count`` (samples, or blocks for token blocks)."""
         started = time.perf_counter()
         arena: Arena | None
         with batch_arena(self.capacity, self.ring, self.worker) if self.pack else allocating(self.recycler) as arena:
-            batch = self.collate(cut)
+            batch = make()
         if arena is not None:
             self.capacity = max(self.capacity, arena.wanted + arena.wanted // 8)
-        self.position += len(cut.indices)
+        self.position += count
         self.stats.collate_seconds += time.perf_counter() - started
         if not isinstance(batch, dict):  # a custom collate_fn's batch: no boundary to carry
             if arena is not None:

@@ -61,6 +61,8 @@ class LoaderStats:
     waits: list[float] = field(default_factory=list)
     transfers: list[float] = field(default_factory=list)
     samples: int = 0
+    tokens: int | None = None  # effective (non-padding) token inputs received, token blocks only (TB9)
+    padding: int = 0  # padding slots received, token blocks only
     started: float = field(default_factory=time.perf_counter)
     consumers: dict[int, tuple[float, ...]] = field(default_factory=dict)  # latest snapshot of each
     _stalls_in_row: int = 0
@@ -71,15 +73,22 @@ class LoaderStats:
         self.transfers.clear()
         self.consumers.clear()
         self.samples = 0
+        self.tokens = None
+        self.padding = 0
         self.started = time.perf_counter()
         self._stalls_in_row = 0
         self._warned = False
 
-    def step(self, wait: float, num_samples: int, meta: BatchMeta | None, in_group: bool = False) -> None:
+    def step(self, wait: float, num_samples: int, meta: BatchMeta | None, in_group: bool = False,
+             tokens: tuple[int, int] | None = None) -> None:
         """``in_group``: the batch arrived with the previous one (a group, X8); its wait says
-        nothing about stalls, so it neither counts as one nor breaks a run of them."""
+        nothing about stalls, so it neither counts as one nor breaks a run of them.
+        ``tokens``: a token-block batch's ``(num_tokens, num_padding)`` (TB9)."""
         self.waits.append(wait)
         self.samples += num_samples
+        if tokens is not None:
+            self.tokens = (self.tokens or 0) + tokens[0]
+            self.padding += tokens[1]
         if meta is not None and meta.stats:
             self.consumers[meta.consumer] = meta.stats
             if not in_group:  # a batch behind the first of its group also waited for the others
@@ -140,4 +149,13 @@ class LoaderStats:
             "fresh_buffers": int(totals["fresh_buffers"]),
             "consumers": len(self.consumers),
             "likely_bottleneck": self.likely_stage() if self.waits else None,
+            **self._token_summary(elapsed),
         }
+
+    def _token_summary(self, elapsed: float) -> dict[str, Any]:
+        """Effective tokens received, per second, and the padding share of the slots (TB9)."""
+        if self.tokens is None:
+            return {}
+        slots = self.tokens + self.padding
+        return {"tokens": self.tokens, "tokens_per_s": self.tokens / elapsed,
+                "padding_fraction": self.padding / slots if slots else 0.0}

@@ -34,7 +34,7 @@ from shardkit.loader.topology import Topology, rank_and_world
 from shardkit.loader.transfer.meta import META_KEY, BatchMeta
 from shardkit.loader.transfer.packed import BatchGroup, PackedBatch
 from shardkit.loader.transfer.ring import Ring
-from shardkit.plan import plan_to_state, validate_state
+from shardkit.plan import validate_state
 
 log = logging.getLogger(__name__)
 LOADER_STATE_VERSION = 1
@@ -136,10 +136,10 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
             log.warning("the topology changed since the unfinished iteration; epoch %d restarts",
                         self.streaming.epoch)
             return None
-        plan = self.streaming.plan(self.streaming.epoch, topology.world_size, self.num_workers,
+        plan = self.streaming.step_plan(self.streaming.epoch, topology.world_size, self.num_workers,
                                    self._iter_resume)
         offsets = [self._offsets.get(c, start) for c, start in enumerate(plan.start_offsets)]
-        return plan_to_state(plan, offsets, self.streaming.state_fingerprint(self.streaming.epoch))
+        return self.streaming.plan_state(plan, offsets, self.streaming.epoch)
 
     def _topology(self) -> Topology:
         rank, world = rank_and_world(self.streaming.options.rank, self.streaming.options.world_size)
@@ -161,7 +161,7 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         epoch, resume = self._next_iteration()
         self._resume = None
         self.streaming.set_epoch(epoch)
-        plan = self.streaming.plan(epoch, topology.world_size, self.num_workers, resume)
+        plan = self.streaming.step_plan(epoch, topology.world_size, self.num_workers, resume)
         self._iter_topology, self._iter_resume = topology, resume
         self._offsets = dict(enumerate(plan.start_offsets))
         if self._tally is not None:
@@ -231,7 +231,8 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
             if self._tally is not None:
                 self._tally.record(batch, meta)
             self._steps += 1
-            self._stats.step(time.perf_counter() - asked, self.streaming.params.batch_size, meta, in_group)
+            counts = (batch["num_tokens"], batch["num_padding"]) if self.streaming.yields_tokens else None
+            self._stats.step(time.perf_counter() - asked, self.streaming.params.batch_size, meta, in_group, counts)
             if self.log_every and self._steps % self.log_every == 0:
                 log.info("shardkit loader: %s", _stats_line(self._stats.summary()))
             yield batch
@@ -265,7 +266,7 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         topology = self._iter_topology or self._topology()
         resume = self._iter_resume if self._iter_topology else self._resume
         epoch = self.streaming.epoch
-        plan = self.streaming.plan(epoch, topology.world_size, self.num_workers, resume)
+        plan = self.streaming.step_plan(epoch, topology.world_size, self.num_workers, resume)
         offsets = list(plan.start_offsets)
         for consumer, position in consumed.items():
             offsets[consumer] = position
@@ -277,8 +278,9 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
             "kind": LOADER_STATE_KIND,
             "epoch": epoch,
             "steps": steps,
-            "plan": plan_to_state(plan, offsets, self.streaming.state_fingerprint(epoch)),
+            "plan": self.streaming.plan_state(plan, offsets, epoch),
             **extra,
+            **self.streaming.extra_state(plan, offsets),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -296,7 +298,7 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         """Whether the epoch of plan state ``resume`` has no batch left for any consumer."""
         topology = self._topology()
         try:
-            plan = self.streaming.plan(self.streaming.epoch, topology.world_size, self.num_workers, resume)
+            plan = self.streaming.step_plan(self.streaming.epoch, topology.world_size, self.num_workers, resume)
         except StateError:
             return False  # refused with its reason at the next iter(loader) (R9)
         batch = self.streaming.params.batch_size
@@ -329,8 +331,10 @@ def _unprofiled_next(batches: Iterator[Any]) -> Callable[[], Any]:
 
 
 def _stats_line(stats: dict[str, Any]) -> str:
+    tokens = "" if "tokens_per_s" not in stats else \
+        f"{stats['tokens_per_s']:.0f} effective tokens/s ({stats['padding_fraction']:.1%} padding), "
     return (
-        f"{stats['steps']} steps, {stats['samples_per_s']:.0f} samples/s, "
+        f"{stats['steps']} steps, {tokens}{stats['samples_per_s']:.0f} samples/s, "
         f"{stats['decoded_bytes_per_s'] / 1e6:.1f} MB/s decoded, wait p50 {stats['wait_p50_s'] * 1e3:.2f} ms "
         f"p99 {stats['wait_p99_s'] * 1e3:.2f} ms, cache hits {stats['cache']['cache_hits']:.0f} "
         f"misses {stats['cache']['cache_misses']:.0f}"

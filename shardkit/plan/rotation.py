@@ -12,10 +12,30 @@ batches in the same order. Pure: a function of the plan and the worker's place.
 
 from __future__ import annotations
 
-from shardkit.plan.plan import Plan
+from typing import Protocol
+
+from shardkit.plan.params import PlanParams
 
 
-def worker_consumer(plan: Plan, rank: int, worker: int, num_workers: int, group: int = 1) -> int:
+class StepPlan(Protocol):
+    """What counting steps and consumed offsets needs of a plan (a sample plan, a token plan)."""
+
+    @property
+    def params(self) -> PlanParams: ...
+
+    @property
+    def start_offsets(self) -> tuple[int, ...]: ...
+
+    @property
+    def num_consumers(self) -> int: ...
+
+    @property
+    def steps_per_rank(self) -> int: ...
+
+    def num_batches(self, consumer: int) -> int: ...
+
+
+def worker_consumer(plan: StepPlan, rank: int, worker: int, num_workers: int, group: int = 1) -> int:
     """The global consumer that worker ``worker`` (of ``num_workers``, 0: the training process
     reads itself) on rank ``rank`` serves when items hold ``group`` batches."""
     width = max(num_workers, 1)

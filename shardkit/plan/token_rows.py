@@ -36,17 +36,23 @@ class TokenDocs:
 
     def __init__(self, documents: Sequence[np.ndarray], options: TokenOptions,
                  loss_masks: Sequence[np.ndarray] | None = None) -> None:
-        self.documents, self.options, self.loss_masks = documents, options, loss_masks
         extra = int(options.bos_id is not None) + int(options.eos_id is not None)
-        self.segment_lengths = np.array([len(d) + extra if len(d) else 0 for d in documents], dtype=np.int64)
-        # next document with a non-empty segment: where a concat label crosses to (TB4)
-        nxt = np.full(len(documents), -1, dtype=np.int64)
-        following = -1
-        for d in range(len(documents) - 1, -1, -1):
-            nxt[d] = following
-            if self.segment_lengths[d] > 0:
-                following = d
-        self.next_doc = nxt
+        lengths = np.array([len(d) + extra if len(d) else 0 for d in documents], dtype=np.int64)
+        self._setup(documents, lengths, options, loss_masks)
+
+    @classmethod
+    def from_lengths(cls, documents: Any, segment_lengths: np.ndarray, options: TokenOptions,
+                     loss_masks: Any = None) -> TokenDocs:
+        """Documents given by index on demand (``documents[d]``), their segment lengths known
+        beforehand (the loader reads only the documents a consumer needs)."""
+        docs = cls.__new__(cls)
+        docs._setup(documents, np.asarray(segment_lengths, dtype=np.int64), options, loss_masks)
+        return docs
+
+    def _setup(self, documents: Any, segment_lengths: np.ndarray, options: TokenOptions, loss_masks: Any) -> None:
+        self.documents, self.options, self.loss_masks = documents, options, loss_masks
+        self.segment_lengths = segment_lengths
+        self.next_doc = next_nonempty(segment_lengths)
 
     def _slice(self, d: int, start: int, stop: int, values: np.ndarray, bos: Any, eos: Any) -> np.ndarray:
         n = len(values)
@@ -76,6 +82,17 @@ class TokenDocs:
             raise PlanError(f"document {d}: loss_mask has {len(mask)} entries for {len(self.documents[d])} tokens")
         return self._slice(d, start, stop, mask, None if o.bos_id is None else True,
                            None if o.eos_id is None else True)
+
+
+def next_nonempty(segment_lengths: np.ndarray) -> np.ndarray:
+    """Per document, the next document with a non-empty segment (-1: none): where a concat
+    label crosses to (TB4)."""
+    n = len(segment_lengths)
+    index = np.where(np.asarray(segment_lengths) > 0, np.arange(n), n)
+    following = np.minimum.accumulate(index[::-1])[::-1]  # first non-empty at or after d
+    nxt = np.concatenate([following[1:], [n]]) if n else following
+    return np.where(nxt < n, nxt, -1).astype(np.int64)
+
 
 def merge_pieces(pieces: Sequence[Piece]) -> list[Piece]:
     out: list[Piece] = []

@@ -23,9 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 HANG_S = 300  # bound on any wait; never a timing assertion
 
 
-def load_audit() -> Any:
-    """``tools/audit.py`` as a module (it is a script, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("shardkit_audit_tool", REPO / "tools" / "audit.py")
+def load_audit(tool: str = "audit") -> Any:
+    """``tools/<tool>.py`` (``audit``, ``audit_tokens``) as a module (a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location(f"shardkit_{tool}_tool", REPO / "tools" / f"{tool}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -41,3 +41,11 @@ def test_importing_shardkit_and_its_writer_does_not_import_torch():
     code = "import sys, shardkit, shardkit.write, shardkit.format; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_token_blocks_are_public_and_need_no_torch():
+    """specs/token-blocks.md: ``sk.TokenBlocks`` configures ``sk.StreamingDataset(..., tokens=...)``."""
+    assert "TokenBlocks" in sk.__all__
+    code = "import sys, shardkit as sk; sk.TokenBlocks(8); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

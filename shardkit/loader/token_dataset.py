@@ -1,0 +1,201 @@
+"""``TokenDataset``: a :class:`StreamingDataset` of fixed-length token blocks (specs/token-blocks.md).
+
+``sk.StreamingDataset(path, batch_size=B, tokens=sk.TokenBlocks(L, ...))`` makes one: every
+batch holds ``B`` blocks of ``L`` positions (TB4). Its plan is a :class:`TokenPlan` (positions
+from per-document lengths, plan/token_plan.py); each consumer cuts its work into blocks
+(plan/token_blocks.py), reads the documents it needs (read/token_docs.py) and fills the rows
+(plan/token_rows.py). Through ``ShardLoader`` the consumed boundary is the usual one, counted
+in blocks; the loader state's ``plan`` is the usual plan state and ``tokens`` its token part
+(TB5, TB7, TB13), which reaches workers through the control block like a mixture's (L6).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from shardkit.errors import PlanError, StateError
+from shardkit.loader.dataset import StreamingDataset
+from shardkit.loader.emitter import Emitter
+from shardkit.loader.guard import check_caller
+from shardkit.loader.loader_stats import WorkerStats
+from shardkit.loader.token_batch import to_tensors, token_arrays
+from shardkit.loader.topology import Topology
+from shardkit.loader.transfer.arena import alloc
+from shardkit.loader.transfer.packed import in_groups
+from shardkit.loader.transfer.ring import Ring, find
+from shardkit.plan import PlanParams, worker_consumer
+from shardkit.plan.token_config import IDENTITY_KEYS, TokenBlocks
+from shardkit.plan.token_plan import TokenPlan, build_token_plan, epoch_order
+from shardkit.plan.token_pool import ConsumerWork
+from shardkit.plan.token_rows import TokenDocs, next_nonempty
+from shardkit.read.options import ReadOptions
+from shardkit.read.token_docs import EpochDocuments
+from shardkit.read.token_lengths import document_lengths
+
+TOKENS_KEY = "tokens"  # the loader state's token part
+
+
+class TokenDataset(StreamingDataset):
+    """Batches of ``batch_size`` token blocks (specs/token-blocks.md); keyword arguments as
+    :class:`StreamingDataset` (``transform``/``collate_fn`` do not apply), plus ``tokens``.
+    ``with_index=True`` adds, per slot, ``_index`` (the global sample index of the document,
+    -1 at padding) and ``_token_offset`` (the position in its segment), for audits (TB14)."""
+
+    def __init__(self, path: str, *, batch_size: int, tokens: TokenBlocks, **kwargs: Any) -> None:
+        if not isinstance(tokens, TokenBlocks):
+            raise TypeError(f"tokens: expected a shardkit.TokenBlocks, got {type(tokens).__name__}")
+        for name in ("transform", "collate_fn"):
+            if kwargs.get(name):
+                raise TypeError(f"StreamingDataset(tokens=...): {name} does not apply to token blocks")
+        super().__init__(path, batch_size=batch_size, tokens=tokens, **kwargs)
+        self.tokens = tokens
+        self._lengths: np.ndarray | None = None  # tokens per sample, manifest order (TB6)
+        self._cuts: list[dict[str, Any]] = []  # the loaded state's token levels (with consumer states)
+        self._cuts_epoch: int | None = None  # ... which belong to this epoch's chains only
+        self._token_plans: dict[str, TokenPlan] = {}
+
+    @property
+    def yields_tokens(self) -> bool:
+        return True
+
+    # ---- plan -----------------------------------------------------------------------------------
+    def lengths(self) -> np.ndarray:
+        """Tokens per sample of the token field, manifest order (read once, then kept)."""
+        if self._lengths is None:
+            self._lengths = np.asarray(document_lengths(self.dataset, self.tokens.field), dtype=np.int64)
+        return self._lengths
+
+    def step_plan(self, epoch: int, world_size: int, num_workers: int,
+                  resume: dict[str, Any] | None = None) -> TokenPlan:
+        params = replace(self.params, epoch=epoch, world_size=world_size, num_workers=num_workers)
+        cuts = self._loaded_cuts(epoch) if resume is not None else []
+        key = repr((params, resume, cuts))
+        plan = self._token_plans.get(key)
+        if plan is None:
+            plan = build_token_plan(self.dataset.manifest.shard_sizes, self.lengths(), params, self.tokens,
+                                    resume, cuts)
+            self._token_plans = {key: plan}
+        return plan
+
+    def _loaded_cuts(self, epoch: int) -> list[dict[str, Any]]:
+        """The loaded state's token levels when ``epoch`` is its epoch (later epochs start fresh)."""
+        return self._cuts if epoch == self._cuts_epoch else []
+
+    def plan(self, epoch: int, world_size: int, num_workers: int, resume: dict[str, Any] | None = None) -> Any:
+        raise TypeError("a token-block dataset has no sample plan; use step_plan")
+
+    # ---- the loader state's token part ------------------------------------------------------------
+    def plan_state(self, plan: Any, offsets: list[int], epoch: int) -> dict[str, Any]:
+        return dict(plan.to_state(offsets, self.state_fingerprint(epoch)))
+
+    def extra_state(self, plan: Any, offsets: list[int]) -> dict[str, Any]:
+        return {TOKENS_KEY: plan.tokens_part(self.tokens, offsets, self._loaded_cuts(plan.params.epoch))}
+
+    def load_state_part(self, state: dict[str, Any]) -> str:
+        part = state.get(TOKENS_KEY)
+        if not isinstance(part, dict) or not isinstance(part.get("levels"), list):
+            raise StateError("loader state: no 'tokens' part; it was not saved by a token-block dataset")
+        for key in IDENTITY_KEYS:  # what a position is (TB8)
+            if part.get(key) != getattr(self.tokens, key):
+                raise StateError(f"loader state: token {key} is {part.get(key)!r}, this dataset's is "
+                                 f"{getattr(self.tokens, key)!r}; a resume cannot change what a position is (TB8)")
+        self._cuts, self._cuts_epoch, self._token_plans = list(part["levels"]), int(state["epoch"]), {}
+        self._check_loaded(state["plan"])
+        return self.fingerprint
+
+    def _check_loaded(self, plan_state: dict[str, Any]) -> None:
+        """The saved consumer states must be the replay of their offsets (TB5): rebuild the
+        saved level exactly as it was (its own params and cut)."""
+        depth, level = 0, plan_state
+        while level["parent"] is not None:
+            depth, level = depth + 1, level["parent"]
+        if len(self._cuts) != depth + 1:
+            raise StateError(f"loader state: {depth + 1} plan levels but {len(self._cuts)} token levels")
+        saved = PlanParams.from_dict(plan_state["params"])
+        cut = self._cuts[-1]
+        tokens = replace(self.tokens, **{k: cut[k] for k in ("seq_len", "long_docs", "open_blocks")})
+        build_token_plan(self.dataset.manifest.shard_sizes, self.lengths(), saved, tokens, plan_state, self._cuts)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_token_plans"] = {}
+        return state
+
+    # ---- workers: the loaded token levels travel in the control block (L6) ------------------------
+    def publish(self, topology: Topology, resume: dict[str, Any] | None, generation: int,
+                ring: Ring | None = None, group: int = 1) -> None:
+        super().publish(topology, resume, generation, ring, group)
+        payload = self.control.read() or {}
+        self.control.write({**payload, TOKENS_KEY: {"epoch": self._cuts_epoch, "levels": self._cuts}})
+
+    def __iter__(self) -> Iterator[Any]:
+        check_caller(f"StreamingDataset({self.path!r}, tokens=...)")  # only ShardLoader (R11)
+        self.dataset = self.dataset.in_this_process()
+        payload = self.control.read() or {}
+        loaded = payload.get(TOKENS_KEY)
+        if loaded is not None and (loaded["epoch"], loaded["levels"]) != (self._cuts_epoch, self._cuts):
+            self._cuts, self._cuts_epoch, self._token_plans = loaded["levels"], loaded["epoch"], {}  # persistent worker
+        topology = self._topology(payload)
+        epoch = payload.get("epoch", self._epoch)
+        plan = self.step_plan(epoch, topology.world_size, topology.num_workers, payload.get("resume"))
+        pack = topology.num_workers > 0 and "generation" in payload
+        group = max(int(payload.get("group", 1)), 1) if pack else 1
+        consumer = worker_consumer(plan, topology.rank, topology.worker, topology.num_workers, group)
+        if consumer >= plan.num_consumers:
+            raise PlanError(f"consumer {consumer} is outside the plan's {plan.num_consumers} consumers")
+        start = plan.start_offsets[consumer]
+        cache = self._shard_cache()
+        stats = WorkerStats(cache=cache.stats if cache else None)
+        ring = find(payload.get("ring")) if pack else None
+        emitter = Emitter(self._collate, stats, consumer, epoch, start, pack, ring, topology.worker)
+        batches = self._token_batches(plan, consumer, emitter, stats)
+        return batches if group == 1 else in_groups(batches, group, start // self.params.batch_size)
+
+    def _token_batches(self, plan: TokenPlan, consumer: int, emitter: Emitter, stats: WorkerStats) -> Iterator[Any]:
+        work = plan.level.split.consumers[consumer]
+        docs = self._documents(plan, work, stats)
+        rows = TokenDocs.from_lengths(docs, plan.segments, self.tokens.token_options(),
+                                      docs.masks if self.tokens.loss_mask_field is not None else None)
+        order = epoch_order(plan.order) if self.options.with_index else None
+        for arrays, cutter in token_arrays(work, rows, plan.level.options, self.params.batch_size,
+                                           plan.start_state(consumer)):
+            yield emitter.emit_made(functools.partial(_in_arena, arrays, order), len(arrays["input_ids"]))
+            docs.release(cutter.piece_index, {p.doc_index for b in cutter.bins for p in b})
+
+    def _documents(self, plan: TokenPlan, work: ConsumerWork, stats: WorkerStats) -> EpochDocuments:
+        """The documents ``work`` needs, with the index of the last piece that needs each."""
+        needs: dict[int, int] = {}
+        nxt = next_nonempty(plan.segments) if plan.level.options.mode == "concat" else None
+        for i, piece in enumerate(work.pieces):
+            needs[piece.doc_index] = i
+            if nxt is not None and piece.stop == plan.positions[piece.doc_index] and nxt[piece.doc_index] >= 0:
+                needs[int(nxt[piece.doc_index])] = i
+        options = ReadOptions(read_ahead=False)
+        return EpochDocuments(self.dataset, plan.order, (self.tokens.field, self.tokens.loss_mask_field),
+                              list(needs.items()), self._shard_cache(), stats.read, options)
+
+
+def _tensor(values: np.ndarray) -> torch.Tensor:
+    """``values`` in a tensor allocated where the emitter wants it (a ring slot, the recycler)."""
+    out = alloc(values.shape, _torch_dtype(values))
+    out.numpy()[...] = values
+    return out
+
+
+def _in_arena(arrays: dict[str, Any], order: np.ndarray | None) -> dict[str, Any]:
+    batch = to_tensors(arrays, tensor=_tensor)
+    if order is not None:  # provenance per slot (with_index)
+        doc = arrays["doc_index"]
+        batch["_index"] = _tensor(np.where(doc >= 0, order[np.maximum(doc, 0)], -1))
+        batch["_token_offset"] = _tensor(arrays["token_offset"])
+    return batch
+
+
+def _torch_dtype(values: np.ndarray) -> torch.dtype:
+    return torch.int32 if values.dtype == np.int32 else torch.int64

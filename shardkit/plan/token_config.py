@@ -1,0 +1,79 @@
+"""``TokenBlocks``: how ``StreamingDataset(..., tokens=TokenBlocks(...))`` turns token documents
+into fixed-length blocks (specs/token-blocks.md). Pure configuration, validated on construction.
+
+What a position *is* depends on ``field``, ``mode``, ``bos_id`` and ``eos_id`` (TB1): a resume
+refuses a change of any of them (TB8). ``seq_len``, ``long_docs`` and ``open_blocks`` shape how
+positions are cut and may change at an elastic resume; ``pad_id``, ``ignore_index``,
+``loss_mask_field`` and ``mask_doc_starts`` only change token values and labels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from shardkit.errors import PlanError
+from shardkit.plan.token_blocks import BlockOptions
+from shardkit.plan.token_rows import IGNORE_INDEX, TokenOptions
+
+IDENTITY_KEYS = ("field", "mode", "bos_id", "eos_id")  # what a position is (TB8: never changed)
+LEVEL_KEYS = ("seq_len", "long_docs", "open_blocks")  # how a level cuts (may change, TB8)
+
+
+@dataclass(frozen=True)
+class TokenBlocks:
+    """Read-time blocks of ``seq_len`` tokens from the integer array field ``field``.
+
+    ``mode``: ``"concat"`` (documents joined, cut anywhere, no padding but at a consumer's
+    tail) or ``"pack"`` (documents kept whole, best-fit over ``open_blocks`` open blocks,
+    padded; longer ones split or truncated by ``long_docs``). ``eos_id``/``bos_id``: boundary
+    tokens added around every non-empty document. ``loss_mask_field``: an optional per-token
+    field (nonzero: train on it). ``mask_doc_starts``: no loss on a document's first token.
+    """
+
+    seq_len: int
+    field: str = "tokens"
+    mode: str = "concat"
+    eos_id: int | None = None
+    bos_id: int | None = None
+    pad_id: int = 0
+    ignore_index: int = IGNORE_INDEX
+    loss_mask_field: str | None = None
+    mask_doc_starts: bool = False
+    long_docs: str = "split"
+    open_blocks: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("seq_len", "open_blocks", "pad_id", "ignore_index"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise PlanError(f"TokenBlocks.{name}: expected an int, got {value!r}")
+        for name in ("eos_id", "bos_id"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise PlanError(f"TokenBlocks.{name}: expected an int or None, got {value!r}")
+        if not isinstance(self.field, str) or not self.field:
+            raise PlanError(f"TokenBlocks.field: expected a field name, got {self.field!r}")
+        self.block_options()  # validates seq_len, mode, long_docs, open_blocks
+
+    def block_options(self, level: dict[str, Any] | None = None) -> BlockOptions:
+        """How positions are cut: this config's, or a saved ``level``'s (``LEVEL_KEYS``)."""
+        cut = self.level() if level is None else level
+        return BlockOptions(int(cut["seq_len"]), self.mode, "best", str(cut["long_docs"]), int(cut["open_blocks"]))
+
+    def token_options(self) -> TokenOptions:
+        return TokenOptions(eos_id=self.eos_id, bos_id=self.bos_id, pad_id=self.pad_id,
+                            mask_doc_starts=self.mask_doc_starts, ignore_index=self.ignore_index)
+
+    def identity(self) -> dict[str, Any]:
+        """What a position is (saved in the state; a resume refuses a change, TB8)."""
+        return {key: getattr(self, key) for key in IDENTITY_KEYS}
+
+    def level(self) -> dict[str, Any]:
+        """How this config cuts (one level of a saved chain)."""
+        return {key: getattr(self, key) for key in LEVEL_KEYS}
+
+    @property
+    def extra_tokens(self) -> int:
+        """Boundary tokens around each non-empty document."""
+        return int(self.bos_id is not None) + int(self.eos_id is not None)

@@ -1,0 +1,209 @@
+"""The token-block plan of one epoch at one resume level (specs/token-blocks.md TB1, TB6-TB8, TB11-TB13).
+
+Pure. The **epoch order** of documents is the sample order of a one-consumer plan (seeded shard
+order and in-window shuffle keyed by ``(seed, epoch)``; TB11), so document indices mean the same
+at every level of a chain, whatever the topology. A level splits its pool among its consumers
+(``split_work``); an elastic level's pool is the previous level's remainder (TB7).
+
+The resume state reuses the plan state of specs/resume-state.md unchanged — levels, parents,
+fingerprint, offsets — with offsets counting **blocks** (a multiple of the level's batch size),
+plus the loader state's ``tokens`` part: the identity (field, mode, bos/eos), and per level its
+cut (seq_len, long_docs, open_blocks) and each consumer's cutter state at its offset (TB5).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from shardkit.errors import StateError
+from shardkit.plan.params import PlanParams
+from shardkit.plan.plan import Plan, base_plan
+from shardkit.plan.state import STATE_VERSION
+from shardkit.plan.token_blocks import BlockCutter, BlockOptions, Piece, epoch_pieces, num_positions
+from shardkit.plan.token_config import LEVEL_KEYS, TokenBlocks
+from shardkit.plan.token_pool import WorkSplit, remainder_pool, split_work
+
+
+def order_plan(shard_sizes: Sequence[int] | np.ndarray, params: PlanParams) -> Plan:
+    """The one-consumer sample plan whose sequence is the epoch order of documents (TB11)."""
+    single = replace(params, world_size=1, num_workers=0, batch_size=1, tail="drop")
+    return base_plan(np.asarray(shard_sizes, dtype=np.int64), single)
+
+
+def epoch_order(plan: Plan) -> np.ndarray:
+    """Global (manifest-order) sample index of each document index, from :func:`order_plan`."""
+    offsets = plan.shard_offsets
+    parts = [w.global_indices(offsets) for w in plan.consumer_windows(0)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def segment_lengths(lengths: np.ndarray, extra_tokens: int) -> np.ndarray:
+    """Segment length per document: its tokens plus boundary tokens, 0 for an empty one."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return np.where(lengths > 0, lengths + extra_tokens, 0)
+
+
+def cutter_state(pieces: Sequence[Piece], options: BlockOptions, blocks: int) -> dict[str, Any]:
+    """The cutter state after ``blocks`` blocks of ``pieces`` (replayed on positions only)."""
+    cutter = BlockCutter(pieces, options)
+    for _ in range(blocks):
+        cutter.next_block()
+    return {**cutter.to_dict(), "blocks": blocks}
+
+
+@dataclass
+class TokenLevel:
+    """One level: its plan params (``batch_size`` = blocks per batch), cut and split."""
+
+    params: PlanParams
+    cut: dict[str, Any]
+    split: WorkSplit
+    options: BlockOptions
+
+
+@dataclass
+class TokenPlan:
+    """Which blocks each global consumer yields this epoch (the current level of a chain).
+
+    Consumer ``c`` yields ``num_batches(c)`` batches of ``batch_size`` blocks from its work,
+    starting after ``start_offsets[c]`` blocks. Duck-compatible with :class:`Plan` where the
+    loader counts steps (``params``, ``start_offsets``, ``num_consumers``, ``num_batches``).
+    """
+
+    level: TokenLevel
+    order: Plan  # the one-consumer sample plan of the epoch order
+    segments: np.ndarray  # segment length per document index
+    positions: np.ndarray  # input positions per document index
+    start_offsets: tuple[int, ...]
+    parent_state: dict[str, Any] | None
+    cuts: list[dict[str, Any]]  # every level's cut, root first (this one last)
+    dropped: list[Piece] = field(default_factory=list)  # every level's dropped tail (TB6)
+
+    @property
+    def params(self) -> PlanParams:
+        return self.level.params
+
+    @property
+    def num_consumers(self) -> int:
+        return len(self.level.split.consumers)
+
+    @property
+    def steps_per_rank(self) -> int:
+        return self.level.split.num_blocks // self.params.batch_size * self.params.workers_per_rank
+
+    def num_batches(self, consumer: int) -> int:
+        return self.level.split.num_blocks // self.params.batch_size
+
+    def start_state(self, consumer: int) -> dict[str, Any]:
+        work = self.level.split.consumers[consumer]
+        return cutter_state(work.pieces, self.level.options, self.start_offsets[consumer])
+
+    def to_state(self, offsets: Sequence[int], fingerprint: str) -> dict[str, Any]:
+        """The plan state (specs/resume-state.md shape) after consumer ``c`` consumed
+        ``offsets[c]`` blocks."""
+        checked = _plan_offsets(self.level, list(offsets), "offsets")
+        return {"version": STATE_VERSION, "fingerprint": fingerprint, "params": self.params.to_dict(),
+                "offsets": checked, "parent": copy.deepcopy(self.parent_state)}
+
+    def tokens_part(self, blocks: TokenBlocks, offsets: Sequence[int], saved: list[dict[str, Any]]) -> dict[str, Any]:
+        """The loader state's ``tokens`` key: identity, and per level its cut and consumer
+        states (``saved``: the ancestors' levels as loaded; this level's are computed)."""
+        options = self.level.options
+        states = [cutter_state(w.pieces, options, int(k))
+                  for w, k in zip(self.level.split.consumers, offsets, strict=True)]
+        levels = [copy.deepcopy(level) for level in saved[: len(self.cuts) - 1]]
+        return {**blocks.identity(), "levels": [*levels, {**self.cuts[-1], "consumers": states}]}
+
+
+def _chain(resume: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The levels of a plan state, root first."""
+    levels: list[dict[str, Any]] = []
+    while resume is not None:
+        levels.append(resume)
+        resume = resume["parent"]
+    return levels[::-1]
+
+
+def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarray, params: PlanParams,
+                     blocks: TokenBlocks, resume: dict[str, Any] | None = None,
+                     cuts: Sequence[dict[str, Any]] = ()) -> TokenPlan:
+    """The token plan of ``params.epoch`` (``lengths``: tokens per sample, manifest order).
+
+    ``resume``: a plan state (already validated) whose level ``i`` cut is ``cuts[i]`` (this
+    config's cut past ``cuts``; with,
+    when loaded, its ``consumers`` states: checked against a replay of its offsets); like
+    ``build_plan`` (R2-R5): when its last level has the same params and cut as now, the same
+    plan resumes at its offsets; otherwise a new level splits the remainder (TB7, TB8).
+    """
+    chain = _chain(resume)
+    # levels past the given cuts were cut with this config (a continuation of this process, R10)
+    cuts = [*cuts[: len(chain)], *[blocks.level()] * (len(chain) - len(cuts))]
+    root = PlanParams.from_dict(chain[0]["params"]) if chain else params
+    if chain and root.epoch != params.epoch:
+        raise StateError(f"resume state is for epoch {root.epoch}, but the plan asked for epoch {params.epoch}")
+    order = order_plan(shard_sizes, root)
+    doc_lengths = np.asarray(lengths, dtype=np.int64)[epoch_order(order)]
+    segments = segment_lengths(doc_lengths, blocks.extra_tokens)
+    positions = num_positions(segments, blocks.mode)
+    pool, dropped = epoch_pieces(positions), []
+    exact = bool(chain) and PlanParams.from_dict(chain[-1]["params"]).same_partition(params) \
+        and _cut(cuts[len(chain) - 1]) == blocks.level()
+    parents = chain[:-1] if exact else chain
+    for i, saved in enumerate(parents):
+        level = _level(pool, PlanParams.from_dict(saved["params"]), cuts[i], blocks)
+        offsets = _plan_offsets(level, saved["offsets"], f"state level {i}")
+        states = [cutter_state(w.pieces, level.options, k) for w, k in zip(level.split.consumers, offsets, strict=True)]
+        _check_saved(cuts[i], states, f"tokens.levels[{i}]")
+        dropped += level.split.dropped
+        pool = remainder_pool(level.split.consumers, states, level.options)
+    current = _level(pool, params, blocks.level(), blocks)
+    start = _plan_offsets(current, chain[-1]["offsets"], "state") if exact else [0] * len(current.split.consumers)
+    if exact:
+        _check_saved(cuts[len(chain) - 1], [cutter_state(w.pieces, current.options, k)
+                                            for w, k in zip(current.split.consumers, start, strict=True)],
+                     f"tokens.levels[{len(chain) - 1}]")
+    parent = (chain[-1]["parent"] if exact else resume)
+    level_cuts = [_cut(c) for c in cuts[: len(parents)]] + [blocks.level()]
+    return TokenPlan(current, order, segments, positions, tuple(start), copy.deepcopy(parent), level_cuts,
+                     dropped + current.split.dropped)
+
+
+def _level(pool: list[Piece], params: PlanParams, cut: dict[str, Any], blocks: TokenBlocks) -> TokenLevel:
+    options = blocks.block_options(_cut(cut))
+    split = split_work(pool, params.num_consumers, params.batch_size, options, params.tail)
+    return TokenLevel(params, _cut(cut), split, options)
+
+
+def _cut(level: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return {key: level[key] for key in LEVEL_KEYS}
+    except (KeyError, TypeError):
+        raise StateError(f"token state level: expected keys {list(LEVEL_KEYS)}, got {level!r}") from None
+
+
+def _check_saved(level: dict[str, Any], states: list[dict[str, Any]], path: str) -> None:
+    """A loaded level's consumer states must be the replay of its offsets (TB5)."""
+    saved = level.get("consumers")
+    if saved is None:
+        return
+    if not isinstance(saved, list) or len(saved) != len(states):
+        raise StateError(f"{path}.consumers: expected {len(states)} cutter states, got {saved!r:.80}")
+    for consumer, (got, want) in enumerate(zip(saved, states, strict=True)):
+        if got != want:
+            raise StateError(f"{path}.consumers[{consumer}]: saved cutter state {got!r:.120} is not the "
+                             f"one its offset gives ({want!r:.120}); the state was edited or the data changed")
+
+
+def _plan_offsets(level: TokenLevel, offsets: list[int], path: str) -> list[int]:
+    total, batch = level.split.num_blocks, level.params.batch_size
+    for consumer, offset in enumerate(offsets):
+        if not 0 <= offset <= total or offset % batch:
+            raise StateError(f"{path}.offsets[{consumer}]: expected a multiple of batch_size {batch} "
+                             f"in 0..{total} (consumer {consumer}'s blocks), got {offset}")
+    return [int(o) for o in offsets]
+

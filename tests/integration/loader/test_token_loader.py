@@ -1,0 +1,118 @@
+"""Token blocks through real DataLoader workers and real gloo ranks (specs/token-blocks.md TB5,
+TB7, TB8, TB13): killed mid-epoch, resumed on another topology, batch size and seq_len, every
+(document, position) of the epoch is consumed exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import shardkit as sk
+from tests.helpers.token_data import consumed_pairs, dropped_pairs, epoch_pairs, write_token_dataset
+
+pytestmark = pytest.mark.slow
+LENGTHS = [(i * 37) % 61 for i in range(90)]  # 0 … 60 tokens, empty documents included
+TOKENS = sk.TokenBlocks(16, eos_id=2, bos_id=1)
+
+
+def _dataset(path: str, batch_size: int, tokens: sk.TokenBlocks, **kwargs) -> sk.StreamingDataset:
+    return sk.StreamingDataset(path, batch_size=batch_size, tokens=tokens, with_index=True, seed=5, tail="pad",
+                               **kwargs)
+
+
+def _take(loader: sk.ShardLoader, steps: int | None) -> list[tuple[int, int]]:
+    pairs: list[tuple[int, int]] = []
+    batches = iter(loader)
+    while steps is None or steps > 0:
+        batch = next(batches, None)
+        if batch is None:
+            break
+        pairs += consumed_pairs(batch)
+        steps = None if steps is None else steps - 1
+    return pairs
+
+
+def _finish(path: str, state: dict, batch_size: int, tokens: sk.TokenBlocks, workers: int = 0):
+    ds = _dataset(path, batch_size, tokens)
+    loader = sk.ShardLoader(ds, num_workers=workers)
+    loader.load_state_dict(json.loads(json.dumps(state)))
+    pairs = _take(loader, None)
+    return pairs, ds.step_plan(0, 1, workers, state["plan"])
+
+
+def test_two_workers_killed_then_resumed_elastically_with_another_seq_len(tmp_path):
+    """W=2 workers (groups of batches, shared ring) → W=0 with batch 3 and seq_len 7."""
+    path = write_token_dataset(str(tmp_path / "ds"), LENGTHS)
+    loader = sk.ShardLoader(_dataset(path, 2, TOKENS), num_workers=2, batches_per_transfer=2)
+    first = _take(loader, 5)
+    state = loader.state_dict()
+    rest, plan = _finish(path, state, 3, sk.TokenBlocks(7, eos_id=2, bos_id=1))
+    got = Counter(first) + Counter(rest)
+    assert max(got.values()) == 1
+    assert got + dropped_pairs(plan) == epoch_pairs(LENGTHS, TOKENS)
+
+
+def test_two_workers_resume_the_same_batches_on_the_same_topology(tmp_path):
+    """TB5, L4: a W=2 state resumed with W=2 yields the uninterrupted run's remaining batches."""
+    path = write_token_dataset(str(tmp_path / "ds"), LENGTHS)
+    whole = [b["input_ids"] for b in sk.ShardLoader(_dataset(path, 2, TOKENS), num_workers=2)]
+    loader = sk.ShardLoader(_dataset(path, 2, TOKENS), num_workers=2)
+    _take(loader, 3)
+    resumed = sk.ShardLoader(_dataset(path, 2, TOKENS), num_workers=2)
+    resumed.load_state_dict(json.loads(json.dumps(loader.state_dict())))
+    rest = [b["input_ids"] for b in resumed]
+    assert len(rest) == len(whole) - 3
+    assert all(torch.equal(a, b) for a, b in zip(rest, whole[3:], strict=True))
+
+
+def _rank_main(rank: int, world: int, path: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{out}/store", rank=rank, world_size=world)
+    try:
+        loader = sk.ShardLoader(_dataset(path, 2, TOKENS), num_workers=1)
+        pairs = _take(loader, 2 + rank)  # ranks stop at different steps; the state is collective
+        state = loader.state_dict()
+        Path(out, f"pairs-{rank}.json").write_text(json.dumps(pairs))
+        if rank == 0:
+            Path(out, "state.json").write_text(json.dumps(state))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_gloo_ranks_killed_then_resumed_on_one_rank(tmp_path):
+    """2 gloo ranks × 1 worker save one collective state; 1 rank (W=0, batch 1) finishes the epoch."""
+    path = write_token_dataset(str(tmp_path / "ds"), LENGTHS)
+    out = str(tmp_path / "out")
+    os.makedirs(out)
+    mp.spawn(_rank_main, args=(2, path, out), nprocs=2, join=True)
+    first = [tuple(p) for r in range(2) for p in json.loads(Path(out, f"pairs-{r}.json").read_text())]
+    state = json.loads(Path(out, "state.json").read_text())
+    assert state["plan"]["params"]["world_size"] == 2 and len(state["tokens"]["levels"]) == 1
+    rest, plan = _finish(path, state, 1, sk.TokenBlocks(32, eos_id=2, bos_id=1))
+    got = Counter(first) + Counter(rest)
+    assert max(got.values()) == 1
+    assert got + dropped_pairs(plan) == epoch_pairs(LENGTHS, TOKENS)
+
+
+def test_persistent_workers_read_every_position_once_in_each_epoch(tmp_path):
+    """G4 for token blocks: epochs follow one another on persistent workers, each complete."""
+    path = write_token_dataset(str(tmp_path / "ds"), LENGTHS)
+    loader = sk.ShardLoader(_dataset(path, 2, TOKENS), num_workers=2, persistent_workers=True)
+    orders = []
+    for _ in range(2):
+        pairs = _take(loader, None)
+        assert Counter(pairs) == epoch_pairs(LENGTHS, TOKENS)
+        orders.append(pairs)
+    assert orders[0] != orders[1]  # each epoch its own order (TB11)
+
+
+def test_a_mixture_with_token_blocks_is_refused(tmp_path):
+    path = write_token_dataset(str(tmp_path / "ds"), LENGTHS)
+    with pytest.raises(TypeError, match="mixture"):
+        sk.StreamingDataset(sk.Mixture([sk.Source(path, weight=1.0)]), batch_size=2, tokens=TOKENS)
