@@ -35,6 +35,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from hypothesis import HealthCheck, settings
+
 import shardkit as sk
 from shardkit.plan import Plan
 
@@ -47,6 +49,13 @@ TOO_MANY_WORKERS = (  # 3 workers on a 2-core machine
 PIN_WITHOUT_ACCELERATOR = (
     "ignore:'pin_memory' argument is set as true but no accelerator is found:UserWarning"
 )
+
+
+def chain_settings(max_examples: int) -> settings:
+    """Hypothesis settings of a resume-chain property: every example reads real data, so no
+    deadline, and large draws are expected."""
+    return settings(max_examples=max_examples, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import shardkit as sk
@@ -27,6 +27,7 @@ from tests.helpers.resume import (
     DataSpec,
     Segment,
     Shape,
+    chain_settings,
     check_chain,
     check_same_order,
     make_loader,
@@ -71,8 +72,7 @@ def chains(draw: st.DrawFn, /, small: str, uneven: str,
     return data, segments, num_epochs
 
 
-@settings(max_examples=15, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@chain_settings(15)
 @given(data=st.data())
 def test_resume_equivalence_at_random_kill_points(small_dataset: str, uneven_dataset: str,
                                                  data: st.DataObject) -> None:
@@ -83,8 +83,7 @@ def test_resume_equivalence_at_random_kill_points(small_dataset: str, uneven_dat
 
 
 @pytest.mark.slow
-@settings(max_examples=8, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@chain_settings(8)
 @given(data=st.data())
 def test_resume_equivalence_on_gloo_ranks_at_random_kill_points(
     small_dataset: str, uneven_dataset: str, tmp_path_factory: pytest.TempPathFactory,
@@ -97,8 +96,7 @@ def test_resume_equivalence_on_gloo_ranks_at_random_kill_points(
     check_chain(spec, results, num_epochs)
 
 
-@settings(max_examples=12, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@chain_settings(12)
 @given(data=st.data())
 def test_same_topology_order_holds_for_any_group_size_and_kill_point(
     small_dataset: str, uneven_dataset: str, tmp_path_factory: pytest.TempPathFactory,

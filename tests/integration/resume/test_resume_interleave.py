@@ -7,17 +7,16 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.helpers.resume import TOO_MANY_WORKERS, check_chain, run_chain
+from tests.helpers.resume import TOO_MANY_WORKERS, chain_settings, check_chain, run_chain
 from tests.integration.resume.test_resume_equivalence import chains
 
 pytestmark = pytest.mark.filterwarnings(TOO_MANY_WORKERS)
 
 
-@settings(max_examples=10, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@chain_settings(10)
 @given(data=st.data())
 def test_interleaved_resume_equivalence_at_random_kill_points(
     small_dataset: str, uneven_dataset: str, data: st.DataObject

@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from hypothesis import strategies as st
 
 import shardkit as sk
 from tests.helpers.resume import DataSpec, Shape, consumer_batches, plan_of, real_ids
-from tests.helpers.trainer_jobs import kill_job, load_audit
+from tests.helpers.trainer_jobs import kill_job, load_audit, tail, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -82,8 +81,11 @@ class Job:
             return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
 
+    def log_path(self, number: int) -> Path:
+        return self.root / f"launch{number}.log"
+
     def log(self, number: int) -> str:
-        return (self.root / f"launch{number}.log").read_text(errors="replace")[-4000:]
+        return tail(self.log_path(number))
 
     # ---- what the job has written so far ----------------------------------------------------
     def latest_step(self) -> int:
@@ -111,17 +113,6 @@ class Job:
         return (self.audit / f"run{run:03d}.json").exists()
 
 
-def wait_until(job: Job, proc: subprocess.Popen[bytes], number: int, ready: Any, what: str) -> None:
-    deadline = time.monotonic() + HANG_S
-    while not ready():
-        if proc.poll() is not None:
-            pytest.fail(f"launch {number} exited ({proc.returncode}) before {what}:\n{job.log(number)}")
-        if time.monotonic() > deadline:
-            kill_job(proc)
-            pytest.fail(f"launch {number} never reached {what}:\n{job.log(number)}")
-        time.sleep(0.005)
-
-
 def steps_to_epoch_end(job: Job, launch: Launch, resumed: dict[str, Any] | None) -> tuple[int, int]:
     """(epoch, global step at which it ends) for the epoch a launch starts in."""
     dataset = sk.StreamingDataset(job.data, batch_size=launch.batch_size, seed=0, tail=job.tail,
@@ -145,20 +136,19 @@ def kill_at(job: Job, launch: Launch, kind: str, extra: int) -> None:
     proc = job.start(launch)
     if kind == "first-batch":
         assert number == 0
-        wait_until(job, proc, number, lambda: job.run_started(number), "its first batch")
+        wait_for(proc, lambda: job.run_started(number), "its first batch", job.log_path(number))
     else:
         own_ckpt = (start_step // CKPT_EVERY + 1) * CKPT_EVERY
         epoch, epoch_end = steps_to_epoch_end(job, launch, resumed)
         if kind == "after-checkpoint":
             target = own_ckpt + CKPT_EVERY * (extra % 3)
-            wait_until(job, proc, number, lambda: job.latest_step() >= target, f"checkpoint {target}")
+            wait_for(proc, lambda: job.latest_step() >= target, f"checkpoint {target}", job.log_path(number))
         else:
             target = epoch_end if kind == "epoch-boundary" else own_ckpt + extra
             if kind == "epoch-boundary":
                 assert epoch_end >= own_ckpt, f"epoch {epoch} ends before the launch's first checkpoint"
-            wait_until(job, proc, number,
-                       lambda: job.latest_step() >= own_ckpt and job.last_audit_step(number) >= target,
-                       f"{kind} step {target}")
+            wait_for(proc, lambda: job.latest_step() >= own_ckpt and job.last_audit_step(number) >= target,
+                     f"{kind} step {target}", job.log_path(number))
     kill_job(proc)
 
 

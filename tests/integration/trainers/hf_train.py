@@ -14,7 +14,6 @@ the global step this batch completes.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -26,6 +25,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, TrainingArguments
 
 import shardkit as sk
 from shardkit.loader.hf import ShardkitTrainer
+from tests.helpers.job_args import job_parser
 
 SEQ = 8
 VOCAB = 128
@@ -78,17 +78,10 @@ class Audit:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--data", required=True)
+    p = job_parser("A tiny GPT-2 under transformers' Trainer on shardkit, audited.")
     p.add_argument("--out", required=True)
-    p.add_argument("--audit-dir", required=True)
-    p.add_argument("--run-number", type=int, required=True)
     p.add_argument("--resume", action="store_true")
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--workers", type=int, default=1)
     p.add_argument("--save-every", type=int, default=3)
-    p.add_argument("--step-sleep", type=float, default=0.02)
     args = p.parse_args()
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=32, n_layer=2, n_head=2))

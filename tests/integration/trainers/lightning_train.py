@@ -6,12 +6,12 @@ Each training step appends ``{"run", "epoch", "step", "ids"}`` to ``AUDIT/runNNN
 which then fetches one batch ahead (with a length, Lightning 2.6 does not). ``--raw`` hands
 Lightning the bare loader instead of the callback's wrapper (to see what the integration fixes).
 
-    python tests/integration/trainers/lightning_train.py --data D --ckpt-dir C --audit-dir A --run 0 [--ckpt PATH]
+    python tests/integration/trainers/lightning_train.py --data D --ckpt-dir C --audit-dir A --run-number 0 \
+        [--ckpt PATH]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -23,6 +23,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 import shardkit as sk
 from shardkit.loader.lightning import ShardkitCallback
+from tests.helpers.job_args import job_parser
 
 
 class Unsized:
@@ -67,17 +68,10 @@ class Tiny(pl.LightningModule):
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--data", required=True)
+    p = job_parser("A tiny model under Lightning DDP on shardkit, audited.")
     p.add_argument("--ckpt-dir", required=True)
-    p.add_argument("--audit-dir", required=True)
-    p.add_argument("--run", type=int, required=True)
     p.add_argument("--ckpt", default=None)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--workers", type=int, default=1)
     p.add_argument("--ckpt-every", type=int, default=3)
-    p.add_argument("--step-sleep", type=float, default=0.02)
     p.add_argument("--raw", action="store_true")
     p.add_argument("--unsized", action="store_true")
     args = p.parse_args()
@@ -94,7 +88,7 @@ def main() -> None:
     train: Any = loader if args.raw else shardkit_cb.train_dataloader()
     if args.unsized:
         train = Unsized(train)
-    trainer.fit(Tiny(args.audit_dir, args.run, args.step_sleep), train_dataloaders=train, ckpt_path=args.ckpt)
+    trainer.fit(Tiny(args.audit_dir, args.run_number, args.step_sleep), train_dataloaders=train, ckpt_path=args.ckpt)
 
 
 if __name__ == "__main__":

@@ -22,16 +22,7 @@ import numpy as np
 import pytest
 
 import shardkit as sk
-from tests.helpers.trainer_jobs import (
-    HANG_S,
-    epoch_orders,
-    kill_job,
-    last_audit_step,
-    load_audit,
-    start_job,
-    tail,
-    wait_for,
-)
+from tests.helpers import trainer_jobs as jobs
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +62,7 @@ class HFJob:
         if step:
             cmd.append("--resume")
         self.runs += 1
-        return start_job(cmd, self.log(run), HF_HUB_OFFLINE="1")
+        return jobs.start_job(cmd, self.log(run), HF_HUB_OFFLINE="1")
 
     def log(self, run: int) -> Path:
         return self.root / f"run{run}.log"
@@ -80,10 +71,10 @@ class HFJob:
 def kill_after_checkpoint(job: HFJob, at_least: int) -> None:
     run = job.runs
     proc = job.start()
-    wait_for(proc, lambda: job.latest_checkpoint() >= at_least, f"a checkpoint at step {at_least}", job.log(run))
+    jobs.wait_for(proc, lambda: job.latest_checkpoint() >= at_least, f"a checkpoint at step {at_least}", job.log(run))
     saved = job.latest_checkpoint()
-    wait_for(proc, lambda: last_audit_step(job.audit, run) >= saved + 2, f"step {saved + 2}", job.log(run))
-    kill_job(proc)
+    jobs.wait_for(proc, lambda: jobs.last_audit_step(job.audit, run) >= saved + 2, f"step {saved + 2}", job.log(run))
+    jobs.kill_job(proc)
 
 
 def test_hf_trainer_torchrun_killed_twice_trains_every_sample_once_per_epoch(tmp_path: Path) -> None:
@@ -93,11 +84,11 @@ def test_hf_trainer_torchrun_killed_twice_trains_every_sample_once_per_epoch(tmp
     kill_after_checkpoint(job, at_least=STEPS_PER_EPOCH + 6)  # mid epoch 1
     run = job.runs
     proc = job.start()
-    assert proc.wait(HANG_S) == 0, tail(job.log(run))
+    assert proc.wait(jobs.HANG_S) == 0, jobs.tail(job.log(run))
 
-    report = load_audit().audit(str(job.audit), NUM_SAMPLES, 2)
+    report = jobs.load_audit().audit(str(job.audit), NUM_SAMPLES, 2)
     assert report["ok"], report
     assert [e["samples"] for e in report["epochs"]] == [NUM_SAMPLES] * 2, report
     assert set(report["steps_per_rank"]) == {"run0", "run1", "run2"}, report
-    orders = epoch_orders(job.audit, rank=0)
+    orders = jobs.epoch_orders(job.audit, rank=0)
     assert orders[0] != orders[1], "epoch 1 repeated epoch 0's order"

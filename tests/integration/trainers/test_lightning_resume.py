@@ -18,17 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import trainer_jobs as jobs
 from tests.helpers.datasets import write_dataset
-from tests.helpers.trainer_jobs import (
-    HANG_S,
-    epoch_orders,
-    kill_job,
-    last_audit_step,
-    load_audit,
-    start_job,
-    tail,
-    wait_for,
-)
 
 pytestmark = pytest.mark.slow
 
@@ -53,11 +44,11 @@ class LightningJob:
         step, path = self.latest_checkpoint()
         (self.audit / f"run{run:03d}.json").write_text(json.dumps({"resumed_from_step": step}))
         cmd = [sys.executable, str(SCRIPT), "--data", self.data, "--ckpt-dir", str(self.ckpt),
-               "--audit-dir", str(self.audit), "--run", str(run), *self.extra]
+               "--audit-dir", str(self.audit), "--run-number", str(run), *self.extra]
         if path is not None:
             cmd += ["--ckpt", str(path)]
         self.runs += 1
-        return start_job(cmd, self.log(run))
+        return jobs.start_job(cmd, self.log(run))
 
     def log(self, run: int) -> Path:
         return self.root / f"run{run}.log"
@@ -68,10 +59,11 @@ def kill_after_checkpoint(job: LightningJob, at_least: int) -> None:
     the whole job (Lightning's launcher, the second rank, loader workers)."""
     run = job.runs
     proc = job.start()
-    wait_for(proc, lambda: job.latest_checkpoint()[0] >= at_least, f"a checkpoint at step {at_least}", job.log(run))
+    jobs.wait_for(proc, lambda: job.latest_checkpoint()[0] >= at_least, f"a checkpoint at step {at_least}",
+                  job.log(run))
     saved = job.latest_checkpoint()[0]
-    wait_for(proc, lambda: last_audit_step(job.audit, run) >= saved + 2, f"step {saved + 2}", job.log(run))
-    kill_job(proc)
+    jobs.wait_for(proc, lambda: jobs.last_audit_step(job.audit, run) >= saved + 2, f"step {saved + 2}", job.log(run))
+    jobs.kill_job(proc)
 
 
 @pytest.mark.parametrize("sized", [True, False], ids=["sized", "unsized-lookahead"])
@@ -84,10 +76,10 @@ def test_lightning_ddp_killed_twice_trains_every_sample_once_per_epoch(tmp_path:
     kill_after_checkpoint(job, at_least=STEPS_PER_EPOCH + 6)  # mid epoch 1, resumed from a mid-epoch-0 checkpoint
     run = job.runs
     proc = job.start()
-    assert proc.wait(HANG_S) == 0, tail(job.log(run))
+    assert proc.wait(jobs.HANG_S) == 0, jobs.tail(job.log(run))
 
-    report = load_audit().audit(str(job.audit), sum(SHARD_SIZES), 2)
+    report = jobs.load_audit().audit(str(job.audit), sum(SHARD_SIZES), 2)
     assert report["ok"], report
     assert [e["samples"] for e in report["epochs"]] == [sum(SHARD_SIZES)] * 2, report
-    orders = epoch_orders(job.audit, rank=0)
+    orders = jobs.epoch_orders(job.audit, rank=0)
     assert orders[0] != orders[1], "epoch 1 repeated epoch 0's order"
