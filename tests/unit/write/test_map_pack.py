@@ -12,6 +12,7 @@ import shardkit as sk
 from shardkit.cli import main
 from shardkit.errors import EncodeError, SourceError
 from shardkit.read import open_dataset
+from shardkit.read.token_lengths import document_lengths
 from shardkit.write.pack import PackOptions
 from tests.helpers import tokenize_map
 from tests.helpers.files import read_tree
@@ -46,6 +47,9 @@ def test_tokenize_while_packing_is_byte_identical_for_any_worker_count(tmp_path,
     got = [(s["id"], s["tokens"].tolist()) for s in open_dataset(str(tmp_path / "w3")).samples()]
     assert got == want
     assert all(s["tokens"].dtype == np.uint16 for s in open_dataset(str(tmp_path / "w1")).samples())
+    dataset = open_dataset(str(tmp_path / "w3"))  # M12: the tokens' length index, with no option set
+    assert [e.field for e in dataset.manifest.lengths] == ["tokens"]
+    assert document_lengths(dataset, "tokens").tolist() == [len(ids) for _, ids in want]
 
 
 @pytest.mark.slow
