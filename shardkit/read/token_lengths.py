@@ -4,9 +4,9 @@
 ``field`` of every sample, in manifest order: all that plans token blocks (TB1). When the
 writer recorded a length index of the field (specs/manifest.md M10-M13) it is one read of
 4 bytes per sample, checked against the manifest's size and xxh64. Otherwise (datasets written
-before the index, or by the Ray engine) it reads every block of every shard once, but builds
-no sample: a column block's lengths are the differences of the field's row offsets, a row
-block's come from its samples decoded as views of the block (no array is copied).
+before the index) it reads every block of every shard once, but builds no sample: a column
+block's lengths are the differences of the field's row offsets, a row block's come from a
+msgpack walk that reads arrays' shapes only (``block_lengths``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from shardkit.errors import EncodeError
-from shardkit.format.length_index import LENGTHS_DTYPE, encode_lengths
+from shardkit.format.checksum import xxh64_text
+from shardkit.format.length_index import LENGTHS_DTYPE, LengthsInfo, encode_lengths, lengths_file_name
+from shardkit.storage import Store
+from shardkit.write.output import Output
 
 _MAX_LENGTH = int(np.iinfo(LENGTHS_DTYPE).max)
 
@@ -67,3 +70,26 @@ class LengthRecorder:
             for name, parts in self._parts.items()
             if name not in self._too_long
         }
+
+
+def combine_parts(parts: Sequence[tuple[int, dict[str, bytes]]]) -> dict[str, bytes]:
+    """The index files of a dataset written in parts (Ray tasks, in order), from each part's
+    ``(num_samples, finish())``: the fields every part with samples recorded, joined."""
+    filled = [files for num_samples, files in parts if num_samples]
+    if not filled:
+        return {}
+    return {name: b"".join(files[name] for files in filled) for name in filled[0] if all(name in f for f in filled)}
+
+
+def write_length_files(
+    store: Store, output: Output, files: dict[str, bytes], written: list[str]
+) -> tuple[LengthsInfo, ...]:
+    """Write the index files (M10, M13) next to the shards (``written`` gets each name first,
+    for the cleanup of a failure); their manifest entries, in field order."""
+    entries = []
+    for k, (name, data) in enumerate(files.items()):
+        path = output.file_name(lengths_file_name(k))
+        written.append(path)
+        store.write_atomic(path, data)
+        entries.append(LengthsInfo(name, path, len(data), xxh64_text(data)))
+    return tuple(entries)

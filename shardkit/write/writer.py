@@ -37,15 +37,14 @@ from shardkit.format import (
     ShardInfo,
     decode_manifest,
 )
-from shardkit.format.checksum import xxh64_text
-from shardkit.format.length_index import LengthsInfo, block_lengths, lengths_file_name
+from shardkit.format.length_index import LengthsInfo, block_lengths
 from shardkit.format.limits import MAX_BLOCK_BYTES
 from shardkit.format.shard_builder import LAYOUT_CHOICES, SealedBlock, ShardAssembler, seal_block
 from shardkit.storage import Store, open_store
 from shardkit.storage.store import AtomicWrite
 from shardkit.units import parse_size
 from shardkit.write.cuts import ArrangedBlock, BlockCutter
-from shardkit.write.lengths import LengthRecorder
+from shardkit.write.lengths import LengthRecorder, write_length_files
 from shardkit.write.output import Output
 
 log = logging.getLogger(__name__)
@@ -220,13 +219,7 @@ class ShardWriter:
 
     def _write_lengths(self) -> tuple[LengthsInfo, ...]:
         """Write the length index files (M10) next to the shards; their manifest entries."""
-        entries = []
-        for k, (name, data) in enumerate(self.lengths.finish().items()):
-            path = self._output.file_name(lengths_file_name(k))
-            self._lengths_written.append(path)
-            self.store.write_atomic(path, data)
-            entries.append(LengthsInfo(name, path, len(data), xxh64_text(data)))
-        return tuple(entries)
+        return write_length_files(self.store, self._output, self.lengths.finish(), self._lengths_written)
 
     def _write_blocks(self, keep: int = 0) -> None:
         """Append compressed blocks to the shard's file in order: every one already done, and

@@ -211,3 +211,13 @@ def test_malformed_lengths_entries_are_refused(tmp_path, change, message):
     manifest["lengths"] = [_manifest(root)["lengths"][0]] * 2
     with pytest.raises(ManifestError, match="repeat"):
         decode_manifest(json.dumps(manifest).encode(), "m.json")
+
+
+def test_parts_join_the_fields_every_part_with_samples_recorded():
+    """M12 (Ray engine): parts in order, empty parts neutral, a field one part lacks dropped."""
+    from shardkit.write.lengths import combine_parts
+
+    a, b = np.array([1, 2], "<u4").tobytes(), np.array([3], "<u4").tobytes()
+    parts = [(2, {"tokens": a, "x": a}), (0, {}), (1, {"tokens": b})]
+    assert combine_parts(parts) == {"tokens": a + b}
+    assert combine_parts([(0, {})]) == {}
