@@ -80,6 +80,8 @@ def run_verify(args: argparse.Namespace) -> int:
             print(f"BAD shard {shard.name}{sample}:", file=sys.stderr)
             for error in shard.errors[:20]:
                 print(f"  {error}", file=sys.stderr)
+        for index in [s for s in report.length_indexes if not s.ok]:
+            print(f"BAD length index {index.name}:", *(f"  {e}" for e in index.errors[:20]), sep="\n", file=sys.stderr)
         if bad:
             print(f"FAILED: {len(bad)} of {len(report.shards)} shards are bad", file=sys.stderr)
     report_unnamed(report.unnamed_files, dataset.url, args.strict)

@@ -5,18 +5,19 @@ from __future__ import annotations
 import argparse
 
 from shardkit.errors import SourceError
+from shardkit.write.map import map_format, resolve
 from shardkit.write.map import pack as map_pack
-from shardkit.write.map import resolve
 from shardkit.write.pack import PackOptions, PackSummary
 
 EXIT_USAGE = 2
 
 
 def pack_with_map(args: argparse.Namespace, options: PackOptions, progress: object) -> PackSummary:
-    """Run ``--map`` over the JSONL input ``args.src`` (one record per line)."""
+    """Run ``--map`` over the JSONL, text or Parquet input ``args.src`` (``map_format``)."""
     try:
-        if options.fmt not in ("auto", "jsonl") or args.engine != "local":
-            raise SourceError("--map takes a JSONL input (--format jsonl) and --engine local")
+        if args.engine != "local":
+            raise SourceError("--map runs with --engine local")
+        map_format(args.src, options.fmt)
         resolve(args.map)
     except SourceError as exc:
         exc.exit_code = EXIT_USAGE  # type: ignore[attr-defined]

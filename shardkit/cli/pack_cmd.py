@@ -33,9 +33,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("src", type=existing_path, help="raw folder or file")
     p.add_argument("out", help="output folder or URL (s3://bucket/prefix)")
-    p.add_argument("--format", default="auto", choices=("auto", *FORMATS, *PEER_FORMATS),
+    p.add_argument("--format", default="auto", choices=("auto", *FORMATS, *PEER_FORMATS, "text"),
                    help="source format (default: detect from the file names, specs/pack-inputs.md); "
-                   "mds, litdata, hf read those libraries' folders")
+                   "mds, litdata, hf read those libraries' folders; text (one record per line) with --map")
     p.add_argument("--split", default=None, help="with a Hugging Face dataset of several splits: the one to pack")
     p.add_argument("--workers", type=int_at_least(0), default=1,
                    help="parallel encoding processes (same output for any N)")

@@ -53,7 +53,7 @@ def _offsets(block: bytes | memoryview, column: dict[str, Any], n: int, total: i
     return offsets
 
 
-def _parse(block: bytes | memoryview, column: dict[str, Any], n: int) -> Column:
+def _parse(block: bytes | memoryview, column: dict[str, Any], n: int, widen: bool = True) -> Column:
     kind, name = column["kind"], column["name"]
     dtype, as_dtype = np.dtype(column["dtype"]), np.dtype(column["as"])
     start, length = column["data"]
@@ -79,7 +79,7 @@ def _parse(block: bytes | memoryview, column: dict[str, Any], n: int) -> Column:
     if int(offsets[-1]) * row * dtype.itemsize != length:
         raise FormatError(f"column {name!r}: {length} bytes is not {offsets[-1]} rows of {tail} {dtype}")
     flat = np.ndarray((int(offsets[-1]), *tail), dtype, data)
-    if dtype != as_dtype:
+    if dtype != as_dtype and widen:
         if dtype.kind not in "iu" or as_dtype.kind not in "iu":
             raise FormatError(f"column {name!r}: {dtype} cannot widen to {as_dtype}")
         flat = flat.astype(as_dtype)
@@ -87,22 +87,48 @@ def _parse(block: bytes | memoryview, column: dict[str, Any], n: int) -> Column:
     return Column(name, kind, flat, offsets)
 
 
+_MALFORMED = (KeyError, TypeError, ValueError, struct.error, msgpack.UnpackException)
+
+
+def _format_error(exc: Exception) -> FormatError:
+    if isinstance(exc, FormatError):
+        return exc
+    return FormatError(f"malformed column block: {type(exc).__name__}: {exc}")
+
+
+def parse_header(block: bytes | memoryview, expected: int) -> list[dict[str, Any]]:
+    """The column descriptions of a raw column block of ``expected`` samples (names checked)."""
+    (size,) = HEAD.unpack_from(block, 0)
+    header = msgpack.unpackb(_segment(block, HEAD.size, size, "header"), raw=False, strict_map_key=True)
+    n, columns = header["n"], header["columns"]
+    if n != expected:
+        raise FormatError(f"column block holds {n} samples, index says {expected}")
+    names = [column["name"] for column in columns]
+    if len(set(names)) != len(names) or not all(type(name) is str for name in names):
+        raise FormatError(f"column names {names!r} are not distinct strings")
+    return list(columns)
+
+
 def parse_columns(block: bytes | memoryview, expected: int) -> list[Column]:
     """The checked columns of a raw column block of ``expected`` samples (B2, B5)."""
     try:
-        (size,) = HEAD.unpack_from(block, 0)
-        header = msgpack.unpackb(_segment(block, HEAD.size, size, "header"), raw=False, strict_map_key=True)
-        n, columns = header["n"], header["columns"]
-        if n != expected:
-            raise FormatError(f"column block holds {n} samples, index says {expected}")
-        names = [column["name"] for column in columns]
-        if len(set(names)) != len(names) or not all(type(name) is str for name in names):
-            raise FormatError(f"column names {names!r} are not distinct strings")
-        return [_parse(block, column, n) for column in columns]
-    except (KeyError, TypeError, ValueError, struct.error, msgpack.UnpackException) as exc:
-        if isinstance(exc, FormatError):
-            raise
-        raise FormatError(f"malformed column block: {type(exc).__name__}: {exc}") from None
+        return [_parse(block, column, expected) for column in parse_header(block, expected)]
+    except _MALFORMED as exc:
+        raise _format_error(exc) from None
+
+
+def array_lengths(block: bytes | memoryview, expected: int) -> dict[str, np.ndarray]:
+    """The first-dimension length in each sample (int64) of every integer array column of a
+    raw column block: its row offsets, checked, without widening the data."""
+    found = {}
+    try:
+        for column in parse_header(block, expected):
+            if column["kind"] == "array" and np.dtype(column["dtype"]).kind in "iu":
+                offsets = _parse(block, column, expected, widen=False).offsets
+                found[column["name"]] = np.diff(offsets) if offsets is not None else np.zeros(0, np.int64)
+    except _MALFORMED as exc:
+        raise _format_error(exc) from None
+    return found
 
 
 # ---- samples ----------------------------------------------------------------------------------

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shardkit.errors import ManifestError, UnsupportedVersionError
 from shardkit.format.checksum import check_checksum_text, fingerprint_text
+from shardkit.format.length_index import LengthsInfo
 from shardkit.format.schema import validate_schema
 
 MANIFEST_NAME = "manifest.json"
@@ -101,6 +102,11 @@ class Manifest:
     created_by: str = ""
     fingerprint: str = ""
     order: dict[str, Any] | None = None  # M9: how the samples were ordered; None = not recorded
+    lengths: tuple[LengthsInfo, ...] = ()  # M10: per-sample length indexes, by field
+
+    def lengths_of(self, field_name: str) -> LengthsInfo | None:
+        """The length index of ``field_name`` (M10), if the writer recorded one."""
+        return next((entry for entry in self.lengths if entry.field == field_name), None)
 
     @property
     def num_samples(self) -> int:
@@ -135,6 +141,7 @@ class Manifest:
             "schema": self.schema,
             "metadata": self.metadata,
             **({} if self.order is None else {"order": self.order}),
+            **({"lengths": [entry.to_dict() for entry in self.lengths]} if self.lengths else {}),
             "shards": [s.to_dict() for s in self.shards],
         }
         return (json.dumps(body, indent=1, sort_keys=False, ensure_ascii=False) + "\n").encode()
@@ -178,7 +185,25 @@ def decode_manifest(data: bytes, where: str = MANIFEST_NAME) -> Manifest:
         order=_order(raw.get("order"), where),
     )
     _check_totals(raw, manifest, where)
-    return manifest
+    lengths = _lengths(raw.get("lengths"), manifest, where)
+    return manifest if not lengths else replace(manifest, lengths=lengths)
+
+
+def _lengths(raw: Any, manifest: Manifest, where: str) -> tuple[LengthsInfo, ...]:
+    """M10: absent, or a list of entries for distinct schema fields, in files no shard uses."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ManifestError(f"{where}: 'lengths' must be a list, got {type(raw).__name__}")
+    n = manifest.num_samples
+    entries = tuple(LengthsInfo.from_dict(e, n, f"{where}: lengths[{i}]") for i, e in enumerate(raw))
+    fields, names = [e.field for e in entries], {e.name for e in entries}
+    if len(set(fields)) != len(fields) or len(names) != len(entries) or names & {s.name for s in manifest.shards}:
+        raise ManifestError(f"{where}: lengths entries repeat a field or a file name")
+    unknown = [f for f in fields if f not in manifest.schema]
+    if unknown:
+        raise ManifestError(f"{where}: lengths of fields {unknown} that the schema does not list")
+    return entries
 
 
 def _order(order: Any, where: str) -> dict[str, Any] | None:

@@ -75,7 +75,7 @@ def _encode_array(array: np.ndarray) -> bytes:
 _PARSED: dict[bytes, tuple[np.dtype, int, struct.Struct, int]] = {}
 
 
-def _parse_head(payload: bytes | memoryview) -> tuple[np.dtype, int, struct.Struct, int]:
+def parse_head(payload: bytes | memoryview) -> tuple[np.dtype, int, struct.Struct, int]:
     try:
         dtype_len = payload[0]
         key = bytes(payload[: 2 + dtype_len])  # no copy for bytes; a view (sample_views.py) needs one
@@ -96,7 +96,7 @@ def _parse_head(payload: bytes | memoryview) -> tuple[np.dtype, int, struct.Stru
 
 def parse_array(payload: bytes | memoryview) -> np.ndarray:
     """The array of an extension payload: a read-only view of ``payload``."""
-    dtype, ndim, shape_struct, start = _parse_head(payload)
+    dtype, ndim, shape_struct, start = parse_head(payload)
     try:
         shape = shape_struct.unpack_from(payload, start)
     except struct.error as exc:

@@ -14,6 +14,7 @@ from shardkit.read.dataset import StoredDataset
 
 def unnamed_files(dataset: StoredDataset) -> list[str]:
     """Names (relative to the dataset folder, sorted) of files the manifest does not name."""
-    named = {info.name for info in dataset.manifest.shards}
+    manifest = dataset.manifest
+    named = {info.name for info in manifest.shards} | {entry.name for entry in manifest.lengths}
     named.add(MANIFEST_NAME)
     return [name for name in dataset.store.list("") if name not in named]

@@ -22,11 +22,13 @@ from typing import Any
 from shardkit.errors import FormatError, StorageError
 from shardkit.format import ShardInfo, check_sample
 from shardkit.format.checksum import StreamingChecksum
+from shardkit.format.length_index import LengthsInfo
 from shardkit.read.column_pieces import as_samples
 from shardkit.read.dataset import StoredDataset
 from shardkit.read.orphans import unnamed_files
 from shardkit.read.shard_reader import ShardReader, resolve_max_block_bytes
 from shardkit.read.sources import ByteSource, open_source
+from shardkit.read.verify_lengths import check_length_index
 
 #: Decompressed blocks held at once by all verify threads (one larger block is held alone).
 DECODE_BUDGET_BYTES = 256 << 20
@@ -55,10 +57,11 @@ class VerifyReport:
     quick: bool
     shards: list[ShardReport]
     unnamed_files: list[str] = field(default_factory=list)  # a warning, not a failure (W5)
+    length_indexes: list[ShardReport] = field(default_factory=list)  # M11
 
     @property
     def ok(self) -> bool:
-        return all(s.ok for s in self.shards)
+        return all(s.ok for s in (*self.shards, *self.length_indexes))
 
     def to_dict(self) -> dict[str, Any]:
         bad = [s.__dict__ for s in self.shards if not s.ok]
@@ -71,6 +74,7 @@ class VerifyReport:
             "num_shards": len(self.shards),
             "num_bad_shards": len(bad),
             "bad_shards": bad,
+            "bad_length_indexes": [s.__dict__ for s in self.length_indexes if not s.ok],
             "unnamed_files": self.unnamed_files,
         }
 
@@ -201,6 +205,12 @@ def _check_contents(dataset: StoredDataset, info: ShardInfo, source: HashingSour
             del samples
 
 
+def _length_index_report(dataset: StoredDataset, info: LengthsInfo, quick: bool) -> ShardReport:
+    report = ShardReport(info.name)
+    check_length_index(dataset, info, report.fail, quick)
+    return report
+
+
 def verify_dataset(
     dataset: StoredDataset,
     quick: bool = False,
@@ -229,4 +239,5 @@ def verify_dataset(
         quick=quick,
         shards=reports,
         unnamed_files=unnamed_files(dataset),
+        length_indexes=[_length_index_report(dataset, info, quick) for info in dataset.manifest.lengths],
     )

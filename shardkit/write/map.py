@@ -10,8 +10,10 @@ The map contract (specs/token-blocks.md TB10):
   input order, then list order — so shards, manifest and fingerprint are byte-identical for any
   worker count (W3), provided ``fn`` is deterministic.
 - ``fn`` is a module-level callable (workers are spawned, so it must be importable by name) or a
-  ``"module:function"`` string. ``inputs`` is an iterable of picklable records, or the path of a
-  JSONL file (each line's object is one record).
+  ``"module:function"`` string. ``inputs`` is an iterable of picklable records, or a path
+  (``input_records``): a JSONL file (each line's object is one record), a text file (each
+  line is ``{"text": line}``, newline removed) or Parquet files (each row a dict, list columns
+  as numpy arrays, as ``pack`` reads them).
 - An exception in ``fn`` is re-raised as :class:`SourceError` naming the record's index.
 """
 
@@ -28,10 +30,13 @@ from typing import Any
 
 from shardkit.errors import EncodeError, ShardkitError, SourceError
 from shardkit.format import SampleEncoder, SchemaBuilder
+from shardkit.write.inputs import detect_format
 from shardkit.write.pack import PackOptions, PackSummary
+from shardkit.write.parquet_source import iter_parquet
 from shardkit.write.writer import ShardWriter
 
 CHUNK_RECORDS = 256
+MAP_FORMATS = ("jsonl", "text", "parquet")
 MapFn = Callable[[Any], Any]
 
 
@@ -109,6 +114,40 @@ def jsonl_records(path: str) -> Iterator[dict[str, Any]]:
                     raise SourceError(f"{path}:{number}: not valid JSON: {exc}") from None
 
 
+def text_records(path: str) -> Iterator[dict[str, Any]]:
+    """``{"text": line}`` for every line of a UTF-8 text file (newline removed)."""
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
+    with fh:
+        for number, line in enumerate(fh, 1):
+            try:
+                yield {"text": line.rstrip(b"\r\n").decode("utf-8")}
+            except UnicodeDecodeError as exc:
+                raise SourceError(f"{path}:{number}: not UTF-8 text: {exc}") from None
+
+
+def map_format(path: str, fmt: str = "auto") -> str:
+    """The input format of ``--map``: ``fmt``, or ``auto`` from the name (``.txt``/``.text``:
+    text, else as ``pack`` detects it, which must be JSONL or Parquet)."""
+    if fmt == "auto":
+        fmt = "text" if path.lower().endswith((".txt", ".text")) else detect_format(path)
+    if fmt not in MAP_FORMATS:
+        raise SourceError(f"{path}: --map takes {', '.join(MAP_FORMATS)} input, not {fmt}; pass --format")
+    return fmt
+
+
+def input_records(path: str, fmt: str = "auto") -> Iterator[Any]:
+    """The records of the input at ``path`` (``map_format``), in order."""
+    fmt = map_format(path, fmt)
+    if fmt == "text":
+        return text_records(path)
+    if fmt == "parquet":
+        return (item.row for item in iter_parquet(path))
+    return jsonl_records(path)
+
+
 def _chunks(fn: MapFn | str, records: Iterable[Any]) -> Iterator[tuple[MapFn | str, int, list[Any]]]:
     it, first = iter(records), 0
     while chunk := list(itertools.islice(it, CHUNK_RECORDS)):
@@ -126,12 +165,13 @@ def _run(tasks: Iterator[tuple[MapFn | str, int, list[Any]]], workers: int) -> I
 
 def pack(fn: MapFn | str, inputs: Iterable[Any] | str, out: str, *, workers: int = 1,
          options: PackOptions | None = None, progress: Any = None) -> PackSummary:
-    """Map ``fn`` over ``inputs`` into a dataset at ``out`` (``options``: writer settings)."""
+    """Map ``fn`` over ``inputs`` into a dataset at ``out`` (``options``: writer settings; its
+    ``fmt`` the format of an input path, ``input_records``)."""
     options = options or PackOptions()
     if workers < 1:
         raise SourceError(f"workers must be >= 1, got {workers}")
     resolve(fn)  # fail early, in this process, on a bad reference
-    records = jsonl_records(inputs) if isinstance(inputs, str) else inputs
+    records = input_records(inputs, options.fmt) if isinstance(inputs, str) else inputs
     started, summary, skipped = time.perf_counter(), PackSummary(output=out), 0
     with ShardWriter(out, shard_size=options.shard_size, block_size=options.block_size, level=options.level,
                      compression=options.compression, layout=options.layout, metadata=dict(options.metadata),

@@ -34,6 +34,7 @@ from dataclasses import replace
 
 from shardkit.errors import ManifestError
 from shardkit.format import MANIFEST_NAME, ShardInfo, decode_manifest
+from shardkit.format.length_index import LENGTHS_FILE, LengthsInfo
 from shardkit.storage import Store
 from shardkit.storage.atomic import TEMP_PREFIX, remove_quietly, temp_files
 
@@ -42,8 +43,12 @@ log = logging.getLogger(__name__)
 STAGING_PREFIX = "_shardkit-pack-"
 STAGING_FOLDERS = (f"{STAGING_PREFIX}a", f"{STAGING_PREFIX}b")
 
-#: ``build(shards)`` → the manifest bytes naming ``shards``.
-BuildManifest = Callable[[tuple[ShardInfo, ...]], bytes]
+#: ``build(shards, lengths)`` → the manifest bytes naming ``shards`` and length indexes (M10).
+BuildManifest = Callable[[tuple[ShardInfo, ...], tuple[LengthsInfo, ...]], bytes]
+
+
+def _names(entries: tuple[ShardInfo, ...] | tuple[LengthsInfo, ...]) -> list[str]:
+    return [entry.name for entry in entries]
 
 
 class Output:
@@ -67,19 +72,28 @@ class Output:
             return name
         return posixpath.join(self.staging, posixpath.basename(name))
 
-    def publish(self, shards: tuple[ShardInfo, ...], build: BuildManifest) -> bytes:
-        """Publish the manifest of ``shards`` (written under ``shard_name``) as above."""
-        data = build(shards)
-        self._publish_manifest(data, shards)
+    def file_name(self, base: str) -> str:
+        """Where a file other than a shard goes (a length index, M10): next to the shards."""
+        return posixpath.join(self.staging or self.folder, base)
+
+    def publish(self, shards: tuple[ShardInfo, ...], build: BuildManifest,
+                lengths: tuple[LengthsInfo, ...] = ()) -> bytes:
+        """Publish the manifest of ``shards`` (written under ``shard_name``) and ``lengths``
+        (under ``file_name``) as above."""
+        data = build(shards, lengths)
+        self._publish_manifest(data, shards, lengths)
         self._delete(self.old_names - self.named)
         if self.staging is None:
             return data
         final = tuple(replace(s, name=self._final_name(s.name)) for s in shards)
-        for staged, info in zip(shards, final, strict=True):
-            self.store.copy(staged.name, info.name)
-        data = build(final)
-        self._publish_manifest(data, final)
-        self._delete({s.name for s in shards})
+        final_lengths = tuple(replace(e, name=self._final_name(e.name)) for e in lengths)
+        pairs = [*zip(_names(shards), _names(final), strict=True),
+                 *zip(_names(lengths), _names(final_lengths), strict=True)]
+        for staged, name in pairs:
+            self.store.copy(staged, name)
+        data = build(final, final_lengths)
+        self._publish_manifest(data, final, final_lengths)
+        self._delete({staged for staged, _ in pairs})
         return data
 
     def after_failure(self, written: Iterable[str]) -> None:
@@ -128,7 +142,8 @@ class Output:
         if not overwrite:
             raise FileExistsError(f"{where} exists; pass overwrite=True (CLI: --overwrite) to replace it")
         try:
-            self.named = {s.name for s in decode_manifest(self.store.read(MANIFEST_NAME), where).shards}
+            old = decode_manifest(self.store.read(MANIFEST_NAME), where)
+            self.named = {*_names(old.shards), *_names(old.lengths)}
         except ManifestError:
             self.named = set()  # unreadable: nothing to keep readable, its shards are leftovers
         self.remove_leftovers()
@@ -146,17 +161,18 @@ class Output:
         return sorted(set(names))
 
     def _writer_made(self, base: str) -> bool:
-        if base.startswith(TEMP_PREFIX):
+        if base.startswith(TEMP_PREFIX) or LENGTHS_FILE.fullmatch(base):
             return True
         return self._shard_file is not None and self._shard_file.fullmatch(base) is not None
 
     def _final_name(self, staged: str) -> str:
         return posixpath.join(self.folder, posixpath.basename(staged))
 
-    def _publish_manifest(self, data: bytes, shards: tuple[ShardInfo, ...]) -> None:
+    def _publish_manifest(self, data: bytes, shards: tuple[ShardInfo, ...],
+                          lengths: tuple[LengthsInfo, ...]) -> None:
         self.store.write_atomic(MANIFEST_NAME, data)
         self.committed = True
-        self.named = {s.name for s in shards}
+        self.named = {*_names(shards), *_names(lengths)}
 
     def _delete(self, names: set[str]) -> None:
         """Delete ``names``, then the staging folders they emptied."""

@@ -25,6 +25,7 @@ from shardkit.format import MANIFEST_NAME, CompressOptions, Manifest, decode_man
 from shardkit.storage import open_store
 from shardkit.units import parse_size
 from shardkit.write import sources
+from shardkit.write.lengths import combine_parts, write_length_files
 from shardkit.write.output import Output
 from shardkit.write.pack import PackOptions, PackSummary
 from shardkit.write.ray_parts import OUTPUT_NAME_FORMAT, PARTS_FOLDER, PartOptions
@@ -140,7 +141,9 @@ def _write_and_publish(ds: Any, sink: Any, output: Output, order: dict[str, Any]
     if sink.results is None:
         raise ShardkitError(f"{url}: Ray finished the write but never reported its results")
     build = manifest_builder(sink.results, dict(sink.options.metadata), order, url, found)
-    data = output.publish(result_shards(sink.results, url), build)
+    files = combine_parts([(r.num_samples, r.lengths) for r in sink.results])
+    lengths = write_length_files(output.store, output, files, [])  # a failure: remove_leftovers
+    data = output.publish(result_shards(sink.results, url), build, lengths)
     return decode_manifest(data, output.store.url_of(MANIFEST_NAME))
 
 

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardkit.format import BlockCompressor, CompressOptions, SchemaBuilder, ShardInfo
+from shardkit.format.length_index import block_lengths
 from shardkit.format.shard_builder import SealedBlock, build_shard, seal_block
 from shardkit.storage import Store
 from shardkit.write.cuts import ArrangedBlock, BlockCutter
+from shardkit.write.lengths import LengthRecorder
 
 PARTS_FOLDER = "shards"
 PART_FORMAT = "{folder}/part-{task_index:05d}-{part_index:04d}.sks"
@@ -44,6 +46,7 @@ class PartResult:
     num_samples: int = 0
     raw_bytes: int = 0
     skipped: list[dict[str, str]] = field(default_factory=list)
+    lengths: dict[str, bytes] = field(default_factory=dict)  # the part's length index files (M12)
 
 
 class PartWriter:
@@ -58,6 +61,7 @@ class PartWriter:
         self._compressor = BlockCompressor(options.compress)
         self._cutter = BlockCutter(options.block_size, options.shard_size, options.layout)  # I12 at its maximum
         self._blocks: list[SealedBlock] = []
+        self._lengths = LengthRecorder()
 
     def append(self, data: bytes, sample: dict[str, Any] | None) -> None:
         """Append one encoded sample; ``sample`` (None: the driver knows the schema) feeds the schema."""
@@ -70,16 +74,21 @@ class PartWriter:
 
     def _take(self, block: ArrangedBlock | None) -> None:
         if block is not None:
-            self._blocks.append(seal_block(*block, self._compressor))
+            self._seal(block)
             if self._cutter.shard_full:
                 self._close_shard()
+
+    def _seal(self, block: ArrangedBlock) -> None:
+        self._lengths.add(block_lengths(*block), len(block[1]) - 1)
+        self._blocks.append(seal_block(*block, self._compressor))
 
     def finish(self) -> PartResult:
         block = self._cutter.flush()
         if block is not None:
-            self._blocks.append(seal_block(*block, self._compressor))
+            self._seal(block)
         self._close_shard()
         self.result.schema = self.schema.fields
+        self.result.lengths = self._lengths.finish()
         return self.result
 
     def _close_shard(self) -> None:

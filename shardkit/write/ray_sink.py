@@ -23,6 +23,7 @@ from ray.data.block import BlockAccessor
 from shardkit import __version__
 from shardkit.errors import EncodeError, ManifestError, SourceError
 from shardkit.format import Manifest, SampleEncoder, SchemaBuilder, ShardInfo
+from shardkit.format.length_index import LengthsInfo
 from shardkit.storage import open_store
 from shardkit.write.output import BuildManifest
 from shardkit.write.ray_parts import PARTS_FOLDER, PartOptions, PartResult, PartWriter, shard_infos
@@ -99,7 +100,7 @@ def _with_origin(origin: str, exc: Exception) -> str:
 
 def manifest_builder(results: list[PartResult], metadata: dict[str, Any], order: dict[str, Any] | None,
                      url: str, found: Any = None) -> BuildManifest:
-    """Check the task results (one per task, some samples) and return ``build(shards)``, the
+    """Check the task results (one per task, some samples) and return ``build(shards, lengths)``, the
     manifest bytes for the results' shards under the names ``Output.publish`` gives them.
     ``found`` (a ``ray_shuffle.ShuffleSummary``): the schema and skipped records, in source
     order, of rows the tasks received already encoded."""
@@ -114,9 +115,9 @@ def manifest_builder(results: list[PartResult], metadata: dict[str, Any], order:
     check_no_samples(sum(r.num_samples for r in results), len(skipped), url)
     full = {**metadata, **({"skipped": skipped} if skipped else {})}
 
-    def build(shards: tuple[ShardInfo, ...]) -> bytes:
+    def build(shards: tuple[ShardInfo, ...], lengths: tuple[LengthsInfo, ...] = ()) -> bytes:
         return Manifest(shards=shards, schema=fields, metadata=full,
-                        created_by=f"shardkit {__version__}", order=order).to_json()
+                        created_by=f"shardkit {__version__}", order=order, lengths=lengths).to_json()
 
     return build
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
@@ -36,15 +37,18 @@ from shardkit.format import (
     ShardInfo,
     decode_manifest,
 )
+from shardkit.format.length_index import LengthsInfo, block_lengths
 from shardkit.format.limits import MAX_BLOCK_BYTES
 from shardkit.format.shard_builder import LAYOUT_CHOICES, SealedBlock, ShardAssembler, seal_block
 from shardkit.storage import Store, open_store
 from shardkit.storage.store import AtomicWrite
 from shardkit.units import parse_size
 from shardkit.write.cuts import ArrangedBlock, BlockCutter
+from shardkit.write.lengths import LengthRecorder, write_length_files
 from shardkit.write.output import Output
 
 log = logging.getLogger(__name__)
+SealedLengths = tuple[SealedBlock, dict[str, np.ndarray]]  # a block, and its fields' lengths (M12)
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,10 @@ class ShardWriter:
         storage_options: dict[str, Any] | None = None,
         overwrite: bool = False,
         layout: str = "auto",
+        length_index: Sequence[str] | None = None,
     ) -> None:
+        """``length_index``: the fields whose per-sample length is recorded (M12; default: every
+        integer array field, ``()``: none)."""
         self.options = WriterOptions(
             shard_size=max(1, parse_size(shard_size)),
             block_size=max(1, parse_size(block_size)),
@@ -97,9 +104,11 @@ class ShardWriter:
         self.order: dict[str, Any] | None = None  # the manifest's "order" (M9); pack sets it
         self.schema = SchemaBuilder()
         self.shards: list[ShardInfo] = []
+        self.lengths = LengthRecorder(length_index)
+        self._lengths_written: list[str] = []
         self._encoder = SampleEncoder()
         self._cutter = BlockCutter(self.options.block_size, self.options.shard_size, self.options.layout)
-        self._shard_blocks: deque[Future[SealedBlock]] = deque()  # sealed, not yet in the file
+        self._shard_blocks: deque[Future[SealedLengths]] = deque()  # sealed, not yet in the file
         self._shard: tuple[ShardAssembler, AtomicWrite] | None = None  # the shard being written
         self._commits: list[tuple[Future[None], AtomicWrite]] = []  # at most one in flight
         self._num_samples = 0
@@ -140,12 +149,13 @@ class ShardWriter:
         self._close_shard()
         self._wait_for_commits()
         self._pool.shutdown()
+        lengths = self._write_lengths()
 
-        def build(shards: tuple[ShardInfo, ...]) -> bytes:
+        def build(shards: tuple[ShardInfo, ...], lengths: tuple[LengthsInfo, ...]) -> bytes:
             return Manifest(shards=shards, schema=self.schema.to_dict(), metadata=self.metadata,
-                            created_by=f"shardkit {__version__}", order=self.order).to_json()
+                            created_by=f"shardkit {__version__}", order=self.order, lengths=lengths).to_json()
 
-        data = self._output.publish(tuple(self.shards), build)
+        data = self._output.publish(tuple(self.shards), build, lengths)
         self._closed = True
         return decode_manifest(data, self.store.url_of(MANIFEST_NAME))
 
@@ -163,7 +173,7 @@ class ShardWriter:
         for file in files:
             file.discard()  # a temp file not yet renamed into place
         try:
-            self._output.after_failure(info.name for info in self.shards)
+            self._output.after_failure([*(info.name for info in self.shards), *self._lengths_written])
         except OSError as exc:
             log.warning("could not clean up %s after an aborted write: %s", self.store.url, exc)
 
@@ -199,18 +209,25 @@ class ShardWriter:
         self._shard_blocks.append(self._pool.submit(self._compress, *block))
         self._write_blocks(keep=2 * self.options.threads)
 
-    def _compress(self, raw: bytes, offsets: np.ndarray, layout: int) -> SealedBlock:
+    def _compress(self, raw: bytes, offsets: np.ndarray, layout: int) -> SealedLengths:
+        """The sealed block, and the lengths of its integer array fields (M12)."""
         compressor = getattr(self._local, "compressor", None)
         if compressor is None:
             compressor = self._local.compressor = BlockCompressor(self.options.compress)
-        return seal_block(raw, offsets, layout, compressor)
+        found = block_lengths(raw, offsets, layout) if self.lengths.required != () else {}
+        return seal_block(raw, offsets, layout, compressor), found
+
+    def _write_lengths(self) -> tuple[LengthsInfo, ...]:
+        """Write the length index files (M10) next to the shards; their manifest entries."""
+        return write_length_files(self.store, self._output, self.lengths.finish(), self._lengths_written)
 
     def _write_blocks(self, keep: int = 0) -> None:
         """Append compressed blocks to the shard's file in order: every one already done, and
         more (waiting) until at most ``keep`` are left in memory."""
         blocks = self._shard_blocks
         while blocks and (blocks[0].done() or len(blocks) > keep):
-            block = blocks.popleft().result()
+            block, found = blocks.popleft().result()
+            self.lengths.add(found, block.num_samples)
             if self._shard is None:
                 name = self._output.shard_name(len(self.shards))
                 assembler = ShardAssembler(name)

@@ -56,3 +56,10 @@ def words(record: dict[str, Any]) -> Any:
     if kind == "raise":
         raise KeyError("no such field")
     return None if kind == "none" else "not a sample"
+
+
+def utf8_bytes(record: dict[str, Any]) -> dict[str, Any] | None:
+    """A tokenizer-free map for input-format tests: the text's UTF-8 bytes as uint8 tokens."""
+    if not record["text"]:
+        return None
+    return {"tokens": np.frombuffer(record["text"].encode("utf-8"), dtype=np.uint8).copy()}

@@ -40,6 +40,11 @@ def files_under(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def named_files(out: Path) -> set[str]:
+    manifest = open_dataset(str(out)).manifest
+    return {s.name for s in manifest.shards} | {e.name for e in manifest.lengths}
+
+
 def readable(out: Path) -> list[tuple[int, str]]:
     dataset = open_dataset(str(out))
     report = verify_dataset(dataset)
@@ -103,13 +108,13 @@ def test_store_failure_after_the_commit_point_leaves_the_new_dataset(
         shardkit.ray.write(ds, str(out), overwrite=True, **OPTIONS)
     monkeypatch.undo()
     assert readable(out) == [(i, "new") for i in range(200)]  # by its staged names
-    named = {s.name for s in open_dataset(str(out)).manifest.shards}
-    assert all(n.startswith(f"{STAGING_PREFIX}a/") for n in named)
+    named = named_files(out)  # shards and length index (M13)
+    assert all(n.startswith(f"{STAGING_PREFIX}a/") for n in named) and len(named) > 2
     assert set(files_under(out)) == named | {"manifest.json"}  # no orphans, old or new
 
     again = shardkit.ray.write(ds, str(out), overwrite=True, **OPTIONS)  # staging folder -b/ is free
     assert again.num_samples == 200 and readable(out) == [(i, "new") for i in range(200)]
-    names = {s.name for s in open_dataset(str(out)).manifest.shards}
-    assert all(n.startswith("shards/part-") for n in names)
+    names = named_files(out)
+    assert all(n.startswith(("shards/part-", "shards/lengths-")) for n in names)
     assert set(files_under(out)) == names | {"manifest.json"}
     assert not [p for p in os.listdir(out) if p.startswith(STAGING_PREFIX)]

@@ -22,6 +22,7 @@ import pytest
 
 from shardkit.errors import SourceError
 from shardkit.read import open_dataset
+from shardkit.read.token_lengths import document_lengths
 from shardkit.read.verify import verify_dataset
 from shardkit.write.pack import PackOptions, pack
 from tests.integration.ray.conftest import ray_address
@@ -188,6 +189,9 @@ def test_write_dataset_with_arrays_and_rerun(ray_cluster: Any, tmp_path: Path) -
     np.testing.assert_array_equal(by_id[20]["tokens"], np.arange(4, dtype=np.int32) * 20)
     assert by_id[20]["tokens"].dtype == np.int32 and by_id[7]["text"] == "t7"
     assert_verified(out)
+    dataset = open_dataset(out)  # M12: the tasks' length indexes, joined in shard order
+    assert [e.field for e in dataset.manifest.lengths] == ["tokens"]
+    assert document_lengths(dataset, "tokens").tolist() == [len(s["tokens"]) for s in samples]
 
     with pytest.raises(FileExistsError):
         shardkit.ray.write(ds, out, shard_size="2KiB", block_size="512B")
@@ -233,7 +237,8 @@ def test_retried_task_and_orphans_leave_no_duplicates(ray_cluster: Any, tmp_path
     assert summary.deleted == ["shards/part-00099-0000.sks"]
     ids = [s["id"] for s in open_dataset(str(out)).samples()]
     assert sorted(ids) == list(range(200))
-    listed = {s.name for s in open_dataset(str(out)).manifest.shards}
+    manifest = open_dataset(str(out)).manifest
+    listed = {s.name for s in manifest.shards} | {e.name for e in manifest.lengths}
     assert set(os.listdir(out / "shards")) == {n.split("/", 1)[1] for n in listed}
     assert_verified(str(out))
 

@@ -12,6 +12,7 @@ import shardkit as sk
 from shardkit.cli import main
 from shardkit.errors import EncodeError, SourceError
 from shardkit.read import open_dataset
+from shardkit.read.token_lengths import document_lengths
 from shardkit.write.pack import PackOptions
 from tests.helpers import tokenize_map
 from tests.helpers.files import read_tree
@@ -46,6 +47,9 @@ def test_tokenize_while_packing_is_byte_identical_for_any_worker_count(tmp_path,
     got = [(s["id"], s["tokens"].tolist()) for s in open_dataset(str(tmp_path / "w3")).samples()]
     assert got == want
     assert all(s["tokens"].dtype == np.uint16 for s in open_dataset(str(tmp_path / "w1")).samples())
+    dataset = open_dataset(str(tmp_path / "w3"))  # M12: the tokens' length index, with no option set
+    assert [e.field for e in dataset.manifest.lengths] == ["tokens"]
+    assert document_lengths(dataset, "tokens").tolist() == [len(ids) for _, ids in want]
 
 
 @pytest.mark.slow
@@ -124,3 +128,47 @@ def test_tokenized_dataset_cut_into_blocks_gives_every_token_once(tmp_path, corp
                 seen[d, o] = t
     want = {(d, o): t for d, doc in enumerate(documents) for o, t in enumerate([*doc.tolist(), 1])}
     assert seen == want
+
+
+def _same_records_as(tmp_path, texts):
+    """The dataset ``utf8_bytes`` makes of ``texts`` given as a list of records (the reference)."""
+    sk.pack(tokenize_map.utf8_bytes, [{"text": t} for t in texts], str(tmp_path / "ref"), options=SMALL)
+    return read_tree(tmp_path / "ref")
+
+
+TEXTS = ["héllo wörld", "", "shard token block", "x" * 3000, "", "last line"] * 40
+
+
+def test_map_reads_text_lines_and_parquet_rows_as_records(tmp_path):
+    """TB10: a text file (one ``{"text": line}`` per line) and Parquet rows are inputs like
+    JSONL lines and iterables: the same records give the same bytes, with the length index."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    want = _same_records_as(tmp_path, TEXTS)
+    (tmp_path / "in.txt").write_text("".join(t + "\n" for t in TEXTS), encoding="utf-8")
+    pq.write_table(pa.table({"text": TEXTS}), tmp_path / "in.parquet", row_group_size=50)
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    for name in ("in.txt", "in.parquet", "in.jsonl"):
+        sk.pack(tokenize_map.utf8_bytes, str(tmp_path / name), str(tmp_path / name.replace(".", "-")), options=SMALL)
+        assert read_tree(tmp_path / name.replace(".", "-")) == want, name
+    dataset = open_dataset(str(tmp_path / "in-txt"))
+    assert document_lengths(dataset, "tokens").tolist() == [len(t.encode()) for t in TEXTS if t]
+
+
+def test_map_cli_takes_text_input_and_refuses_other_formats(tmp_path, capsys):
+    want = _same_records_as(tmp_path, TEXTS)
+    (tmp_path / "in.txt").write_text("".join(t + "\n" for t in TEXTS), encoding="utf-8")
+    fn = "tests.helpers.tokenize_map:utf8_bytes"
+    code = main(["pack", str(tmp_path / "in.txt"), str(tmp_path / "cli"), "--map", fn, "--workers", "2",
+                 "--shard-size", "16KiB", "--block-size", "4KiB", "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    assert read_tree(tmp_path / "cli") == want
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "a.jpg").write_bytes(b"x")
+    code = main(["pack", str(tmp_path / "files"), str(tmp_path / "out"), "--map", fn, "--no-progress"])
+    assert code == 2
+    assert "--map takes jsonl, text, parquet input, not files" in capsys.readouterr().err
+    (tmp_path / "bad.txt").write_bytes(b"ok\n\xff\xfe\n")
+    with pytest.raises(SourceError, match=r"bad\.txt:2: not UTF-8"):
+        sk.pack(tokenize_map.utf8_bytes, str(tmp_path / "bad.txt"), str(tmp_path / "bad"), options=SMALL)
