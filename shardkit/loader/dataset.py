@@ -38,6 +38,7 @@ from shardkit.loader.transfer.packed import in_groups
 from shardkit.loader.transfer.ring import Ring, find
 from shardkit.loader.transforms import Transform, takes_context, transformed
 from shardkit.plan import Plan, PlanParams, build_plan, worker_consumer
+from shardkit.plan.params import DEFAULT_SPREAD
 from shardkit.plan.quality import warn_if_unshuffled
 from shardkit.read import ReadOptions, StoredDataset, open_dataset
 from shardkit.read.column_pieces import ColumnPiece, as_samples
@@ -72,6 +73,9 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     spawn-started workers. Rank and world size are read at ``__iter__``; a custom launcher can
     pin them with ``ds.options = dataclasses.replace(ds.options, rank=r, world_size=n)``.
     ``path`` may be a ``Mixture`` or a mixture file: the result is then a ``MixtureDataset``.
+    ``spread``: when shuffling, each shard is split among about this many consumers, so a window
+    mixes that many times more shards (specs/partition.md P18; 1 = each consumer reads one
+    contiguous run of shards, as before).
     """
 
     def __new__(cls, path: Any = None, *args: Any, **kwargs: Any) -> StreamingDataset:
@@ -93,6 +97,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         tail: str = "drop",
         shuffle_window: int = 8192,
         interleave: int = 1,
+        spread: int = DEFAULT_SPREAD,
         with_index: bool = False,
         cache_dir: str | None = None,
         cache_limit: int | str | None = None,  # None: $SHARDKIT_CACHE_LIMIT or 200GiB (loader/env.py)
@@ -104,7 +109,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
             raise TypeError(f"StreamingDataset: expected a dataset path or a Mixture, got {type(path).__name__}")
         self.path = path
         self.params = PlanParams(seed=seed, batch_size=batch_size, tail=tail, shuffle=shuffle,
-                                 shuffle_window=shuffle_window, interleave=interleave)
+                                 shuffle_window=shuffle_window, interleave=interleave, spread=spread)
         cache_dir, limit = cache_settings(cache_dir, cache_limit)  # None: $SHARDKIT_CACHE_DIR
         self.options = StreamOptions(with_index=with_index, cache_dir=cache_dir,
                                      cache_limit=limit, storage_options=storage_options)
@@ -150,7 +155,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         if plan is None:
             plan = build_plan(self.dataset.manifest.shard_sizes, params, resume)
             check_plan(plan)  # no batch for this topology, or a large drop: logged once (P16, P17)
-            warn_if_unshuffled(self.dataset.manifest, params)  # P14: once per dataset and process
+            warn_if_unshuffled(self.dataset.manifest, plan)  # P14, P20: once per dataset and process
             self._plans = {key: plan}
         return plan
 

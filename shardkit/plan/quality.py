@@ -176,35 +176,49 @@ def quality_advice(quality: LabelQuality) -> str | None:
         f"batches of {quality.batch_size} hold {quality.distinct:.1f} distinct {quality.field!r} values on "
         f"average, {quality.ratio:.0%} of a uniform shuffle's {quality.uniform:.1f}: the dataset looks "
         f"sorted by {quality.field!r}. Re-pack with `shardkit pack` (shuffled by default; the dataset was "
-        f"packed in source order), or raise shuffle_window / interleave (more memory and cache)"
+        f"packed in source order), or raise spread / shuffle_window / interleave (more memory and cache)"
     )
 
 
-def unshuffled_warning(order: dict[str, object] | None, labelled: Sequence[str], params: PlanParams) -> str | None:
-    """The loader's once-per-dataset warning (P14): a dataset with a declared label field that
-    was packed in source order, read without enough mixing to hide it. Cheap: no data is read;
+def unshuffled_warning(
+    order: dict[str, object] | None, labelled: Sequence[str], params: PlanParams, shards_per_batch: float
+) -> str | None:
+    """The loader's once-per-dataset warning (P14, P20): a dataset with a declared label field,
+    packed in source order, whose batches draw from fewer than ``POOR_RATIO × batch_size``
+    shards on average (``shards_per_batch``, from the plan alone: no data is read). If the source
+    was sorted by that label, a batch then holds at most about that many labels;
     ``shardkit plan DATASET --quality FIELD`` measures it."""
     if not labelled or order is None or order.get("shuffled") is not False:
         return None
-    if params.shuffle and params.interleave > 1 and params.shuffle_window >= 65536:
+    if shards_per_batch >= POOR_RATIO * params.batch_size:
         return None
     return (
         f"this dataset was packed in source order (--no-shuffle) and declares label field(s) "
-        f"{', '.join(map(repr, labelled))}: if the source was sorted by label, batches will hold few "
-        f"labels. Measure with `shardkit plan DATASET --batch-size {params.batch_size} --quality "
-        f"{labelled[0]}`; re-pack without --no-shuffle to fix it"
+        f"{', '.join(map(repr, labelled))}, and a batch of {params.batch_size} draws from "
+        f"{shards_per_batch:.1f} shards on average: if the source was sorted by label, batches will hold "
+        f"few labels. Measure with `shardkit plan DATASET --batch-size {params.batch_size} --quality "
+        f"{labelled[0]}`; re-pack without --no-shuffle to fix it (or raise spread / shuffle_window)"
     )
+
+
+def shards_per_batch(plan: Plan, num_batches: int = 2, num_consumers: int = 4) -> float:
+    """Mean distinct shards per batch over the first ``num_batches`` of up to
+    ``num_consumers`` consumers spread over the job (a few windows of plan arithmetic)."""
+    step = max(1, plan.num_consumers // num_consumers)
+    return shuffle_stats(plan, num_batches, range(0, plan.num_consumers, step)).mean_shards_per_batch
 
 
 LABEL_FIELDS = ("label", "labels", "cls", "class", "target")
 _warned: set[str] = set()
 
 
-def warn_if_unshuffled(manifest: Any, params: PlanParams) -> None:
+def warn_if_unshuffled(manifest: Any, plan: Plan) -> None:
     """Log :func:`unshuffled_warning` once per dataset (by fingerprint) in this process; the
     declared label fields are the schema's fields named like labels (``LABEL_FIELDS``)."""
     labelled = [name for name in LABEL_FIELDS if name in manifest.schema]
-    message = unshuffled_warning(manifest.order, labelled, params)
-    if message is not None and manifest.fingerprint not in _warned:
+    if manifest.fingerprint in _warned or not labelled or (manifest.order or {}).get("shuffled") is not False:
+        return  # the common cases cost nothing
+    message = unshuffled_warning(manifest.order, labelled, plan.params, shards_per_batch(plan))
+    if message is not None:
         _warned.add(manifest.fingerprint)
         log.warning("%s", message)
