@@ -155,7 +155,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         if plan is None:
             plan = build_plan(self.dataset.manifest.shard_sizes, params, resume)
             check_plan(plan)  # no batch for this topology, or a large drop: logged once (P16, P17)
-            warn_if_unshuffled(self.dataset.manifest, plan)  # P14, P20: once per dataset and process
+            if worker_slot() == (0, 0):  # P20: in the training process, once per dataset
+                warn_if_unshuffled(self.dataset.manifest, plan)
             self._plans = {key: plan}
         return plan
 
