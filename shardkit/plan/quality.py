@@ -139,12 +139,17 @@ def _distinct_counts(
 def uniform_distinct(labels: np.ndarray, batch_size: int) -> float:
     """Expected distinct labels in ``batch_size`` samples drawn without replacement, uniformly:
     ``sum over labels v of 1 - C(N - n_v, B) / C(N, B)``."""
-    total = len(labels)
+    return uniform_distinct_of_counts(np.unique(labels, return_counts=True)[1], batch_size)
+
+
+def uniform_distinct_of_counts(counts: np.ndarray, batch_size: int) -> float:
+    """:func:`uniform_distinct` for labels held by ``counts[v]`` samples each (zeros allowed)."""
+    total = int(np.sum(counts))
     batch = min(batch_size, total)
     if batch == 0:
         return 0.0
-    counts = np.unique(labels, return_counts=True)[1].astype(np.float64)
-    left = total - counts  # samples of other labels
+    left = total - counts[counts > 0].astype(np.float64)  # samples of other labels
+
     def log_choose_ratio(other: float) -> float:  # log C(other, B) - log C(N, B)
         if other < batch:
             return float("-inf")
@@ -181,31 +186,35 @@ def quality_advice(quality: LabelQuality) -> str | None:
 
 
 def unshuffled_warning(
-    order: dict[str, object] | None, labelled: Sequence[str], params: PlanParams, shards_per_batch: float
+    order: dict[str, object] | None, labelled: Sequence[str], params: PlanParams, shards: tuple[float, float]
 ) -> str | None:
     """The loader's once-per-dataset warning (P14, P20): a dataset with a declared label field,
-    packed in source order, whose batches draw from fewer than ``POOR_RATIO × batch_size``
-    shards on average (``shards_per_batch``, from the plan alone: no data is read). If the source
-    was sorted by that label, a batch then holds at most about that many labels;
+    packed in source order, whose batches draw from fewer than ``POOR_RATIO`` times the shards a
+    uniform shuffle's would (``shards`` = both means, :func:`shard_mixing`; no data read). If the
+    source was sorted by that label with a label per shard, that is the label ratio too;
     ``shardkit plan DATASET --quality FIELD`` measures it."""
     if not labelled or order is None or order.get("shuffled") is not False:
         return None
-    if shards_per_batch >= POOR_RATIO * params.batch_size:
+    found, uniform = shards
+    if found >= POOR_RATIO * uniform:
         return None
     return (
         f"this dataset was packed in source order (--no-shuffle) and declares label field(s) "
-        f"{', '.join(map(repr, labelled))}, and a batch of {params.batch_size} draws from "
-        f"{shards_per_batch:.1f} shards on average: if the source was sorted by label, batches will hold "
-        f"few labels. Measure with `shardkit plan DATASET --batch-size {params.batch_size} --quality "
-        f"{labelled[0]}`; re-pack without --no-shuffle to fix it (or raise spread / shuffle_window)"
+        f"{', '.join(map(repr, labelled))}, and a batch of {params.batch_size} draws from {found:.1f} "
+        f"shards on average ({found / uniform:.0%} of a uniform shuffle's {uniform:.1f}): if the source "
+        f"was sorted by label, batches will hold few labels. Measure with `shardkit plan DATASET "
+        f"--batch-size {params.batch_size} --quality {labelled[0]}`; re-pack without --no-shuffle to "
+        f"fix it (or raise spread / shuffle_window)"
     )
 
 
-def shards_per_batch(plan: Plan, num_batches: int = 2, num_consumers: int = 4) -> float:
-    """Mean distinct shards per batch over the first ``num_batches`` of up to
-    ``num_consumers`` consumers spread over the job (a few windows of plan arithmetic)."""
+def shard_mixing(plan: Plan, num_batches: int = 2, num_consumers: int = 4) -> tuple[float, float]:
+    """Mean distinct shards per batch over the first ``num_batches`` of up to ``num_consumers``
+    consumers spread over the job (a few windows of plan arithmetic), and the same under a
+    uniform shuffle (:func:`uniform_distinct_of_counts` of the shard sizes: O(shards))."""
     step = max(1, plan.num_consumers // num_consumers)
-    return shuffle_stats(plan, num_batches, range(0, plan.num_consumers, step)).mean_shards_per_batch
+    found = shuffle_stats(plan, num_batches, range(0, plan.num_consumers, step)).mean_shards_per_batch
+    return found, uniform_distinct_of_counts(plan.shard_sizes, plan.params.batch_size)
 
 
 LABEL_FIELDS = ("label", "labels", "cls", "class", "target")
@@ -218,7 +227,7 @@ def warn_if_unshuffled(manifest: Any, plan: Plan) -> None:
     labelled = [name for name in LABEL_FIELDS if name in manifest.schema]
     if manifest.fingerprint in _warned or not labelled or (manifest.order or {}).get("shuffled") is not False:
         return  # the common cases cost nothing
-    message = unshuffled_warning(manifest.order, labelled, plan.params, shards_per_batch(plan))
+    message = unshuffled_warning(manifest.order, labelled, plan.params, shard_mixing(plan))
     if message is not None:
         _warned.add(manifest.fingerprint)
         log.warning("%s", message)
