@@ -72,10 +72,18 @@ def read(path: str, mode: str, world_size: int, workers: int, batch_size: int) -
         samples += len(labels)
         payload += _num_bytes(batch["jpg"])
     seconds = max(now() - t_first, 1e-9)
-    return {"bench": "read_mixing", "mode": mode, "world_size": world_size, "workers": workers,
-            "batch_size": batch_size, "samples": samples + len(first["label"]), "ttfb_s": round(t_first - t0, 4),
-            "samples_per_s": round(samples / seconds, 1), "mb_per_s": round(payload / seconds / 1e6, 2),
-            "distinct_labels_per_batch": round(float(np.mean(distinct)), 1)}
+    return {
+        "bench": "read_mixing",
+        "mode": mode,
+        "world_size": world_size,
+        "workers": workers,
+        "batch_size": batch_size,
+        "samples": samples + len(first["label"]),
+        "ttfb_s": round(t_first - t0, 4),
+        "samples_per_s": round(samples / seconds, 1),
+        "mb_per_s": round(payload / seconds / 1e6, 2),
+        "distinct_labels_per_batch": round(float(np.mean(distinct)), 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

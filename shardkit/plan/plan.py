@@ -232,10 +232,11 @@ def shard_order(num_shards: int, params: PlanParams) -> np.ndarray:
 def base_plan(shard_sizes: np.ndarray, params: PlanParams) -> Plan:
     """Level 0: partition the epoch sequence (P1-P6), spread over the consumers (P18)."""
     order = shard_order(len(shard_sizes), params)
-    source: SpanSequence = EpochSequence(shard_sizes, order, params.shuffle_window)
-    if params.shuffle and params.spread > 1:
-        source = striped(source, stripe_block(shard_sizes, params.spread, params.num_consumers), params.num_consumers)
-    return Plan(shard_sizes, params, source)
+    epoch = EpochSequence(shard_sizes, order, params.shuffle_window)
+    if not params.shuffle or params.spread == 1:
+        return Plan(shard_sizes, params, epoch)
+    block = stripe_block(shard_sizes, params.spread, params.num_consumers)
+    return Plan(shard_sizes, params, striped(epoch, block, params.num_consumers))
 
 
 def elastic_plan(

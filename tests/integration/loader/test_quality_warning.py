@@ -20,9 +20,7 @@ def sorted_dataset(path: Path, tag: int) -> str:
     return str(path)
 
 
-def test_loader_warns_once_when_batches_draw_from_few_shards(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_loader_warns_once_when_batches_draw_from_few_shards(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="shardkit.plan.quality")
     narrow = sk.StreamingDataset(sorted_dataset(tmp_path / "a", 0), batch_size=64, shuffle_window=64)
     assert len(narrow.dataset.manifest.shards) > 20

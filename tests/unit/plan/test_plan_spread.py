@@ -104,7 +104,8 @@ def test_consumers_own_ranges_of_the_striped_source_and_share_shards_boundedly(
     source = striped_ids(sizes, params)
     position = np.empty(sum(sizes), dtype=np.int64)
     position[source] = np.arange(sum(sizes))
-    offsets, block = plan.shard_offsets, stripe_block(np.array(sizes, dtype=np.int64), params.spread, params.num_consumers)
+    offsets = plan.shard_offsets
+    block = stripe_block(np.array(sizes, dtype=np.int64), params.spread, params.num_consumers)
     readers: dict[int, set[int]] = {}
     for consumer in range(plan.num_consumers):
         real_count = plan.num_real_samples(consumer)
@@ -138,15 +139,13 @@ def test_seek_and_same_topology_resume_are_exact(case: tuple[list[int], PlanPara
         whole = consumer_samples(plan, consumer)
         assert np.array_equal(consumer_samples(again, consumer).ids, whole.ids)
         rest = consumer_samples(resumed, consumer, offsets[consumer])
-        assert np.array_equal(rest.ids, whole.ids[offsets[consumer]:])
-        assert np.array_equal(rest.padded, whole.padded[offsets[consumer]:])
+        assert np.array_equal(rest.ids, whole.ids[offsets[consumer] :])
+        assert np.array_equal(rest.padded, whole.padded[offsets[consumer] :])
 
 
 @PROPERTY
 @given(spread_cases(), st.integers(0, 2**32 - 1), st.data())
-def test_elastic_resume_is_exactly_once(
-    case: tuple[list[int], PlanParams], seed: int, data: st.DataObject
-) -> None:
+def test_elastic_resume_is_exactly_once(case: tuple[list[int], PlanParams], seed: int, data: st.DataObject) -> None:
     """R3-R5: killed mid-epoch and resumed on another topology (spread or not), every sample
     is delivered once over both levels, except the new level's reported drop."""
     sizes, params = case
@@ -173,13 +172,16 @@ def test_spread_1_is_the_plain_plan_and_old_states_still_load() -> None:
     plain = build_plan(sizes, params)
     explicit = build_plan(sizes, PlanParams(**{**params.to_dict(), "spread": 1}))
     spread = build_plan(sizes, PlanParams(**{**params.to_dict(), "spread": 4}))
-    assert any(not np.array_equal(consumer_samples(plain, c).ids, consumer_samples(spread, c).ids)
-               for c in range(plain.num_consumers))
+    assert any(
+        not np.array_equal(consumer_samples(plain, c).ids, consumer_samples(spread, c).ids)
+        for c in range(plain.num_consumers)
+    )
     for consumer in range(plain.num_consumers):
         assert np.array_equal(consumer_samples(plain, consumer).ids, consumer_samples(explicit, consumer).ids)
     unshuffled = PlanParams(shuffle=False, world_size=2, num_workers=2, batch_size=4)
-    ids = [consumer_samples(build_plan(sizes, PlanParams(**{**unshuffled.to_dict(), "spread": f})), 1).ids
-           for f in (1, 12)]
+    ids = [
+        consumer_samples(build_plan(sizes, PlanParams(**{**unshuffled.to_dict(), "spread": f})), 1).ids for f in (1, 12)
+    ]
     assert np.array_equal(ids[0], ids[1])
 
 
@@ -199,8 +201,9 @@ def test_default_spread_doubles_the_classes_of_a_sorted_dataset() -> None:
     sizes = [214] * 467 + [62]
     labels = np.arange(sum(sizes)) // 100
     plain, spread = (
-        distinct_per_batch(build_plan(sizes, PlanParams(world_size=8, num_workers=4, batch_size=256, spread=f)),
-                           labels, num_batches=4)
+        distinct_per_batch(
+            build_plan(sizes, PlanParams(world_size=8, num_workers=4, batch_size=256, spread=f)), labels, num_batches=4
+        )
         for f in (1, DEFAULT_SPREAD)
     )
     assert spread >= 132 and spread >= 2 * plain
