@@ -106,6 +106,16 @@ class EpochSequence(SpanSequence):
             index += 1
         return spans
 
+    def shards_of_ranges(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Shards read for the non-empty position ranges ``lo[i]:hi[i]``, in order (vectorised
+        :meth:`shards`: O(ranges log shards + shards listed))."""
+        first = np.searchsorted(self._cum, lo, side="right") - 1
+        counts = np.searchsorted(self._cum, hi, side="left") - first
+        starts = np.cumsum(counts) - counts
+        index = np.repeat(first - starts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+        found: np.ndarray = self._order[index[self._sizes[index] > 0]]
+        return found
+
     def shards(self, start: int, stop: int) -> np.ndarray:
         self.check_range(start, stop)
         if start == stop:

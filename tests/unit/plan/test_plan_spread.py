@@ -69,6 +69,8 @@ def test_striped_sequence_is_the_column_major_deal_and_seeks(
     assert np.array_equal(listed(start, stop), want[start:stop])
     touched = {int(offsets.searchsorted(i, side="right")) - 1 for i in want[start:stop]}
     assert set(striped.shards(start, stop).tolist()) == touched
+    in_spans = [span.shard_index for span in striped.spans(start, stop)]
+    assert list(dict.fromkeys(striped.shards(start, stop).tolist())) == list(dict.fromkeys(in_spans))
 
 
 @PROPERTY
