@@ -39,6 +39,7 @@ from shardkit.loader.transfer.packed import in_groups
 from shardkit.loader.transfer.ring import Ring, find
 from shardkit.loader.transforms import Transform, takes_context, transformed
 from shardkit.plan import Plan, PlanParams, build_plan, plan_to_state, worker_consumer
+from shardkit.plan.params import DEFAULT_SPREAD
 from shardkit.plan.plan import base_plan
 from shardkit.plan.quality import warn_if_unshuffled
 from shardkit.plan.rotation import StepPlan
@@ -80,6 +81,9 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     make a ``WeightedDataset`` (specs/sample-weights.md).
     ``tokens=sk.TokenBlocks(seq_len, ...)``: batches of ``batch_size`` fixed-length token blocks
     instead of samples (a ``TokenDataset``, specs/token-blocks.md).
+    ``spread``: when shuffling, each shard is split among about this many consumers, so a window
+    mixes that many times more shards (specs/partition.md P18; 1 = each consumer reads one
+    contiguous run of shards, as before).
     """
 
     def __new__(cls, path: Any = None, *args: Any, **kwargs: Any) -> StreamingDataset:
@@ -110,6 +114,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         tail: str = "drop",
         shuffle_window: int = 8192,
         interleave: int = 1,
+        spread: int = DEFAULT_SPREAD,
         with_index: bool = False,
         cache_dir: str | None = None,
         cache_limit: int | str | None = None,  # None: $SHARDKIT_CACHE_LIMIT or 200GiB (loader/env.py)
@@ -125,7 +130,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
                             "sample_weights= are not supported yet")
         self.path = path
         self.params = PlanParams(seed=seed, batch_size=batch_size, tail=tail, shuffle=shuffle,
-                                 shuffle_window=shuffle_window, interleave=interleave)
+                                 shuffle_window=shuffle_window, interleave=interleave, spread=spread)
         cache_dir, limit = cache_settings(cache_dir, cache_limit)  # None: $SHARDKIT_CACHE_DIR
         self.options = StreamOptions(with_index=with_index, cache_dir=cache_dir,
                                      cache_limit=limit, storage_options=storage_options)
@@ -177,7 +182,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         if plan is None:
             plan = build_plan(self.dataset.manifest.shard_sizes, params, resume, self.level0)
             check_plan(plan)  # no batch for this topology, or a large drop: logged once (P16, P17)
-            warn_if_unshuffled(self.dataset.manifest, params)  # P14: once per dataset and process
+            if worker_slot() == (0, 0):  # P20: in the training process, once per dataset
+                warn_if_unshuffled(self.dataset.manifest, plan)
             self._plans = {key: plan}
         return plan
 

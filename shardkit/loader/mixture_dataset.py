@@ -53,6 +53,7 @@ class MixtureDataset(StreamingDataset):
         self.opened = open_mixture(self.mixture, storage_options)
         self.spec = self.opened.spec()  # the mixture of every epoch but a started one
         self.with_source = with_source
+        kwargs.setdefault("spread", 1)  # a mixture plan interleaves its sources itself (specs/mixture.md)
         # The parent holds the first source as ``dataset`` (its store, its fork handling).
         super().__init__(self.opened.datasets[0].url, batch_size=batch_size, storage_options=storage_options,
                          **kwargs)

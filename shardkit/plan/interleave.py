@@ -19,7 +19,7 @@ from functools import cached_property
 
 import numpy as np
 
-from shardkit.plan.sequence import EpochSequence, SampleSequence, window_order
+from shardkit.plan.sequence import SampleSequence, SpanSequence, window_order
 from shardkit.plan.spans import Span, Window
 
 _NO_SHARDS = np.zeros(0, dtype=np.int64)
@@ -35,7 +35,7 @@ class InterleavedRange(SampleSequence):
     """
 
     def __init__(
-        self, epoch: EpochSequence, lo: int, hi: int, window: int, lanes: int, key_words: tuple[int, ...]
+        self, epoch: SpanSequence, lo: int, hi: int, window: int, lanes: int, key_words: tuple[int, ...]
     ) -> None:
         epoch.check_range(lo, hi)
         length = hi - lo

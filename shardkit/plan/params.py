@@ -22,10 +22,15 @@ _INT_MINIMUMS = {
     "batch_size": 1,
     "shuffle_window": 1,
     "interleave": 1,
+    "spread": 1,
 }
 # Fields added after version 1 of the resume state: omitted from to_dict at their default, so
 # states saved before them (and plans that do not use them) are unchanged.
-_OPTIONAL_DEFAULTS = {"interleave": 1}
+_OPTIONAL_DEFAULTS = {"interleave": 1, "spread": 1}
+# What the loader and ``shardkit plan`` use when the caller says nothing (specs/partition.md P18):
+# each shard is split among about 12 consumers, so a window mixes up to 12x as many shards
+# (the smallest that gives a sorted 1,000-class set of 100k samples >= 132 classes per batch of 256 at 8x4).
+DEFAULT_SPREAD = 12
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,7 @@ class PlanParams:
     shuffle: bool = True
     shuffle_window: int = 8192
     interleave: int = 1  # lanes a consumer reads at once when shuffling (specs/partition.md P13)
+    spread: int = 1  # consumers a shard is split among when shuffling (P18); users get DEFAULT_SPREAD
 
     def __post_init__(self) -> None:
         for name, minimum in _INT_MINIMUMS.items():

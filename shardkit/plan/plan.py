@@ -27,8 +27,10 @@ from shardkit.plan.sequence import (
     SampleSequence,
     ShuffledRange,
     Slice,
+    SpanSequence,
 )
 from shardkit.plan.spans import Window, shard_offsets
+from shardkit.plan.spread import stripe_block, striped
 
 
 class Plan:
@@ -168,7 +170,7 @@ class Plan:
         lo = min(self._partition.start(consumer), len(self._source))
         hi = lo + self._partition.num_real(consumer)
         source, params = self._source, self._params
-        if self._parent is None and params.shuffle and isinstance(source, EpochSequence):
+        if self._parent is None and params.shuffle and isinstance(source, SpanSequence):
             key = (SALT_WINDOW, params.seed, params.epoch, self.level, consumer)
             if params.interleave > 1:
                 return InterleavedRange(source, lo, hi, params.shuffle_window, params.interleave, key)
@@ -228,9 +230,13 @@ def shard_order(num_shards: int, params: PlanParams) -> np.ndarray:
 
 
 def base_plan(shard_sizes: np.ndarray, params: PlanParams) -> Plan:
-    """Level 0: partition the epoch sequence (P1-P6)."""
+    """Level 0: partition the epoch sequence (P1-P6), spread over the consumers (P18)."""
     order = shard_order(len(shard_sizes), params)
-    return Plan(shard_sizes, params, EpochSequence(shard_sizes, order, params.shuffle_window))
+    epoch = EpochSequence(shard_sizes, order, params.shuffle_window)
+    if not params.shuffle or params.spread == 1:
+        return Plan(shard_sizes, params, epoch)
+    block = stripe_block(shard_sizes, params.spread, params.num_consumers)
+    return Plan(shard_sizes, params, striped(epoch, block, params.num_consumers))
 
 
 def elastic_plan(

@@ -139,12 +139,17 @@ def _distinct_counts(
 def uniform_distinct(labels: np.ndarray, batch_size: int) -> float:
     """Expected distinct labels in ``batch_size`` samples drawn without replacement, uniformly:
     ``sum over labels v of 1 - C(N - n_v, B) / C(N, B)``."""
-    total = len(labels)
+    return uniform_distinct_of_counts(np.unique(labels, return_counts=True)[1], batch_size)
+
+
+def uniform_distinct_of_counts(counts: np.ndarray, batch_size: int) -> float:
+    """:func:`uniform_distinct` for labels held by ``counts[v]`` samples each (zeros allowed)."""
+    total = int(np.sum(counts))
     batch = min(batch_size, total)
     if batch == 0:
         return 0.0
-    counts = np.unique(labels, return_counts=True)[1].astype(np.float64)
-    left = total - counts  # samples of other labels
+    left = total - counts[counts > 0].astype(np.float64)  # samples of other labels
+
     def log_choose_ratio(other: float) -> float:  # log C(other, B) - log C(N, B)
         if other < batch:
             return float("-inf")
@@ -176,35 +181,53 @@ def quality_advice(quality: LabelQuality) -> str | None:
         f"batches of {quality.batch_size} hold {quality.distinct:.1f} distinct {quality.field!r} values on "
         f"average, {quality.ratio:.0%} of a uniform shuffle's {quality.uniform:.1f}: the dataset looks "
         f"sorted by {quality.field!r}. Re-pack with `shardkit pack` (shuffled by default; the dataset was "
-        f"packed in source order), or raise shuffle_window / interleave (more memory and cache)"
+        f"packed in source order), or raise spread / shuffle_window / interleave (more memory and cache)"
     )
 
 
-def unshuffled_warning(order: dict[str, object] | None, labelled: Sequence[str], params: PlanParams) -> str | None:
-    """The loader's once-per-dataset warning (P14): a dataset with a declared label field that
-    was packed in source order, read without enough mixing to hide it. Cheap: no data is read;
+def unshuffled_warning(
+    order: dict[str, object] | None, labelled: Sequence[str], params: PlanParams, shards: tuple[float, float]
+) -> str | None:
+    """The loader's once-per-dataset warning (P14, P20): a dataset with a declared label field,
+    packed in source order, whose batches draw from fewer than ``POOR_RATIO`` times the shards a
+    uniform shuffle's would (``shards`` = both means, :func:`shard_mixing`; no data read). If the
+    source was sorted by that label with a label per shard, that is the label ratio too;
     ``shardkit plan DATASET --quality FIELD`` measures it."""
     if not labelled or order is None or order.get("shuffled") is not False:
         return None
-    if params.shuffle and params.interleave > 1 and params.shuffle_window >= 65536:
+    found, uniform = shards
+    if found >= POOR_RATIO * uniform:
         return None
     return (
         f"this dataset was packed in source order (--no-shuffle) and declares label field(s) "
-        f"{', '.join(map(repr, labelled))}: if the source was sorted by label, batches will hold few "
-        f"labels. Measure with `shardkit plan DATASET --batch-size {params.batch_size} --quality "
-        f"{labelled[0]}`; re-pack without --no-shuffle to fix it"
+        f"{', '.join(map(repr, labelled))}, and a batch of {params.batch_size} draws from {found:.1f} "
+        f"shards on average ({found / uniform:.0%} of a uniform shuffle's {uniform:.1f}): if the source "
+        f"was sorted by label, batches will hold few labels. Measure with `shardkit plan DATASET "
+        f"--batch-size {params.batch_size} --quality {labelled[0]}`; re-pack without --no-shuffle to "
+        f"fix it (or raise spread / shuffle_window)"
     )
+
+
+def shard_mixing(plan: Plan, num_batches: int = 2, num_consumers: int = 4) -> tuple[float, float]:
+    """Mean distinct shards per batch over the first ``num_batches`` of up to ``num_consumers``
+    consumers spread over the job (a few windows of plan arithmetic), and the same under a
+    uniform shuffle (:func:`uniform_distinct_of_counts` of the shard sizes: O(shards))."""
+    step = max(1, plan.num_consumers // num_consumers)
+    found = shuffle_stats(plan, num_batches, range(0, plan.num_consumers, step)).mean_shards_per_batch
+    return found, uniform_distinct_of_counts(plan.shard_sizes, plan.params.batch_size)
 
 
 LABEL_FIELDS = ("label", "labels", "cls", "class", "target")
 _warned: set[str] = set()
 
 
-def warn_if_unshuffled(manifest: Any, params: PlanParams) -> None:
+def warn_if_unshuffled(manifest: Any, plan: Plan) -> None:
     """Log :func:`unshuffled_warning` once per dataset (by fingerprint) in this process; the
     declared label fields are the schema's fields named like labels (``LABEL_FIELDS``)."""
     labelled = [name for name in LABEL_FIELDS if name in manifest.schema]
-    message = unshuffled_warning(manifest.order, labelled, params)
-    if message is not None and manifest.fingerprint not in _warned:
+    if manifest.fingerprint in _warned or not labelled or (manifest.order or {}).get("shuffled") is not False:
+        return  # the common cases cost nothing
+    message = unshuffled_warning(manifest.order, labelled, plan.params, shard_mixing(plan))
+    if message is not None:
         _warned.add(manifest.fingerprint)
         log.warning("%s", message)

@@ -5,6 +5,8 @@ Every sequence knows its length and can produce :class:`Window` objects for any 
 building blocks (specs/partition.md, "Cost model"):
 
 - :class:`EpochSequence` - all samples of the shards in epoch order (cumulative counts + bisect);
+  it and :class:`~shardkit.plan.spread.StripedSequence` (the same samples, spread) are the
+  :class:`SpanSequence` sources that window shuffles draw from;
 - :class:`ShuffledRange` - a range of the epoch sequence, each ``window`` samples permuted;
 - :class:`Slice`, :class:`Concat`, :class:`Cyclic`, :class:`Padded` - views that compose the
   consumer sequences, the elastic remainder and the pad repeats.
@@ -57,14 +59,31 @@ class SampleSequence(ABC):
             raise PlanError(f"range {start}:{stop} outside a sequence of {len(self)} samples")
 
 
-class EpochSequence(SampleSequence):
+class SpanSequence(SampleSequence):
+    """A level-0 source: its samples ``start:stop`` can be listed as spans, and unshuffled it is
+    read in identity order, ``chunk`` samples per window."""
+
+    chunk: int
+
+    @abstractmethod
+    def spans(self, start: int, stop: int) -> list[Span]:
+        """The samples ``start:stop`` as non-empty spans, in sequence order."""
+
+    def windows(self, start: int, stop: int) -> Iterator[Window]:
+        self.check_range(start, stop)
+        for lo in range(start, stop, self.chunk):
+            hi = min(lo + self.chunk, stop)
+            yield Window(tuple(self.spans(lo, hi)), np.arange(hi - lo, dtype=np.int64))
+
+
+class EpochSequence(SpanSequence):
     """All samples of the shards in ``shard_order``, concatenated; identity order in chunks."""
 
     def __init__(self, shard_sizes: np.ndarray, shard_order: np.ndarray, chunk: int) -> None:
         self._order = shard_order
         self._sizes = shard_sizes[shard_order]
         self._cum = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(self._sizes)])
-        self._chunk = chunk
+        self.chunk = chunk
 
     def __len__(self) -> int:
         return int(self._cum[-1])
@@ -87,11 +106,15 @@ class EpochSequence(SampleSequence):
             index += 1
         return spans
 
-    def windows(self, start: int, stop: int) -> Iterator[Window]:
-        self.check_range(start, stop)
-        for lo in range(start, stop, self._chunk):
-            hi = min(lo + self._chunk, stop)
-            yield Window(tuple(self.spans(lo, hi)), np.arange(hi - lo, dtype=np.int64))
+    def shards_of_ranges(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Shards read for the non-empty position ranges ``lo[i]:hi[i]``, in order (vectorised
+        :meth:`shards`: O(ranges log shards + shards listed))."""
+        first = np.searchsorted(self._cum, lo, side="right") - 1
+        counts = np.searchsorted(self._cum, hi, side="left") - first
+        starts = np.cumsum(counts) - counts
+        index = np.repeat(first - starts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+        found: np.ndarray = self._order[index[self._sizes[index] > 0]]
+        return found
 
     def shards(self, start: int, stop: int) -> np.ndarray:
         self.check_range(start, stop)
@@ -105,14 +128,14 @@ class EpochSequence(SampleSequence):
 
 
 class ShuffledRange(SampleSequence):
-    """Epoch positions ``lo:hi`` cut into windows of ``window`` samples, each permuted.
+    """Source positions ``lo:hi`` cut into windows of ``window`` samples, each permuted.
 
     Window ``j`` is permuted by Philox keyed by ``key_words + (j,)``; seeking to any position
     costs one bisect plus one window permutation.
     """
 
     def __init__(
-        self, epoch: EpochSequence, lo: int, hi: int, window: int, key_words: tuple[int, ...]
+        self, epoch: SpanSequence, lo: int, hi: int, window: int, key_words: tuple[int, ...]
     ) -> None:
         epoch.check_range(lo, hi)
         self._epoch, self._lo, self._hi = epoch, lo, hi

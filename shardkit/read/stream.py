@@ -185,7 +185,10 @@ def iter_consumer(
 ) -> Iterator[WindowSamples]:
     """Consumer ``consumer``'s samples from position ``start`` to the end of its sequence."""
     upcoming = list(plan.shards_of(consumer, start)) if cache is not None else None
-    opener = ShardOpener(dataset, cache, upcoming, stats=stats, options=options)
+    # A spread plan (P18) reads about 1/spread of each shard: look as many more shards ahead, the
+    # same samples of this consumer's own (bytes stay capped by the prefetcher's byte budget).
+    ahead = 2 * plan.params.spread if plan.params.shuffle else 2
+    opener = ShardOpener(dataset, cache, upcoming, prefetch_ahead=ahead, stats=stats, options=options)
     offsets = plan.shard_offsets
     try:
         for window in plan.consumer_windows(consumer, start):

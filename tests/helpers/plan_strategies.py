@@ -6,12 +6,14 @@ itself never does it.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
 
-from shardkit.plan import Plan, PlanParams, shard_offsets, shard_order
+from shardkit.plan import Plan, PlanParams, build_plan, plan_to_state, shard_offsets, shard_order
 
 MAX_SAMPLES = 100_000
 MAX_SHARDS = 500
@@ -131,3 +133,57 @@ def assert_equal_steps(plan: Plan, num_source: int) -> None:
             raise AssertionError(f"rank {rank}: batches per worker {batches}, steps {expected}")
     if not (plan.num_dropped < per_step and plan.num_padded < per_step):
         raise AssertionError(f"tail not minimal: {plan.num_dropped=} {plan.num_padded=}")
+
+
+# ---- property bodies shared by the read-time mixing tests (interleave P13, spread P18) --------
+
+RESUME_FINGERPRINT = "xxh64:0123456789abcdef"
+
+
+def check_exactly_once_pads_last(sizes: list[int], params: PlanParams) -> None:
+    """P1-P4: every real sample at most once, the rest is the reported drop; pads come last."""
+    plan = build_plan(sizes, params)
+    outputs = all_samples(plan)
+    real = np.concatenate([out.ids[~out.padded] for out in outputs])
+    if not len(np.unique(real)) == len(real) == sum(sizes) - plan.num_dropped:
+        raise AssertionError(f"real samples: {len(real)} ({len(np.unique(real))} distinct) of {sum(sizes)}")
+    assert_equal_steps(plan, sum(sizes))
+    for consumer, out in enumerate(outputs):
+        real_count = plan.num_real_samples(consumer)
+        if len(out.ids) != plan.num_samples(consumer) or out.padded[:real_count].any():
+            raise AssertionError(f"consumer {consumer}: {len(out.ids)} samples, pads inside the real part")
+        if not out.padded[real_count:].all():
+            raise AssertionError(f"consumer {consumer}: a real sample after a pad")
+
+
+def check_resume_exact(sizes: list[int], params: PlanParams, seed: int) -> dict[str, Any]:
+    """P5/P9/R2: deterministic; a seek or a same-topology resume yields exactly the rest of each
+    sequence. Returns the (JSON round-tripped) state."""
+    plan = build_plan(sizes, params)
+    offsets = kill_offsets(plan, seed)
+    state: dict[str, Any] = json.loads(json.dumps(plan_to_state(plan, offsets, RESUME_FINGERPRINT)))
+    resumed, again = build_plan(sizes, params, state), build_plan(sizes, params)
+    for consumer in range(min(plan.num_consumers, 8)):
+        whole = consumer_samples(plan, consumer)
+        rest = consumer_samples(resumed, consumer, offsets[consumer])
+        if not np.array_equal(consumer_samples(again, consumer).ids, whole.ids):
+            raise AssertionError(f"consumer {consumer}: the same params gave another sequence")
+        tail = slice(offsets[consumer], None)
+        if not (np.array_equal(rest.ids, whole.ids[tail]) and np.array_equal(rest.padded, whole.padded[tail])):
+            raise AssertionError(f"consumer {consumer}: resumed at {offsets[consumer]}, not the rest")
+    return state
+
+
+def check_elastic_exactly_once(sizes: list[int], params: PlanParams, other: PlanParams, seed: int) -> None:
+    """R3-R5: killed mid-epoch and resumed with ``other``, every sample is delivered once over
+    both levels, except the new level's reported drop."""
+    plan = build_plan(sizes, params)
+    offsets = kill_offsets(plan, seed)
+    state = json.loads(json.dumps(plan_to_state(plan, offsets, RESUME_FINGERPRINT)))
+    after = build_plan(sizes, other, state)
+    later = [out.ids[~out.padded] for out in all_samples(after)] + [np.zeros(0, dtype=np.int64)]
+    both = np.concatenate([consumed_real(plan, offsets), *later])
+    if len(np.unique(both)) != len(both):
+        raise AssertionError("a sample delivered twice over the two levels")
+    if not other.same_partition(params) and len(both) != sum(sizes) - after.num_dropped:
+        raise AssertionError(f"{len(both)} delivered, expected {sum(sizes) - after.num_dropped}")

@@ -39,6 +39,7 @@ from hypothesis import HealthCheck, settings
 
 import shardkit as sk
 from shardkit.plan import Plan
+from shardkit.plan.params import DEFAULT_SPREAD
 
 Batch = tuple[tuple[int, ...], tuple[bool, ...]]  # (global indices, pad flags) of one batch
 
@@ -69,6 +70,7 @@ class DataSpec:
     tail: str = "drop"
     shuffle_window: int = 16
     interleave: int = 1  # read-time lanes (specs/partition.md P13)
+    spread: int = DEFAULT_SPREAD  # consumers a shard is split among (P18; the loader's default)
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,7 @@ def make_dataset(data: DataSpec, batch_size: int) -> sk.StreamingDataset:
     return sk.StreamingDataset(
         data.path, batch_size=batch_size, shuffle=data.shuffle, seed=data.seed,
         tail=data.tail, shuffle_window=data.shuffle_window, with_index=True, interleave=data.interleave,
+        spread=data.spread,
     )
 
 

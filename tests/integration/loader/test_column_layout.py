@@ -30,9 +30,11 @@ def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return out
 
 
-def _batches(folder: str, workers: int, shuffle: bool, transform: Any = None) -> list[dict[str, Any]]:
+def _batches(folder: str, workers: int, shuffle: bool, transform: Any = None, spread: int = 1) -> list[dict[str, Any]]:
+    # spread=1 by default here: the two layouts cut shards at different sample counts, and a
+    # spread plan's block size follows the shard sizes (specs/partition.md P18).
     ds = sk.StreamingDataset(folder, batch_size=24, shuffle=shuffle, seed=3, tail="pad", shuffle_window=300,
-                             with_index=True, transform=transform)
+                             with_index=True, transform=transform, spread=spread)
     return list(sk.ShardLoader(ds, num_workers=workers))
 
 
@@ -55,3 +57,14 @@ def test_a_transform_gets_dicts_from_column_blocks(layouts: dict[str, str]) -> N
     got, want = _batches(layouts["auto"], 0, True, _double), _batches(layouts["rows"], 0, True, _double)
     for g, w in zip(got, want, strict=True):
         assert_batch_equal(g, w)
+
+
+@pytest.mark.parametrize("layout", ["auto", "rows"])
+def test_spread_windows_of_many_spans_stream_the_right_samples(layouts: dict[str, str], layout: str) -> None:
+    """P18: with the default spread a window lists many short spans; each batch row is still the
+    sample its index names (column pieces joined across spans and shards)."""
+    batches = _batches(layouts[layout], 2, True, spread=12)
+    assert sum(len(batch["_index"]) for batch in batches) == 1008  # 1000 + 8 pads
+    for batch in batches:
+        for row, index in enumerate(batch["_index"].tolist()):
+            assert batch["text"][row] == f"s{index}" and int(batch["id"][row]) == index

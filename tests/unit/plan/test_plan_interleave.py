@@ -3,27 +3,23 @@ guarantee of the plain window shuffle (P1-P5, P8, P9, resume R2-R5) and mixes mo
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardkit.plan import PlanParams, build_plan, plan_to_state
+from shardkit.plan import PlanParams, build_plan
 from shardkit.plan.quality import distinct_per_batch
 from tests.helpers.plan_strategies import (
-    all_samples,
-    assert_equal_steps,
-    consumed_real,
+    check_elastic_exactly_once,
+    check_exactly_once_pads_last,
+    check_resume_exact,
     consumer_samples,
     epoch_ids,
-    kill_offsets,
     plan_params,
     shard_sizes,
 )
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FINGERPRINT = "xxh64:0123456789abcdef"
 LANES = st.sampled_from([2, 3, 8, 64, 1000])
 
 
@@ -37,16 +33,7 @@ def interleaved(draw: st.DrawFn, /, max_samples: int = 30_000) -> tuple[list[int
 @given(interleaved())
 def test_exactly_once_equal_steps_pads_last(case: tuple[list[int], PlanParams]) -> None:
     """P1-P4 with interleaving: every real sample at most once, the rest is the reported drop."""
-    sizes, params = case
-    plan = build_plan(sizes, params)
-    outputs = all_samples(plan)
-    real = np.concatenate([out.ids[~out.padded] for out in outputs])
-    assert len(np.unique(real)) == len(real) == sum(sizes) - plan.num_dropped
-    assert_equal_steps(plan, sum(sizes))
-    for consumer, out in enumerate(outputs):
-        real_count = plan.num_real_samples(consumer)
-        assert len(out.ids) == plan.num_samples(consumer)
-        assert not out.padded[:real_count].any() and out.padded[real_count:].all()
+    check_exactly_once_pads_last(*case)
 
 
 @PROPERTY
@@ -85,17 +72,8 @@ def test_lanes_are_read_in_order_and_windows_are_bounded(case: tuple[list[int], 
 @given(interleaved(), st.integers(0, 2**32 - 1))
 def test_seek_and_same_topology_resume_are_exact(case: tuple[list[int], PlanParams], seed: int) -> None:
     """P5/P9/R2: deterministic; a seek or a resume yields exactly the rest of each sequence."""
-    sizes, params = case
-    plan = build_plan(sizes, params)
-    offsets = kill_offsets(plan, seed)
-    state = json.loads(json.dumps(plan_to_state(plan, offsets, FINGERPRINT)))
-    assert state["params"]["interleave"] == params.interleave
-    resumed = build_plan(sizes, params, state)
-    for consumer in range(min(plan.num_consumers, 8)):
-        whole = consumer_samples(plan, consumer)
-        rest = consumer_samples(resumed, consumer, offsets[consumer])
-        assert np.array_equal(rest.ids, whole.ids[offsets[consumer]:])
-        assert np.array_equal(rest.padded, whole.padded[offsets[consumer]:])
+    state = check_resume_exact(*case, seed)
+    assert state["params"]["interleave"] == case[1].interleave
 
 
 @PROPERTY
@@ -107,16 +85,7 @@ def test_elastic_resume_is_exactly_once(
     sample is delivered once over both levels, except the new level's reported drop."""
     sizes, params = case
     other = data.draw(plan_params(sum(sizes), epoch=params.epoch, interleave=data.draw(st.sampled_from([1, 4]))))
-    plan = build_plan(sizes, params)
-    offsets = kill_offsets(plan, seed)
-    state = json.loads(json.dumps(plan_to_state(plan, offsets, FINGERPRINT)))
-    after = build_plan(sizes, other, state)
-    before = consumed_real(plan, offsets)
-    later = np.concatenate([out.ids[~out.padded] for out in all_samples(after)] + [np.zeros(0, dtype=np.int64)])
-    both = np.concatenate([before, later])
-    assert len(np.unique(both)) == len(both)
-    if not other.same_partition(params):
-        assert len(both) == sum(sizes) - after.num_dropped
+    check_elastic_exactly_once(sizes, params, other, seed)
 
 
 def test_interleave_1_is_the_plain_plan_and_old_states_still_load() -> None:

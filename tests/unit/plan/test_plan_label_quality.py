@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from shardkit.format import Manifest
 from shardkit.plan import PlanParams, build_plan
-from shardkit.plan.quality import label_quality, uniform_distinct, warn_if_unshuffled
+from shardkit.plan.params import DEFAULT_SPREAD
+from shardkit.plan.quality import label_quality, shard_mixing, uniform_distinct, warn_if_unshuffled
 
 
 @settings(deadline=None)
@@ -41,13 +42,33 @@ def manifest(order: dict[str, object] | None, schema: dict[str, object], fingerp
 
 
 def test_loader_warning_once_for_a_labelled_unshuffled_dataset(caplog: pytest.LogCaptureFixture) -> None:
-    params = PlanParams(batch_size=32)
+    """P14/P20: said once per dataset, only when it was packed in source order, declares a label
+    field and its batches draw from few shards."""
+    plan = build_plan([100] * 200, PlanParams(batch_size=32, shuffle_window=256))  # ~3 shards a batch
     caplog.set_level(logging.WARNING, logger="shardkit.plan.quality")
     labelled = {"label": {"type": "int"}, "jpg": {"type": "bytes"}}
-    warn_if_unshuffled(manifest({"shuffled": True, "method": "m", "seed": 0}, labelled, "fp-a"), params)
-    warn_if_unshuffled(manifest(None, labelled, "fp-b"), params)  # not recorded: no claim
-    warn_if_unshuffled(manifest({"shuffled": False}, {"jpg": {"type": "bytes"}}, "fp-c"), params)
+    warn_if_unshuffled(manifest({"shuffled": True, "method": "m", "seed": 0}, labelled, "fp-a"), plan)
+    warn_if_unshuffled(manifest(None, labelled, "fp-b"), plan)  # not recorded: no claim
+    warn_if_unshuffled(manifest({"shuffled": False}, {"jpg": {"type": "bytes"}}, "fp-c"), plan)
     assert caplog.records == []
     for _ in range(3):
-        warn_if_unshuffled(manifest({"shuffled": False}, labelled, "fp-d"), params)
+        warn_if_unshuffled(manifest({"shuffled": False}, labelled, "fp-d"), plan)
     assert len(caplog.records) == 1 and "--quality label" in caplog.records[0].getMessage()
+
+
+def test_no_warning_when_the_plan_mixes_enough_shards(caplog: pytest.LogCaptureFixture) -> None:
+    """P20: the same source-order dataset read with the default spread over 8x4 consumers draws
+    a batch from more than half the shards a uniform shuffle's would: nothing to say."""
+    sizes = [214] * 1000
+    caplog.set_level(logging.WARNING, logger="shardkit.plan.quality")
+    labelled = {"label": {"type": "int"}}
+    spread = build_plan(sizes, PlanParams(world_size=8, num_workers=4, batch_size=256, spread=DEFAULT_SPREAD))
+    found, uniform = shard_mixing(spread)
+    assert found >= 0.5 * uniform and uniform > 200
+    warn_if_unshuffled(manifest({"shuffled": False}, labelled, "fp-e"), spread)
+    assert caplog.records == []
+    plain = build_plan(sizes, PlanParams(world_size=8, num_workers=4, batch_size=256))
+    found, uniform = shard_mixing(plain)
+    assert found < 0.25 * uniform
+    warn_if_unshuffled(manifest({"shuffled": False}, labelled, "fp-f"), plain)
+    assert len(caplog.records) == 1 and "shards on average" in caplog.records[0].getMessage()

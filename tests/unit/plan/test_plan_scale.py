@@ -8,8 +8,10 @@ from __future__ import annotations
 import tracemalloc
 
 import numpy as np
+import pytest
 
 from shardkit.plan import PlanParams, build_plan, plan_to_state
+from shardkit.plan.params import DEFAULT_SPREAD
 
 NUM_SHARDS = 100_000
 MIB = 1 << 20
@@ -23,12 +25,13 @@ def skewed_sizes() -> np.ndarray:
     return sizes
 
 
-def test_plan_seek_and_elastic_replan_at_scale() -> None:
+@pytest.mark.parametrize("spread", [1, DEFAULT_SPREAD])
+def test_plan_seek_and_elastic_replan_at_scale(spread: int) -> None:
     """P9: seek is O(window), R6: elastic re-plan is O(shards + consumers) - memory stays
-    far below 1 GiB and no per-sample array over the dataset is built."""
+    far below 1 GiB and no per-sample array over the dataset is built (P18: spread too)."""
     sizes = skewed_sizes()
     assert int(sizes.sum()) == 10**9 and sizes.min() >= 0
-    params = PlanParams(seed=7, epoch=3, world_size=512, num_workers=8, batch_size=32)
+    params = PlanParams(seed=7, epoch=3, world_size=512, num_workers=8, batch_size=32, spread=spread)
     tracemalloc.start()
     try:
         plan = build_plan(sizes, params)
@@ -40,12 +43,12 @@ def test_plan_seek_and_elastic_replan_at_scale() -> None:
         window = next(plan.consumer_windows(last, middle))
         assert 0 < window.num_samples <= params.shuffle_window
         assert window.num_decoded <= params.shuffle_window
-        assert 1 <= len(plan.shards_of(last)) <= 100
+        assert 1 <= len(plan.shards_of(last)) <= 100 * spread
 
         offsets = [plan.num_samples(c) // 2 // 32 * 32 for c in range(plan.num_consumers)]
         state = plan_to_state(plan, offsets, "xxh64:scale")
         remaining = sum(plan.num_real_samples(c) - o for c, o in enumerate(offsets))
-        new_params = PlanParams(seed=7, epoch=3, world_size=300, num_workers=6, batch_size=48)
+        new_params = PlanParams(seed=7, epoch=3, world_size=300, num_workers=6, batch_size=48, spread=spread)
         elastic = build_plan(sizes, new_params, state)
         assert elastic.level == 1 and elastic.num_consumers == 1800
         assert elastic.num_source_samples == remaining + plan.num_dropped

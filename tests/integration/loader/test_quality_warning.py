@@ -1,0 +1,33 @@
+"""P20 through the loader: a dataset packed in source order that declares a label field is
+warned about once, in the training process, only when its batches draw from few shards."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+import shardkit as sk
+
+
+def sorted_dataset(path: Path, tag: int) -> str:
+    """2,000 samples in 20 sorted classes, ~50 samples per shard, recorded as source order."""
+    with sk.ShardWriter(str(path), shard_size="4KiB", block_size="1KiB") as writer:
+        writer.order = {"shuffled": False}
+        for index in range(2000):
+            writer.write({"label": index // 100, "tag": tag, "payload": bytes(40)})
+    return str(path)
+
+
+def test_loader_warns_once_when_batches_draw_from_few_shards(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="shardkit.plan.quality")
+    narrow = sk.StreamingDataset(sorted_dataset(tmp_path / "a", 0), batch_size=64, shuffle_window=64)
+    assert len(narrow.dataset.manifest.shards) > 20
+    for epoch in range(3):  # a new plan each epoch, one warning
+        narrow.plan(epoch, 1, 0)
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and "--quality label" in messages[0] and "shards on average" in messages[0]
+    wide = sk.StreamingDataset(sorted_dataset(tmp_path / "b", 1), batch_size=64, shuffle_window=2048)
+    wide.plan(0, 1, 0)  # every window mixes the whole dataset: nothing to say
+    assert len(caplog.records) == 1
