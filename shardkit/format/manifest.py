@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,7 +96,7 @@ def _parse_int(text: str) -> int:
 
 @dataclass(frozen=True)
 class Manifest:
-    shards: tuple[ShardInfo, ...]
+    shards: Sequence[ShardInfo]  # a tuple, or a ``ShardTable`` of columns (manifest_companion.py)
     schema: dict[str, Any]
     metadata: dict[str, Any] = field(default_factory=dict)
     created_by: str = ""
@@ -104,23 +105,30 @@ class Manifest:
 
     @property
     def num_samples(self) -> int:
-        return sum(s.num_samples for s in self.shards)
+        return self._total("num_samples")
 
     @property
     def num_bytes(self) -> int:
-        return sum(s.num_bytes for s in self.shards)
+        return self._total("num_bytes")
 
     @property
     def raw_bytes(self) -> int:
-        return sum(s.raw_bytes for s in self.shards)
+        return self._total("raw_bytes")
 
     @property
     def shard_sizes(self) -> list[int]:
-        return [s.num_samples for s in self.shards]
+        column = getattr(self.shards, "column", None)  # a ShardTable: no per-shard objects
+        return column("num_samples").tolist() if column else [s.num_samples for s in self.shards]
+
+    def _total(self, key: str) -> int:
+        column = getattr(self.shards, "column", None)
+        if column is not None:
+            return sum(column(key).tolist())  # Python ints: a sum never wraps at 2**63
+        return sum(getattr(s, key) for s in self.shards)
 
     def compute_fingerprint(self) -> str:
         body = {"schema": self.schema, "shards": [[s.name, s.num_samples, s.checksum] for s in self.shards]}
-        return fingerprint_text(_canonical(body))
+        return fingerprint_text(canonical_json(body))
 
     def to_json(self) -> bytes:
         body = {
@@ -140,7 +148,7 @@ class Manifest:
         return (json.dumps(body, indent=1, sort_keys=False, ensure_ascii=False) + "\n").encode()
 
 
-def _canonical(value: Any) -> bytes:
+def canonical_json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
@@ -158,7 +166,7 @@ def decode_manifest(data: bytes, where: str = MANIFEST_NAME) -> Manifest:
         raise ManifestError(f"{where}: not valid JSON: {exc}") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT_NAME:
         raise ManifestError(f"{where}: not a shardkit manifest (missing \"format\": \"shardkit\")")
-    _check_version(raw.get("format_version"), where)
+    check_version(raw.get("format_version"), where)
     shards_raw = raw.get("shards")
     if not isinstance(shards_raw, list):
         raise ManifestError(f"{where}: 'shards' must be a list")
@@ -175,13 +183,13 @@ def decode_manifest(data: bytes, where: str = MANIFEST_NAME) -> Manifest:
         metadata=metadata,
         created_by=str(raw.get("created_by", "")),
         fingerprint=str(raw.get("fingerprint", "")),
-        order=_order(raw.get("order"), where),
+        order=manifest_order(raw.get("order"), where),
     )
     _check_totals(raw, manifest, where)
     return manifest
 
 
-def _order(order: Any, where: str) -> dict[str, Any] | None:
+def manifest_order(order: Any, where: str) -> dict[str, Any] | None:
     """M9: absent (older writers: order not recorded) or an object with a bool ``shuffled``."""
     if order is None:
         return None
@@ -190,7 +198,7 @@ def _order(order: Any, where: str) -> dict[str, Any] | None:
     return order
 
 
-def _check_version(version: Any, where: str) -> None:
+def check_version(version: Any, where: str) -> None:
     try:
         major, minor = (int(x) for x in str(version).split("."))
     except ValueError:

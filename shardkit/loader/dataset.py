@@ -41,10 +41,11 @@ from shardkit.plan import Plan, PlanParams, build_plan, worker_consumer
 from shardkit.plan.quality import warn_if_unshuffled
 from shardkit.read import ReadOptions, StoredDataset, open_dataset
 from shardkit.read.column_pieces import ColumnPiece, as_samples
+from shardkit.read.dataset import split_manifest_path
 from shardkit.read.mixture import Mixture, is_mixture_file
 from shardkit.read.random_access import RandomAccess
 from shardkit.read.stream import WindowSamples, iter_consumer
-from shardkit.storage import ShardCache
+from shardkit.storage import ShardCache, split_protocol
 
 log = logging.getLogger(__name__)
 __all__ = ["META_KEY", "StreamOptions", "StreamingDataset"]
@@ -111,11 +112,13 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         self.transform = transform
         self._transform_context = transform is not None and takes_context(transform)  # ctx (SampleContext)?
         self.collate_fn = collate_fn or collate_samples
-        self.dataset: StoredDataset = open_dataset(path, storage_options)
+        # The node cache also holds the manifest: one download per node, not per rank (K18).
+        remote = split_protocol(split_manifest_path(path))[0] != "file"
+        self._cache: ShardCache | None = ShardCache(cache_dir, limit) if cache_dir and remote else None
+        self.dataset: StoredDataset = open_dataset(path, storage_options, self._cache)
         check_dataset(self.dataset.manifest.num_samples, self.params)  # fewer samples than a batch (P16)
         self.control = Control()
         self._epoch = 0
-        self._cache: ShardCache | None = None
         self._plans: dict[str, Plan] = {}
         self._lookup: RandomAccess | None = None  # ds[i] (read/random_access.py), opened lazily
 

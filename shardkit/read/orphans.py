@@ -9,11 +9,12 @@ error).
 from __future__ import annotations
 
 from shardkit.format import MANIFEST_NAME
+from shardkit.format.manifest_companion import COMPANION_NAME
 from shardkit.read.dataset import StoredDataset
 
 
 def unnamed_files(dataset: StoredDataset) -> list[str]:
     """Names (relative to the dataset folder, sorted) of files the manifest does not name."""
     named = {info.name for info in dataset.manifest.shards}
-    named.add(MANIFEST_NAME)
+    named.update((MANIFEST_NAME, COMPANION_NAME))
     return [name for name in dataset.store.list("") if name not in named]

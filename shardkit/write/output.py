@@ -34,6 +34,7 @@ from dataclasses import replace
 
 from shardkit.errors import ManifestError
 from shardkit.format import MANIFEST_NAME, ShardInfo, decode_manifest
+from shardkit.format.manifest_companion import COMPANION_MIN_BYTES, COMPANION_NAME, encode_companion
 from shardkit.storage import Store
 from shardkit.storage.atomic import TEMP_PREFIX, remove_quietly, temp_files
 
@@ -97,7 +98,7 @@ class Output:
         (``FileExistsError``) files in the shards folder that no writer makes (W5)."""
         remove, foreign = [], []
         for name in self._candidates():
-            if name == MANIFEST_NAME or name in self.named:
+            if name in (MANIFEST_NAME, COMPANION_NAME) or name in self.named:
                 continue
             head, base = posixpath.split(name)
             if name.startswith(STAGING_PREFIX) or (not head and base.startswith(TEMP_PREFIX)):
@@ -154,6 +155,8 @@ class Output:
         return posixpath.join(self.folder, posixpath.basename(staged))
 
     def _publish_manifest(self, data: bytes, shards: tuple[ShardInfo, ...]) -> None:
+        if len(data) >= COMPANION_MIN_BYTES:  # before the JSON, which names the commit (M11)
+            self.store.write_atomic(COMPANION_NAME, encode_companion(data))
         self.store.write_atomic(MANIFEST_NAME, data)
         self.committed = True
         self.named = {s.name for s in shards}
