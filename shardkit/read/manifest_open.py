@@ -20,7 +20,7 @@ import logging
 import os
 from collections.abc import Iterator
 
-from shardkit.errors import ManifestError, NotFoundError
+from shardkit.errors import CacheError, ManifestError, NotFoundError
 from shardkit.format import MANIFEST_NAME, Manifest, decode_manifest
 from shardkit.format.checksum import StreamingChecksum, xxh64_text
 from shardkit.format.manifest_companion import COMPANION_MIN_BYTES, COMPANION_NAME, decode_companion
@@ -60,7 +60,14 @@ def _local_copy(store: Store, cache: ShardCache | None) -> Iterator[str | None]:
         return
     size, version = store.version(MANIFEST_NAME)
     digest = hashlib.sha256(f"{store.url}\0{version}\0{size}".encode()).hexdigest()[:32]
-    with cache.open(store, MANIFEST_NAME, key=f"manifest-{digest}", num_bytes=size) as path:
+    with contextlib.ExitStack() as stack:
+        try:
+            path: str | None = stack.enter_context(
+                cache.open(store, MANIFEST_NAME, key=f"manifest-{digest}", num_bytes=size))
+        except CacheError as exc:  # e.g. a cache limit below the manifest's size (K7)
+            log.warning("%s: not kept in the node cache (%s); reading it from the store",
+                        store.url_of(MANIFEST_NAME), exc)
+            path = None
         yield path
 
 
@@ -94,16 +101,24 @@ def _companion(store: Store, cache: ShardCache | None, json_checksum: str) -> Ma
     """The manifest from ``manifest.bin`` if it is there and bound to ``json_checksum``."""
     where = store.url_of(COMPANION_NAME)
     try:
-        if store.is_local or cache is None:
-            data = store.read(COMPANION_NAME)
-        else:
-            size = store.size(COMPANION_NAME)
-            key = f"manifest-bin-{json_checksum.split(':')[-1]}"
-            with cache.open(store, COMPANION_NAME, key=key, num_bytes=size) as path:
-                data = read_regular_file(path, "manifest companion")
+        data = _cached_read(store, cache, COMPANION_NAME, f"manifest-bin-{json_checksum.split(':')[-1]}")
         return decode_companion(data, json_checksum, where)
     except NotFoundError:
         log.info("%s: no manifest companion; parsing the (large) manifest.json", where)
     except ManifestError as exc:
         log.warning("%s is not used: %s", where, exc)
     return None
+
+
+def _cached_read(store: Store, cache: ShardCache | None, name: str, key: str) -> bytes:
+    """``name``'s bytes through the node cache under ``key`` (straight from the store without
+    a cache, for a local store, or when the cache cannot hold it)."""
+    if store.is_local or cache is None:
+        return store.read(name)
+    size = store.size(name)
+    try:
+        with cache.open(store, name, key=key, num_bytes=size) as path:
+            return read_regular_file(path, "manifest companion")
+    except CacheError as exc:
+        log.warning("%s: not kept in the node cache (%s); reading it from the store", store.url_of(name), exc)
+        return store.read(name)
