@@ -50,6 +50,7 @@ COMPANION_NAME = "manifest.bin"
 COMPANION_MIN_BYTES = 1 << 20
 MAGIC = b"SKMB"
 VERSION = 1
+_SLICE = 8192  # entries formatted at a time by fast_fingerprint
 COLUMNS = ("num_samples", "num_bytes", "num_blocks", "raw_bytes", "index_bytes", "checksum")
 _HEADER = struct.Struct("<4sHHQQQ")
 _PART = r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}"
@@ -153,17 +154,24 @@ def decode_companion(data: bytes, json_checksum: str, where: str = COMPANION_NAM
 
 def fast_fingerprint(manifest: Manifest) -> str:
     """``manifest.compute_fingerprint()`` without per-entry JSON encoding: M3 names need no
-    escaping and checksums are hex, so the canonical text is formatted directly."""
+    escaping and checksums are hex, so the canonical text is formatted directly, and hashed in
+    slices of ``_SLICE`` entries (memory stays small whatever the shard count)."""
     table = manifest.shards
     if not isinstance(table, ShardTable):
         return manifest.compute_fingerprint()
-    count = len(table)
-    hexes = table.column("checksum").astype(">u8").tobytes().hex()
-    args = [v for entry in zip(table.names, table.column("num_samples").tolist(),
-                                [hexes[i:i + 16] for i in range(0, 16 * count, 16)], strict=True) for v in entry]
-    entries = (('["%s",%d,"xxh64:%s"],' * count)[:-1] % tuple(args)).encode()  # one C-level pass
-    text = b'{"schema":' + canonical_json(manifest.schema) + b',"shards":[' + entries + b"]}"
-    return "xxh3-128:" + xxhash.xxh3_128_hexdigest(text)
+    hasher = xxhash.xxh3_128()
+    hasher.update(b'{"schema":' + canonical_json(manifest.schema) + b',"shards":[')
+    names, counts, checksums = table.names, table.column("num_samples"), table.column("checksum")
+    for lo in range(0, len(table), _SLICE):
+        hi = min(lo + _SLICE, len(table))
+        hexes = checksums[lo:hi].astype(">u8").tobytes().hex()
+        args = [v for entry in zip(names[lo:hi], counts[lo:hi].tolist(),
+                                   [hexes[i:i + 16] for i in range(0, 16 * (hi - lo), 16)], strict=True)
+                for v in entry]
+        text = ('["%s",%d,"xxh64:%s"],' * (hi - lo)) % tuple(args)  # one C-level pass per slice
+        hasher.update((text if hi < len(table) else text[:-1]).encode())
+    hasher.update(b"]}")
+    return "xxh3-128:" + hasher.hexdigest()
 
 
 def _head(raw: bytes, where: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import shardkit as sk
 from shardkit.errors import ManifestError
-from shardkit.format import Manifest, ShardInfo, decode_manifest
+from shardkit.format import Manifest, ShardInfo, decode_manifest, manifest_companion
 from shardkit.format.checksum import xxh64_text
 from shardkit.format.manifest_companion import COMPANION_NAME, ShardTable, decode_companion, encode_companion
 from shardkit.read import manifest_open, open_dataset
@@ -129,3 +129,13 @@ def test_writer_publishes_a_companion_for_a_large_manifest_and_readers_use_it(
 def test_small_manifests_get_no_companion(tmp_path: Path) -> None:
     _pack(tmp_path / "ds", 20)
     assert not (tmp_path / "ds" / COMPANION_NAME).exists()
+
+
+@pytest.mark.parametrize("count", [0, 1, 7, 9])
+def test_fingerprint_is_the_same_hashed_in_slices(count: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """M5 through the companion: the sliced canonical text hashes like the JSON's whole one."""
+    monkeypatch.setattr(manifest_companion, "_SLICE", 3)
+    body, companion = _pair(_manifest([f"s{i}" for i in range(count)]) if count else
+                            Manifest((), {"id": {"type": "int"}}, {}))
+    got = decode_companion(companion, xxh64_text(body))
+    assert got.fingerprint == decode_manifest(body).fingerprint == got.compute_fingerprint()
