@@ -112,13 +112,15 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         self.transform = transform
         self._transform_context = transform is not None and takes_context(transform)  # ctx (SampleContext)?
         self.collate_fn = collate_fn or collate_samples
-        # The node cache also holds the manifest: one download per node, not per rank (K18).
+        # The node cache also holds the manifest: one download per node, not per rank (K18). Its
+        # own instance: the shard cache (and its counters, G10) is made where shards are read.
         remote = split_protocol(split_manifest_path(path))[0] != "file"
-        self._cache: ShardCache | None = ShardCache(cache_dir, limit) if cache_dir and remote else None
-        self.dataset: StoredDataset = open_dataset(path, storage_options, self._cache)
+        manifest_cache = ShardCache(cache_dir, limit) if cache_dir and remote else None
+        self.dataset: StoredDataset = open_dataset(path, storage_options, manifest_cache)
         check_dataset(self.dataset.manifest.num_samples, self.params)  # fewer samples than a batch (P16)
         self.control = Control()
         self._epoch = 0
+        self._cache: ShardCache | None = None
         self._plans: dict[str, Plan] = {}
         self._lookup: RandomAccess | None = None  # ds[i] (read/random_access.py), opened lazily
 
