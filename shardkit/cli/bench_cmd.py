@@ -45,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
         cache_dir=args.cache_dir, shuffle=not args.no_shuffle, storage_options=storage_options(args) or None,
     )
     report = run_bench(args.path, options)
+    if report["rank"] != 0:  # under torchrun: every rank has the same cross-rank view; one prints
+        return 0
     if args.json:
         print_json(report)
         return 0
@@ -69,6 +71,8 @@ def _print(report: dict[str, Any]) -> None:
     if cache["cache_hits"] or cache["cache_misses"]:
         print(f"  cache           {cache['cache_hits']:.0f} hits, {cache['cache_misses']:.0f} misses, "
               f"{cache['download_bytes'] / 1e6:.1f} MB downloaded in {cache['download_s']:.1f} s")
+    if "ranks" in t:
+        _print_ranks(t)
     if "keep_up_ratio" in report:
         verdict = "keeps up" if report["keeps_up"] else "DOES NOT keep up"
         s = report["simulated"]
@@ -76,3 +80,13 @@ def _print(report: dict[str, Any]) -> None:
               f"{report['keep_up_ratio']:.2f} ({verdict}; rule: >= 1.2)")
         print(f"  simulated run   wait p50 {s['wait_p50_s'] * 1e3:.2f} ms, p99 {s['wait_p99_s'] * 1e3:.2f} ms, "
               f"likely bottleneck: {s['likely_bottleneck']}")
+
+
+def _print_ranks(stats: dict[str, Any]) -> None:
+    for r in stats["ranks"]:
+        print(f"  rank {r['rank']:<5}     {r['host']}: waits {r['wait_fraction']:.0%} of its time for data, "
+              f"{r['samples_per_s']:.0f} samples/s, likely bottleneck: {r['likely_bottleneck']}")
+    s = stats["straggler"]
+    if s is not None:
+        print(f"  straggler       rank {s['rank']} on {s['host']} waits {s['wait_fraction']:.0%} "
+              f"(others {s['others_median']:.0%})" + (f"; slowest shard {s['shard']}" if s["shard"] else ""))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -96,7 +97,7 @@ def _parse_int(text: str) -> int:
 
 @dataclass(frozen=True)
 class Manifest:
-    shards: tuple[ShardInfo, ...]
+    shards: Sequence[ShardInfo]  # a tuple, or a ``ShardTable`` of columns (manifest_companion.py)
     schema: dict[str, Any]
     metadata: dict[str, Any] = field(default_factory=dict)
     created_by: str = ""
@@ -110,23 +111,30 @@ class Manifest:
 
     @property
     def num_samples(self) -> int:
-        return sum(s.num_samples for s in self.shards)
+        return self._total("num_samples")
 
     @property
     def num_bytes(self) -> int:
-        return sum(s.num_bytes for s in self.shards)
+        return self._total("num_bytes")
 
     @property
     def raw_bytes(self) -> int:
-        return sum(s.raw_bytes for s in self.shards)
+        return self._total("raw_bytes")
 
     @property
     def shard_sizes(self) -> list[int]:
-        return [s.num_samples for s in self.shards]
+        column = getattr(self.shards, "column", None)  # a ShardTable: no per-shard objects
+        return column("num_samples").tolist() if column else [s.num_samples for s in self.shards]
+
+    def _total(self, key: str) -> int:
+        column = getattr(self.shards, "column", None)
+        if column is not None:
+            return sum(column(key).tolist())  # Python ints: a sum never wraps at 2**63
+        return sum(getattr(s, key) for s in self.shards)
 
     def compute_fingerprint(self) -> str:
         body = {"schema": self.schema, "shards": [[s.name, s.num_samples, s.checksum] for s in self.shards]}
-        return fingerprint_text(_canonical(body))
+        return fingerprint_text(canonical_json(body))
 
     def to_json(self) -> bytes:
         body = {
@@ -147,7 +155,7 @@ class Manifest:
         return (json.dumps(body, indent=1, sort_keys=False, ensure_ascii=False) + "\n").encode()
 
 
-def _canonical(value: Any) -> bytes:
+def canonical_json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
@@ -165,7 +173,7 @@ def decode_manifest(data: bytes, where: str = MANIFEST_NAME) -> Manifest:
         raise ManifestError(f"{where}: not valid JSON: {exc}") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT_NAME:
         raise ManifestError(f"{where}: not a shardkit manifest (missing \"format\": \"shardkit\")")
-    _check_version(raw.get("format_version"), where)
+    check_version(raw.get("format_version"), where)
     shards_raw = raw.get("shards")
     if not isinstance(shards_raw, list):
         raise ManifestError(f"{where}: 'shards' must be a list")
@@ -182,10 +190,15 @@ def decode_manifest(data: bytes, where: str = MANIFEST_NAME) -> Manifest:
         metadata=metadata,
         created_by=str(raw.get("created_by", "")),
         fingerprint=str(raw.get("fingerprint", "")),
-        order=_order(raw.get("order"), where),
+        order=manifest_order(raw.get("order"), where),
     )
     _check_totals(raw, manifest, where)
-    lengths = _lengths(raw.get("lengths"), manifest, where)
+    return with_lengths(manifest, raw.get("lengths"), where)
+
+
+def with_lengths(manifest: Manifest, raw: Any, where: str) -> Manifest:
+    """``manifest`` with the length index entries ``raw`` (the JSON's ``lengths``), checked (M10)."""
+    lengths = _lengths(raw, manifest, where)
     return manifest if not lengths else replace(manifest, lengths=lengths)
 
 
@@ -198,7 +211,8 @@ def _lengths(raw: Any, manifest: Manifest, where: str) -> tuple[LengthsInfo, ...
     n = manifest.num_samples
     entries = tuple(LengthsInfo.from_dict(e, n, f"{where}: lengths[{i}]") for i, e in enumerate(raw))
     fields, names = [e.field for e in entries], {e.name for e in entries}
-    if len(set(fields)) != len(fields) or len(names) != len(entries) or names & {s.name for s in manifest.shards}:
+    shard_names = getattr(manifest.shards, "names", None) or [s.name for s in manifest.shards]
+    if len(set(fields)) != len(fields) or len(names) != len(entries) or names & set(shard_names):
         raise ManifestError(f"{where}: lengths entries repeat a field or a file name")
     unknown = [f for f in fields if f not in manifest.schema]
     if unknown:
@@ -206,7 +220,7 @@ def _lengths(raw: Any, manifest: Manifest, where: str) -> tuple[LengthsInfo, ...
     return entries
 
 
-def _order(order: Any, where: str) -> dict[str, Any] | None:
+def manifest_order(order: Any, where: str) -> dict[str, Any] | None:
     """M9: absent (older writers: order not recorded) or an object with a bool ``shuffled``."""
     if order is None:
         return None
@@ -215,7 +229,7 @@ def _order(order: Any, where: str) -> dict[str, Any] | None:
     return order
 
 
-def _check_version(version: Any, where: str) -> None:
+def check_version(version: Any, where: str) -> None:
     try:
         major, minor = (int(x) for x in str(version).split("."))
     except ValueError:

@@ -5,13 +5,21 @@ MB/s, wait percentiles, time per worker stage; with token blocks, effective toke
 padding fraction, TB9). With ``step_time``, phase 2 simulates a training
 loop that spends ``step_time`` per step and reports whether data keeps up: the rule of thumb
 is loader throughput ≥ 1.2 × consumption (G10 in docs/guarantees.md).
+
+Under ``torchrun`` (``WORLD_SIZE`` > 1 in the environment) every rank reads its own part of the
+plan, as training would; the bench joins a gloo process group itself if none is initialized,
+and each phase's stats carry the cross-rank view (``stats(gather=True)``: per-rank data-wait
+fraction, the straggling rank and host). Every rank returns the same report.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
+
+import torch.distributed as dist
 
 from shardkit.loader.dataset import StreamingDataset
 from shardkit.loader.shard_loader import ShardLoader
@@ -51,15 +59,25 @@ def _run(loader: ShardLoader, steps: int, step_time: float | None) -> dict[str, 
             time.sleep(step_time)
         if count >= steps:
             break
-    stats = loader.stats()
+    stats = loader.stats(gather=_distributed())
     stats["time_to_first_batch_s"] = first
     stats["wall_s"] = time.perf_counter() - started
     return stats
 
 
+def _distributed() -> bool:
+    """Whether this is one rank of several (torchrun); joins a gloo group when none is set up."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")  # env:// from torchrun's MASTER_ADDR/PORT, RANK, WORLD_SIZE
+    return True
+
+
 def run_bench(path: str, options: BenchOptions) -> dict[str, Any]:
-    report: dict[str, Any] = {"path": path, **{k: v for k, v in options.__dict__.items()
-                                               if k not in ("storage_options", "tokens")}}
+    report: dict[str, Any] = {"path": path, "rank": int(os.environ.get("RANK", "0")),
+                              **{k: v for k, v in options.__dict__.items()
+                                 if k not in ("storage_options", "tokens")}}
     if options.tokens is not None:
         report["tokens"] = {"seq_len": options.tokens.seq_len, "mode": options.tokens.mode,
                             "field": options.tokens.field}

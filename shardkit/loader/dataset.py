@@ -46,10 +46,11 @@ from shardkit.plan.rotation import StepPlan
 from shardkit.plan.token_config import TokenBlocks
 from shardkit.read import ReadOptions, StoredDataset, open_dataset
 from shardkit.read.column_pieces import ColumnPiece, as_samples
+from shardkit.read.dataset import split_manifest_path
 from shardkit.read.mixture import Mixture, is_mixture_file
 from shardkit.read.random_access import RandomAccess
 from shardkit.read.stream import WindowSamples, iter_consumer
-from shardkit.storage import ShardCache
+from shardkit.storage import ShardCache, split_protocol
 
 log = logging.getLogger(__name__)
 __all__ = ["META_KEY", "StreamOptions", "StreamingDataset"]
@@ -137,7 +138,11 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         self.transform = transform
         self._transform_context = transform is not None and takes_context(transform)  # ctx (SampleContext)?
         self.collate_fn = collate_fn or collate_samples
-        self.dataset: StoredDataset = open_dataset(path, storage_options)
+        # The node cache also holds the manifest: one download per node, not per rank (K18). Its
+        # own instance: the shard cache (and its counters, G10) is made where shards are read.
+        remote = split_protocol(split_manifest_path(path))[0] != "file"
+        manifest_cache = ShardCache(cache_dir, limit) if cache_dir and remote else None
+        self.dataset: StoredDataset = open_dataset(path, storage_options, manifest_cache)
         if tokens is None:  # a batch of token blocks may come from fewer documents
             check_dataset(self.dataset.manifest.num_samples, self.params)  # fewer samples than a batch (P16)
         self.control = Control()

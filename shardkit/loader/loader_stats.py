@@ -28,8 +28,14 @@ log = logging.getLogger(__name__)
 SNAPSHOT_FIELDS = (
     "done_time", "fetch_s", "io_s", "decode_s", "collate_s",
     "raw_bytes", "cache_hits", "cache_misses", "download_bytes", "download_s", "fresh_buffers",
+    "slowest_open_s", "slowest_shard",
 )
-_COUNTERS = SNAPSHOT_FIELDS[1:]
+_COUNTERS = SNAPSHOT_FIELDS[1:-2]  # summed over consumers; the last two are a maximum and its shard
+#: What ``likely_stage`` names, in a fixed order (the cross-rank view sends the position).
+STAGES = (
+    "storage (shard downloads / cache waits)", "block reads", "decode (decompress + unpack)", "collate",
+    "transfer to the training process",
+)
 
 
 @dataclass
@@ -49,6 +55,7 @@ class WorkerStats:
             cache.hits if cache else 0, cache.misses if cache else 0,
             cache.download_bytes if cache else 0, cache.download_seconds if cache else 0.0,
             self.fresh_buffers,
+            self.read.slowest_open_seconds, self.read.slowest_shard,
         )
 
 
@@ -117,14 +124,16 @@ class LoaderStats:
 
     def likely_stage(self) -> str:
         totals = self.stages()
-        times = {
-            "storage (shard downloads / cache waits)": totals["fetch_s"],
-            "block reads": totals["io_s"],
-            "decode (decompress + unpack)": totals["decode_s"],
-            "collate": totals["collate_s"],
-            "transfer to the training process": float(np.sum(self.transfers)) if self.transfers else 0.0,
-        }
+        transfer = float(np.sum(self.transfers)) if self.transfers else 0.0
+        values = (totals["fetch_s"], totals["io_s"], totals["decode_s"], totals["collate_s"], transfer)
+        times = dict(zip(STAGES, values, strict=True))
         return max(times, key=lambda k: times[k])
+
+    def slowest_open(self) -> tuple[float, int]:
+        """The longest shard open seen by any consumer of this rank, and that shard (-1: none)."""
+        found = [(snapshot[-2], int(snapshot[-1])) for snapshot in self.consumers.values()
+                 if len(snapshot) == len(SNAPSHOT_FIELDS)]
+        return max(found, default=(0.0, -1))
 
     def summary(self) -> dict[str, Any]:
         waits = np.asarray(self.waits) if self.waits else np.zeros(1)
@@ -140,6 +149,7 @@ class LoaderStats:
             "wait_p99_s": float(np.percentile(waits, 99)),
             "wait_max_s": float(waits.max()),
             "wait_total_s": float(waits.sum()),
+            "wait_first_s": float(waits[0]),  # to the first batch: worker start-up, first shard opens
             "transfer_p50_s": float(np.percentile(transfers, 50)),
             "elapsed_s": elapsed,
             "stages_s": {k: totals[k] for k in ("fetch_s", "io_s", "decode_s", "collate_s")},

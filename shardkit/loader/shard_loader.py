@@ -30,6 +30,7 @@ from shardkit.loader.epochs import EpochCursor
 from shardkit.loader.guard import passthrough
 from shardkit.loader.loader_stats import LoaderStats
 from shardkit.loader.mixture_state import gather_sum
+from shardkit.loader.rank_stats import gather_rank_stats
 from shardkit.loader.topology import Topology, rank_and_world
 from shardkit.loader.transfer.meta import META_KEY, BatchMeta
 from shardkit.loader.transfer.packed import BatchGroup, PackedBatch
@@ -237,12 +238,24 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
                 log.info("shardkit loader: %s", _stats_line(self._stats.summary()))
             yield batch
 
-    def stats(self) -> dict[str, Any]:
-        """Wait-time percentiles and throughput of the current iteration (G10)."""
+    def stats(self, gather: bool = False) -> dict[str, Any]:
+        """Wait-time percentiles and throughput of the current iteration (G10).
+
+        ``gather=True`` adds the cross-rank view (loader/rank_stats.py): each rank's data-wait
+        fraction and host under ``"ranks"``, and the ``"straggler"`` (rank, host, slowest shard)
+        or None. Collective when distributed, like ``state_dict``: every rank must call it."""
         summary = self._stats.summary()
         if self._tally is not None:
             summary["sources"] = self._tally.summary()  # this rank's samples received, per source
+        if gather:
+            summary.update(gather_rank_stats(summary, self._stats.slowest_open(), self._topology(),
+                                             self._shard_name))
         return summary
+
+    def _shard_name(self, shard_index: int) -> str | None:
+        """The name of shard ``shard_index`` (None for a mixture: its indices are per source)."""
+        shards = self.streaming.dataset.manifest.shards if self._tally is None else ()  # a tally: a mixture
+        return shards[shard_index].name if 0 <= shard_index < len(shards) else None
 
     # ---- Stateful -----------------------------------------------------------------------------
     def consumed_snapshot(self) -> tuple[dict[int, int], int]:

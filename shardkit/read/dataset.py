@@ -8,12 +8,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardkit.errors import NotFoundError
-from shardkit.format import MANIFEST_NAME, Manifest, decode_manifest
+from shardkit.format import MANIFEST_NAME, Manifest
+from shardkit.read.manifest_open import load_manifest
 from shardkit.read.options import ReadOptions
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.sources import open_source
-from shardkit.storage import Store, open_store
+from shardkit.storage import ShardCache, Store, open_store
 
 
 def split_manifest_path(path: str) -> str:
@@ -56,12 +56,9 @@ class StoredDataset:
                 yield from reader
 
 
-def open_dataset(path: str, storage_options: dict[str, Any] | None = None) -> StoredDataset:
-    """Read and validate the manifest under ``path`` (folder, URL or manifest path)."""
+def open_dataset(path: str, storage_options: dict[str, Any] | None = None,
+                 cache: ShardCache | None = None) -> StoredDataset:
+    """Read and validate the manifest under ``path`` (folder, URL or manifest path); with the
+    node ``cache``, a remote manifest is downloaded once per node and version (K18)."""
     store = open_store(split_manifest_path(path), storage_options)
-    where = store.url_of(MANIFEST_NAME)
-    try:
-        data = store.read(MANIFEST_NAME)
-    except NotFoundError:
-        raise NotFoundError(f"{where}: no manifest (not a shardkit dataset, or packing did not finish)") from None
-    return StoredDataset(store, decode_manifest(data, where))
+    return StoredDataset(store, load_manifest(store, cache))

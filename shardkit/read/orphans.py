@@ -9,6 +9,7 @@ error).
 from __future__ import annotations
 
 from shardkit.format import MANIFEST_NAME
+from shardkit.format.manifest_companion import COMPANION_NAME
 from shardkit.read.dataset import StoredDataset
 
 
@@ -16,5 +17,5 @@ def unnamed_files(dataset: StoredDataset) -> list[str]:
     """Names (relative to the dataset folder, sorted) of files the manifest does not name."""
     manifest = dataset.manifest
     named = {info.name for info in manifest.shards} | {entry.name for entry in manifest.lengths}
-    named.add(MANIFEST_NAME)
+    named.update((MANIFEST_NAME, COMPANION_NAME))
     return [name for name in dataset.store.list("") if name not in named]

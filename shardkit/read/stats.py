@@ -13,6 +13,14 @@ class ReadStats:
     decode_seconds: float = 0.0  # checksum, decompression and msgpack unpacking
     raw_bytes: int = 0  # decompressed bytes produced
     blocks: int = 0
+    slowest_open_seconds: float = 0.0  # the longest single shard open (cross-rank view names it)
+    slowest_shard: int = -1  # manifest index of that shard; -1: none opened yet
+
+    def opened(self, shard_index: int, seconds: float) -> None:
+        """Count ``seconds`` spent opening shard ``shard_index``."""
+        self.fetch_seconds += seconds
+        if seconds > self.slowest_open_seconds:
+            self.slowest_open_seconds, self.slowest_shard = seconds, shard_index
 
     def to_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in asdict(self).items()}

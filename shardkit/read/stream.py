@@ -93,7 +93,7 @@ class ShardOpener:
             stack.close()
             exc.add_note(f"while opening shard {info.name} (index {shard_index}) of {self.dataset.url}")
             raise
-        self.stats.fetch_seconds += time.perf_counter() - started
+        self.stats.opened(shard_index, time.perf_counter() - started)
         stack.callback(reader.close)
         self._open[shard_index] = (reader, stack)
         while len(self._open) > self.keep_open:

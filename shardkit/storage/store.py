@@ -38,6 +38,8 @@ AtomicWrite = LocalAtomicWrite | MultipartAtomicWrite | BufferedAtomicWrite
 #: as a multipart upload, a smaller one as one PUT (multipart.py).
 MULTIPART_PART_BYTES = 16 * 1024 * 1024
 MULTIPART_THRESHOLD = MULTIPART_PART_BYTES
+#: Keys of an fsspec ``info()`` that change when an object is replaced, most specific first.
+_VERSION_KEYS = ("ETag", "etag", "generation", "VersionId", "mtime", "LastModified", "created")
 
 
 def split_protocol(url: str) -> tuple[str, str]:
@@ -142,6 +144,19 @@ class Store:
             if not self.is_local:
                 self.fs.invalidate_cache(path)
             return int(self.fs.size(path))
+
+        return self._call(name, once)
+
+    def version(self, name: str) -> tuple[int, str]:
+        """``(size, version)`` of ``name`` from one metadata request (a HEAD on S3). ``version``
+        is the object's ETag (GCS: generation; local and memory stores: the modification or
+        creation time), so a republished object gets a different one (K18)."""
+        def once(path: str) -> tuple[int, str]:
+            if not self.is_local:
+                self.fs.invalidate_cache(path)
+            info = self.fs.info(path)
+            token = next((str(info[k]) for k in _VERSION_KEYS if info.get(k) is not None), "")
+            return int(info["size"]), token
 
         return self._call(name, once)
 

@@ -29,12 +29,13 @@ from __future__ import annotations
 import logging
 import posixpath
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from shardkit.errors import ManifestError
 from shardkit.format import MANIFEST_NAME, ShardInfo, decode_manifest
 from shardkit.format.length_index import LENGTHS_FILE, LengthsInfo
+from shardkit.format.manifest_companion import COMPANION_MIN_BYTES, COMPANION_NAME, encode_companion
 from shardkit.storage import Store
 from shardkit.storage.atomic import TEMP_PREFIX, remove_quietly, temp_files
 
@@ -47,7 +48,7 @@ STAGING_FOLDERS = (f"{STAGING_PREFIX}a", f"{STAGING_PREFIX}b")
 BuildManifest = Callable[[tuple[ShardInfo, ...], tuple[LengthsInfo, ...]], bytes]
 
 
-def _names(entries: tuple[ShardInfo, ...] | tuple[LengthsInfo, ...]) -> list[str]:
+def _names(entries: Sequence[ShardInfo] | Sequence[LengthsInfo]) -> list[str]:
     return [entry.name for entry in entries]
 
 
@@ -111,7 +112,7 @@ class Output:
         (``FileExistsError``) files in the shards folder that no writer makes (W5)."""
         remove, foreign = [], []
         for name in self._candidates():
-            if name == MANIFEST_NAME or name in self.named:
+            if name in (MANIFEST_NAME, COMPANION_NAME) or name in self.named:
                 continue
             head, base = posixpath.split(name)
             if name.startswith(STAGING_PREFIX) or (not head and base.startswith(TEMP_PREFIX)):
@@ -170,6 +171,8 @@ class Output:
 
     def _publish_manifest(self, data: bytes, shards: tuple[ShardInfo, ...],
                           lengths: tuple[LengthsInfo, ...]) -> None:
+        if len(data) >= COMPANION_MIN_BYTES:  # before the JSON, which names the commit (M15)
+            self.store.write_atomic(COMPANION_NAME, encode_companion(data))
         self.store.write_atomic(MANIFEST_NAME, data)
         self.committed = True
         self.named = {*_names(shards), *_names(lengths)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
@@ -25,3 +26,13 @@ def stream_rank(rank: int, world: int, url: str, options: dict[str, Any], out_di
             json.dump({"steps": steps, "stats": loader.stats()}, fh)
     finally:
         dist.destroy_process_group()
+
+
+def open_rank(rank: int, world: int, url: str, options: dict[str, Any], out_dir: str, spec: dict[str, Any]) -> None:
+    """A rank on simulated node ``rank // ranks_per_node`` (its own cache dir): open the
+    dataset, start ``workers`` DataLoader workers and take one batch (no process group needed)."""
+    node = rank // spec["ranks_per_node"]
+    dataset = sk.StreamingDataset(url, batch_size=4, cache_dir=os.path.join(out_dir, f"node{node}"),
+                                  cache_limit="1GiB", storage_options=options)
+    dataset.options = dataclasses.replace(dataset.options, rank=rank, world_size=world)
+    next(iter(sk.ShardLoader(dataset, num_workers=spec["workers"])))
