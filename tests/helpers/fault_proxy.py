@@ -59,6 +59,8 @@ class _State:
     records: list[Record] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     rng: random.Random = field(default_factory=lambda: random.Random(1234))
+    in_flight: int = 0       # GETs being answered now
+    peak_in_flight: int = 0  # the most at once since the last ``reset_peak``
 
 
 class FaultProxy:
@@ -97,6 +99,22 @@ class FaultProxy:
             return [r for r in self.state.records
                     if (method is None or r.method == method) and (key is None or key in r.key)]
 
+    @property
+    def peak_in_flight(self) -> int:
+        """The most GETs answered at once (from the request line to the last body byte
+        written) since the last ``reset_peak``."""
+        with self.state.lock:
+            return self.state.peak_in_flight
+
+    def reset_peak(self) -> None:
+        with self.state.lock:
+            self.state.peak_in_flight = self.state.in_flight
+
+    def _in_flight(self, delta: int) -> None:
+        with self.state.lock:
+            self.state.in_flight += delta
+            self.state.peak_in_flight = max(self.state.peak_in_flight, self.state.in_flight)
+
     def bytes_served(self, key: str) -> int:
         """Body bytes sent for GETs of objects whose key contains ``key`` (all responses)."""
         return sum(r.bytes_sent for r in self.records("GET", key))
@@ -132,9 +150,16 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
+        self.proxy._in_flight(1)
+        try:
+            self._handle()
+        finally:
+            self.proxy._in_flight(-1)
+
+    def do_PUT(self) -> None:
         self._handle()
 
-    do_PUT = do_POST = do_HEAD = do_DELETE = do_GET
+    do_POST = do_HEAD = do_DELETE = do_PUT
 
     def _handle(self) -> None:
         body = self._read_body()

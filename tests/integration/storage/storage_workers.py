@@ -6,7 +6,7 @@ import hashlib
 import resource
 import signal
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier, Event
 from typing import Any
@@ -27,6 +27,7 @@ class Job:
     num_bytes: int
     digest: str  # sha256 hex of the expected bytes: the verify callback
     chunk_bytes: int = 1 << 20
+    cache_options: dict[str, Any] = field(default_factory=dict)  # more CacheOptions fields
 
 
 def verifier(digest: str):  # noqa: ANN201 - a verify callback
@@ -39,7 +40,8 @@ def verifier(digest: str):  # noqa: ANN201 - a verify callback
 
 
 def _open(job: Job, **option_overrides: Any):  # noqa: ANN202
-    options = CacheOptions(chunk_bytes=job.chunk_bytes, poll_interval=0.02, **option_overrides)
+    options = CacheOptions(chunk_bytes=job.chunk_bytes, poll_interval=0.02,
+                           **{**job.cache_options, **option_overrides})
     cache = ShardCache(job.cache_dir, job.limit_bytes, options)
     store = open_store(job.url, job.options)
     return cache.open(store, job.name, key=job.key, num_bytes=job.num_bytes,
