@@ -5,9 +5,9 @@ decrease (AIMD) on throttling (K19), and when a slow part is worth a second requ
 ``limit`` starts at ``ceiling``. A throttled request (``ThrottledError``: 503 SlowDown, 429)
 halves it — to half of what was in flight, at least 1 — once per round trip: only a request
 that started after the last decrease can decrease it again, so a burst of 503s answering one
-window of requests halves once, as TCP does per window. A successful request while the gate was
-full (requests waiting or in flight at the limit) adds ``1 / limit``: one more per window of
-successes, up to ``ceiling``. Counters say what happened (``lowest``, ``decreases``).
+window of requests halves once, as TCP does per window. Successful requests while the gate was
+full (requests waiting or in flight at the limit) raise it by one per ``limit`` of them (one
+more per window of successes), up to ``ceiling``. Counters say what happened (``lowest``, ``decreases``).
 
 It also keeps the durations of recent successful part requests: ``hedge_after(floor,
 factor)`` is ``factor`` × their median, never below ``floor`` (seconds).
@@ -36,7 +36,8 @@ class Pacing:
         if ceiling < 1:
             raise ValueError(f"ceiling must be >= 1, got {ceiling}")
         self.ceiling = ceiling
-        self.limit = float(ceiling)
+        self.limit = ceiling
+        self._credit = 0  # successes at a full gate since the limit last changed
         self.lowest = ceiling
         self.decreases = 0
         self.throttled = 0
@@ -48,8 +49,8 @@ class Pacing:
 
     @property
     def current(self) -> int:
-        """The whole number of requests allowed in flight now."""
-        return max(1, int(self.limit))
+        """The number of requests allowed in flight now."""
+        return self.limit
 
     def enter(self, timeout: float, cancel: Callable[[], bool]) -> float | None:
         """Wait until fewer than ``current`` requests are in flight; the start time (for
@@ -80,12 +81,14 @@ class Pacing:
             if ok:
                 self._durations.append(time.monotonic() - started)
                 if full and self.limit < self.ceiling:
-                    self.limit = min(float(self.ceiling), self.limit + 1.0 / self.current)
+                    self._credit += 1
+                    if self._credit >= self.limit:  # a window of successes: one more
+                        self.limit, self._credit = self.limit + 1, 0
             elif throttled:
                 self.throttled += 1
                 if started > self._last_decrease:
                     flight = self.in_flight + 1  # this request included
-                    self.limit = float(max(1, min(self.current, flight) // 2))
+                    self.limit, self._credit = max(1, min(self.limit, flight) // 2), 0
                     self._last_decrease = time.monotonic()
                     self.decreases += 1
                     self.lowest = min(self.lowest, self.current)
