@@ -113,7 +113,7 @@ class Downloader:
 
         def run(index: int) -> None:
             try:
-                data = self._attempt(store, name, start, end, loser_stops, None if index else watch)
+                data = self._attempt(store, name, start, end, loser_stops, None if index else watch, hedge=index == 1)
                 results.put((index, data, None))
             except BaseException as exc:  # handed to the waiting thread
                 results.put((index, None, exc))
@@ -139,16 +139,25 @@ class Downloader:
         raise first_error  # type: ignore[misc]
 
     def _attempt(
-        self, store: Store, name: str, start: int, end: int, stopped: Stop, watch: _Watch | None = None
+        self,
+        store: Store,
+        name: str,
+        start: int,
+        end: int,
+        stopped: Stop,
+        watch: _Watch | None = None,
+        *,
+        hedge: bool = False,
     ) -> bytes:
         """One request chain for ``[start, end)``: retried per the store's policy, every
-        request through the pacing gate and a node slot; ``watch`` sees each one out."""
+        request through the pacing gate (a ``hedge`` passes it: it stands in for a late request that
+        still holds its place) and a node slot; ``watch`` sees each one out."""
         url = store.url_of(name)
 
         def once() -> bytes:
             if stopped():
                 raise DownloadCancelled(f"{url}: download cancelled")
-            entered = self.pacing.enter(self.options.slot_timeout, stopped)
+            entered = self.pacing.enter(self.options.slot_timeout, stopped, hedge=hedge)
             if entered is None:
                 raise DownloadCancelled(f"{url}: download cancelled")
             try:

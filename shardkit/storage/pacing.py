@@ -52,14 +52,15 @@ class Pacing:
         """The number of requests allowed in flight now."""
         return self.limit
 
-    def enter(self, timeout: float, cancel: Callable[[], bool]) -> float | None:
+    def enter(self, timeout: float, cancel: Callable[[], bool], *, hedge: bool = False) -> float | None:
         """Wait until fewer than ``current`` requests are in flight; the start time (for
-        ``leave``), or None once ``cancel()`` is true. ``StorageTimeoutError`` after ``timeout``."""
+        ``leave``), or None once ``cancel()`` is true. ``StorageTimeoutError`` after ``timeout``.
+        A ``hedge`` enters at once: it stands in for a late request that still counts."""
         deadline = time.monotonic() + timeout
         with self._cond:
             self._waiting += 1
             try:
-                while self.in_flight >= self.current:
+                while self.in_flight >= self.current and not hedge:
                     if cancel():
                         return None
                     left = deadline - time.monotonic()

@@ -114,9 +114,23 @@ def test_a_stalled_part_is_hedged_and_the_second_request_wins_k20(
     fetch(cache, proxied(s3_bucket, fault_proxy), "ds/2.shard", objects["ds/2.shard"])
     assert cache.stats.hedged >= 1 and cache.stats.hedge_wins >= 1
     stalled = [r for r in fault_proxy.records("GET", "ds/2.shard") if r.fault == "slow"]
-    assert len(stalled) == 1
+    assert len(stalled) == 1 and not stalled[0].finished  # done without waiting for it
     again = [r for r in fault_proxy.records("GET", "ds/2.shard") if r.range == stalled[0].range]
     assert len(again) == 2  # the same range asked twice; the file was still verified whole
+
+
+def test_a_hedge_is_not_queued_behind_the_request_it_overtakes_k20(
+    s3_bucket: tuple[str, dict[str, Any]], fault_proxy: FaultProxy, objects: dict[str, bytes], tmp_path: Any
+) -> None:
+    """A 503 first brings the limit down to 1; the retry then stalls. Its hedge must not wait
+    for the one request allowed in flight — the stalled one."""
+    fault_proxy.add(Fault("status", status=503, requests=frozenset({1}), key="ds/3.shard"))
+    fault_proxy.add(Fault("slow", requests=frozenset({2}), key="ds/3.shard", delay=30.0))
+    cache = make_cache(tmp_path / "cache", hedge_after=0.5, download_threads=1)
+    fetch(cache, proxied(s3_bucket, fault_proxy), "ds/3.shard", objects["ds/3.shard"])
+    stalled = [r for r in fault_proxy.records("GET", "ds/3.shard") if r.fault == "slow"]
+    assert len(stalled) == 1 and not stalled[0].finished  # done without waiting for it
+    assert cache.downloader().pacing.lowest == 1 and cache.stats.hedge_wins >= 1
 
 
 @pytest.mark.slow

@@ -27,7 +27,8 @@ events = st.lists(st.sampled_from(["enter", "ok", "throttled", "failed"]), max_s
 @settings(max_examples=60, deadline=None)
 @given(ceiling=st.integers(1, 16), ops=events)
 def test_the_limit_stays_within_one_and_the_ceiling_and_admits_no_more_than_it_k19(
-        ceiling: int, ops: list[str]) -> None:
+    ceiling: int, ops: list[str]
+) -> None:
     pacing = Pacing(ceiling)
     open_requests: list[float] = []
     for op in ops:
@@ -84,6 +85,8 @@ def test_a_full_gate_waits_for_room_and_times_out_naming_the_limit() -> None:
     assert pacing.enter(5.0, never) is not None  # admitted once the first one left
     with pytest.raises(StorageTimeoutError, match="1 download requests"):
         pacing.enter(0.1, never)
+    assert pacing.enter(0.1, never, hedge=True) is not None  # stands in for a late one (K20)
+    assert pacing.in_flight == 2
 
 
 def test_hedging_waits_for_a_multiple_of_the_median_part_time_never_less_than_the_floor_k20() -> None:
