@@ -108,8 +108,9 @@ def fork(args: argparse.Namespace) -> dict[str, Any]:
     items = shard_items(store)  # the parent's client is live before the fork
     options, _ = cache_options(args.client, args.connections)
     cache = ShardCache(args.cache, 2 * sum(i.num_bytes for i in items) + (1 << 20), options)
-    loader = torch.utils.data.DataLoader(
-        _Shards(store, cache, items), batch_size=None, num_workers=2, multiprocessing_context="fork", timeout=120
+    shards: Any = _Shards(store, cache, items)  # map-style: __len__ and __getitem__
+    loader: Any = torch.utils.data.DataLoader(
+        shards, batch_size=None, num_workers=2, multiprocessing_context="fork", timeout=120
     )
     started = time.perf_counter()
     row: dict[str, Any] = {"error": None}
