@@ -55,6 +55,7 @@ class CacheOptions:
     node_connections: int = 64           # requests in flight, all processes of the node (K18)
     hedge_after: float | None = 1.0      # a late part gets a second request (K20); None: never
     hedge_factor: float = 4.0            # ... late = max(hedge_after, factor × median part time)
+    hedge_min_bytes: int = 1 << 20       # ... smaller parts are never hedged
 
 
 @dataclass(frozen=True)
@@ -269,6 +270,7 @@ class ShardCache:
         opts = self.options
         parts = DownloadOptions(part_bytes=opts.chunk_bytes, parts_in_flight=opts.download_threads,
                                 hedge_after=opts.hedge_after, hedge_factor=opts.hedge_factor,
+                                hedge_min_bytes=opts.hedge_min_bytes,
                                 slot_timeout=opts.lock_timeout)
         return Downloader(parts, Pacing(opts.node_connections), self._budget, self.stats.add)
 

@@ -43,12 +43,14 @@ class DownloadCancelled(StorageError):
 
 @dataclass(frozen=True)
 class DownloadOptions:
-    """Parts of one download; ``hedge_after`` None: never hedge. Seconds for times."""
+    """Parts of one download; ``hedge_after`` None: never hedge; parts below
+    ``hedge_min_bytes`` are never hedged either. Seconds for times."""
 
     part_bytes: int = 8 * 1024 * 1024
     parts_in_flight: int = 8
     hedge_after: float | None = 1.0
     hedge_factor: float = 4.0
+    hedge_min_bytes: int = 1 << 20
     slot_timeout: float = 900.0
 
 
@@ -102,7 +104,7 @@ class Downloader:
     def _part(self, store: Store, name: str, start: int, end: int, stopped: Stop) -> bytes:
         """The bytes of one part; hedged by a second request when it runs late (K20)."""
         self._count(parts=1)
-        if self.options.hedge_after is None:
+        if self.options.hedge_after is None or end - start < self.options.hedge_min_bytes:
             return self._attempt(store, name, start, end, stopped)
         results: queue.Queue[tuple[int, bytes | None, BaseException | None]] = queue.Queue()
         won = threading.Event()

@@ -45,12 +45,13 @@ def jobs(s3_bucket: tuple[str, dict], fault_proxy: FaultProxy,
             cache_dir=os.path.join(str(tmp_path), "cache"), limit_bytes=NUM_SHARDS * SIZE,
             url=url, options=storage_options(fault_proxy.endpoint_url), name=f"ds/{index}.shard",
             key=f"fp123/ds/{index}.shard@{hashlib.sha256(data).hexdigest()[:16]}",
-            num_bytes=SIZE, digest=hashlib.sha256(data).hexdigest()))
+            num_bytes=SIZE, digest=hashlib.sha256(data).hexdigest(),
+            cache_options={"hedge_after": None}))  # bytes are counted exactly: no hedges (K20)
     return result
 
 
 def cache_for(job: workers.Job, **overrides: float) -> ShardCache:
-    options = CacheOptions(chunk_bytes=job.chunk_bytes, poll_interval=0.02, **overrides)
+    options = CacheOptions(chunk_bytes=job.chunk_bytes, poll_interval=0.02, **{**job.cache_options, **overrides})
     return ShardCache(job.cache_dir, job.limit_bytes, options)
 
 

@@ -50,6 +50,7 @@ def make_cache(path: Any, **overrides: Any) -> ShardCache:
         "node_connections": 4,
         "poll_interval": 0.02,
         "hedge_after": None,
+        "hedge_min_bytes": 0,
     }
     settings.update(overrides)
     return ShardCache(str(path), 16 * SIZE, CacheOptions(**settings))
