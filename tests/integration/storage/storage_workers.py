@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import resource
 import signal
 import traceback
@@ -57,6 +58,20 @@ def open_and_check(job: Job, barrier: Barrier, results: Queue) -> None:
         results.put("ok")
     except BaseException:
         results.put(traceback.format_exc())
+
+
+def open_all_at_once(jobs: list[Job], timeout: float) -> list[str]:
+    """In one spawned process per job, open them all at once; each one's outcome ("ok" or a
+    traceback)."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(len(jobs)), ctx.Queue()
+    procs = [ctx.Process(target=open_and_check, args=(job, barrier, results)) for job in jobs]
+    for proc in procs:
+        proc.start()
+    outcomes = [results.get(timeout=timeout) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=timeout)
+    return outcomes
 
 
 def hold_lease(job: Job, ready: Event, release: Event) -> None:

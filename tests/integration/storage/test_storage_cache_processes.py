@@ -69,15 +69,7 @@ def disk_bytes(root: str) -> int:
 def test_processes_opening_one_shard_download_it_once_c3(jobs: list[workers.Job],
                                                          fault_proxy: FaultProxy) -> None:
     job = jobs[0]
-    barrier, results = CTX.Barrier(4), CTX.Queue()
-    procs = [CTX.Process(target=workers.open_and_check, args=(job, barrier, results))
-             for _ in range(4)]
-    for proc in procs:
-        proc.start()
-    outcomes = [results.get(timeout=HANG) for _ in procs]
-    for proc in procs:
-        proc.join(timeout=HANG)
-    assert outcomes == ["ok"] * 4
+    assert workers.open_all_at_once([job] * 4, HANG) == ["ok"] * 4
     assert fault_proxy.bytes_served(job.name) == SIZE  # exactly one full download
 
 

@@ -144,14 +144,7 @@ def test_processes_share_one_node_budget_k18(
         _job(s3_bucket, fault_proxy, tmp_path, name, payload, node_connections=2)
         for name, payload in list(objects.items())[:3]
     ]
-    barrier, results = CTX.Barrier(3), CTX.Queue()
-    procs = [CTX.Process(target=workers.open_and_check, args=(job, barrier, results)) for job in jobs]
-    for proc in procs:
-        proc.start()
-    outcomes = [results.get(timeout=HANG) for _ in procs]
-    for proc in procs:
-        proc.join(timeout=HANG)
-    assert outcomes == ["ok"] * 3
+    assert workers.open_all_at_once(jobs, HANG) == ["ok"] * 3
     # The proxy counts a response until its handler returns from the last write, which may be
     # just after the client has it and let the next request go: hence the + 1.
     assert 2 <= fault_proxy.peak_in_flight <= 3
