@@ -50,7 +50,7 @@ class TransientStorageError(StorageError):
 
 class ThrottledError(TransientStorageError):
     """The store asked the client to slow down (HTTP 503 ``SlowDown``, 429): retried, and
-    cache downloads lower their concurrency (specs/cache.md, K19)."""
+    cache downloads lower their concurrency (specs/cache.md, K21)."""
 
 
 class CacheError(StorageError):

@@ -1,4 +1,4 @@
-"""One node-wide budget of concurrent requests, shared by every process of a cache dir (K18).
+"""One node-wide budget of concurrent requests, shared by every process of a cache dir (K20).
 
 The budget is ``num_slots`` slot files, ``<cache_dir>/v1/.slots/<i>.lock``; a request in
 flight holds an exclusive ``flock`` on one of them. flock is what makes it crash-safe: the

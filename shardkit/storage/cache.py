@@ -52,8 +52,8 @@ class CacheOptions:
     verify_attempts: int = 3         # downloads tried when the fetched bytes fail ``verify``
     chunk_bytes: int = 8 * 1024 * 1024  # one ranged GET (part) of a download
     download_threads: int = 8            # parts of one download in flight at once
-    node_connections: int = 64           # requests in flight, all processes of the node (K18)
-    hedge_after: float | None = 1.0      # a late part gets a second request (K20); None: never
+    node_connections: int = 64           # requests in flight, all processes of the node (K20)
+    hedge_after: float | None = 1.0      # a late part gets a second request (K22); None: never
     hedge_factor: float = 4.0            # ... late = max(hedge_after, factor × median part time)
     hedge_min_bytes: int = 1 << 20       # ... smaller parts are never hedged
 
@@ -77,9 +77,9 @@ class CacheStats:
     download_bytes: int = 0
     download_seconds: float = 0.0
     redownloads: int = 0
-    parts: int = 0        # ranged GETs of downloads (K18), hedges not counted
-    throttled: int = 0    # requests answered 503 SlowDown / 429 (K19)
-    hedged: int = 0       # parts that got a second request (K20)
+    parts: int = 0        # ranged GETs of downloads (K20), hedges not counted
+    throttled: int = 0    # requests answered 503 SlowDown / 429 (K21)
+    hedged: int = 0       # parts that got a second request (K22)
     hedge_wins: int = 0   # ... where the second one won
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -261,7 +261,7 @@ class ShardCache:
         self.stats.add(download_bytes=num_bytes, download_seconds=time.monotonic() - started)
 
     def downloader(self) -> Downloader:
-        """This process's downloads: their pacing (``.pacing``) and node budget (K18–K20)."""
+        """This process's downloads: their pacing (``.pacing``) and node budget (K20–K22)."""
         if self._downloads.pid != os.getpid():  # forked: the parent's in-flight counts are void
             self._downloads = self._new_downloader()
         return self._downloads

@@ -3,7 +3,7 @@
 Parts are separate range requests of ``part_bytes``, up to ``parts_in_flight`` of one object at
 once, each retried on its own (the store's ``RetryPolicy``): a transient failure costs one
 part, not the whole shard, and memory stays bounded by ``part_bytes × parts_in_flight`` (× 2
-while hedging). Every request passes two gates (specs/cache.md, K18–K20):
+while hedging). Every request passes two gates (specs/cache.md, K20–K22):
 
 - ``Pacing`` (pacing.py): this process's AIMD limit, lowered when the store throttles (503
   SlowDown, 429) and raised again as requests succeed;
@@ -102,7 +102,7 @@ class Downloader:
             os.close(fd)
 
     def _part(self, store: Store, name: str, start: int, end: int, stopped: Stop) -> bytes:
-        """The bytes of one part; hedged by a second request when it runs late (K20)."""
+        """The bytes of one part; hedged by a second request when it runs late (K22)."""
         self._count(parts=1)
         if self.options.hedge_after is None or end - start < self.options.hedge_min_bytes:
             return self._attempt(store, name, start, end, stopped)

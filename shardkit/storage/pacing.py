@@ -1,5 +1,5 @@
 """How many part requests one process keeps in flight: additive increase, multiplicative
-decrease (AIMD) on throttling (K19), and when a slow part is worth a second request (K20).
+decrease (AIMD) on throttling (K21), and when a slow part is worth a second request (K22).
 
 ``Pacing`` is a gate in front of every part request of the cache's downloads in a process.
 ``limit`` starts at ``ceiling``. A throttled request (``ThrottledError``: 503 SlowDown, 429)

@@ -119,10 +119,10 @@ def test_transient_faults_lose_nothing(s3_dataset: tuple[str, sk.Manifest], faul
 
 
 @pytest.mark.slow
-def test_throttling_and_stalled_responses_lose_nothing_k19_k20(
+def test_throttling_and_stalled_responses_lose_nothing_k21_k22(
     s3_dataset: tuple[str, sk.Manifest], fault_proxy: FaultProxy, tmp_path: Any
 ) -> None:
-    """K19/K20 through the loader and its workers: 503 SlowDown at a steady rate and two
+    """K21/K22 through the loader and its workers: 503 SlowDown at a steady rate and two
     responses stalled for 5 s; every sample exactly once, nothing hangs. (These shards are
     below ``hedge_min_bytes``, so the stalls are waited out; hedging itself is tested in
     tests/integration/storage/test_storage_parallel_download.py.)"""

@@ -46,7 +46,7 @@ def jobs(s3_bucket: tuple[str, dict], fault_proxy: FaultProxy,
             url=url, options=storage_options(fault_proxy.endpoint_url), name=f"ds/{index}.shard",
             key=f"fp123/ds/{index}.shard@{hashlib.sha256(data).hexdigest()[:16]}",
             num_bytes=SIZE, digest=hashlib.sha256(data).hexdigest(),
-            cache_options={"hedge_after": None}))  # bytes are counted exactly: no hedges (K20)
+            cache_options={"hedge_after": None}))  # bytes are counted exactly: no hedges (K22)
     return result
 
 

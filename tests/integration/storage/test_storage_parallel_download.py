@@ -1,5 +1,5 @@
 """Cache downloads in parallel ranged parts under one node-wide budget, slowing down when
-throttled and hedging late parts (specs/cache.md, K18–K20), against moto through the proxy."""
+throttled and hedging late parts (specs/cache.md, K20–K22), against moto through the proxy."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def fetch(cache: ShardCache, store: Store, name: str, payload: bytes) -> None:
         assert fh.read() == payload
 
 
-def test_a_shard_is_fetched_as_parallel_ranged_parts_k18(
+def test_a_shard_is_fetched_as_parallel_ranged_parts_k20(
     s3_bucket: tuple[str, dict[str, Any]], fault_proxy: FaultProxy, objects: dict[str, bytes], tmp_path: Any
 ) -> None:
     fault_proxy.add(Fault("slow", rate=1.0, key="ds/0.shard", delay=0.2))  # parts overlap
@@ -81,7 +81,7 @@ def test_a_shard_is_fetched_as_parallel_ranged_parts_k18(
     assert cache.stats.parts == SIZE // PART
 
 
-def test_throttling_lowers_concurrency_then_it_recovers_k19(
+def test_throttling_lowers_concurrency_then_it_recovers_k21(
     s3_bucket: tuple[str, dict[str, Any]], fault_proxy: FaultProxy, objects: dict[str, bytes], tmp_path: Any
 ) -> None:
     cache = make_cache(tmp_path / "cache")
@@ -96,7 +96,7 @@ def test_throttling_lowers_concurrency_then_it_recovers_k19(
     assert pacing.current == 4  # ...and back at the ceiling after throttling stopped
 
 
-def test_429_is_throttling_too_k19(
+def test_429_is_throttling_too_k21(
     s3_bucket: tuple[str, dict[str, Any]], fault_proxy: FaultProxy, objects: dict[str, bytes], tmp_path: Any
 ) -> None:
     cache = make_cache(tmp_path / "cache")
@@ -105,7 +105,7 @@ def test_429_is_throttling_too_k19(
     assert cache.stats.throttled == 2 and cache.downloader().pacing.decreases >= 1
 
 
-def test_a_stalled_part_is_hedged_and_the_second_request_wins_k20(
+def test_a_stalled_part_is_hedged_and_the_second_request_wins_k22(
     s3_bucket: tuple[str, dict[str, Any]], fault_proxy: FaultProxy, objects: dict[str, bytes], tmp_path: Any
 ) -> None:
     # The first GET (a first request, never a hedge) sends its 128 KiB in two 64 KiB pieces,
@@ -120,7 +120,7 @@ def test_a_stalled_part_is_hedged_and_the_second_request_wins_k20(
     assert len(again) == 2  # the same range asked twice; the file was still verified whole
 
 
-def test_a_hedge_is_not_queued_behind_the_request_it_overtakes_k20(
+def test_a_hedge_is_not_queued_behind_the_request_it_overtakes_k22(
     s3_bucket: tuple[str, dict[str, Any]], fault_proxy: FaultProxy, objects: dict[str, bytes], tmp_path: Any
 ) -> None:
     """A 503 first brings the limit down to 1; the retry then stalls. Its hedge must not wait
@@ -135,7 +135,7 @@ def test_a_hedge_is_not_queued_behind_the_request_it_overtakes_k20(
 
 
 @pytest.mark.slow
-def test_processes_share_one_node_budget_k18(
+def test_processes_share_one_node_budget_k20(
     s3_bucket: tuple[str, dict[str, Any]], fault_proxy: FaultProxy, objects: dict[str, bytes], tmp_path: Any
 ) -> None:
     """3 processes × 4 parts each would put 12 requests in flight; the node allows 2."""
@@ -151,7 +151,7 @@ def test_processes_share_one_node_budget_k18(
 
 
 @pytest.mark.slow
-def test_a_sigkilled_downloader_leaks_no_budget_slot_k18(
+def test_a_sigkilled_downloader_leaks_no_budget_slot_k20(
     s3_bucket: tuple[str, dict[str, Any]], fault_proxy: FaultProxy, objects: dict[str, bytes], tmp_path: Any
 ) -> None:
     fault_proxy.add(Fault("slow", rate=1.0, key="ds/3.shard", delay=5.0))

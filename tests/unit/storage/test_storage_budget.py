@@ -1,4 +1,4 @@
-"""The node-wide download budget: flock slots shared by processes, crash-safe (K18)."""
+"""The node-wide download budget: flock slots shared by processes, crash-safe (K20)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_slots_are_exclusive_and_come_back_when_released(tmp_path: object) -> No
 
 
 @pytest.mark.slow
-def test_a_sigkilled_holder_frees_its_slots_k18(tmp_path: object) -> None:
+def test_a_sigkilled_holder_frees_its_slots_k20(tmp_path: object) -> None:
     held, done = FORK.Event(), FORK.Event()
     holder = FORK.Process(target=_hold_then_wait, args=(str(tmp_path), 3, held, done))
     holder.start()
@@ -59,7 +59,7 @@ def test_a_sigkilled_holder_frees_its_slots_k18(tmp_path: object) -> None:
 
 
 @pytest.mark.slow
-def test_a_forked_child_does_not_keep_its_dead_parents_slot_k18(tmp_path: object) -> None:
+def test_a_forked_child_does_not_keep_its_dead_parents_slot_k20(tmp_path: object) -> None:
     """flock belongs to the open file; a child forked during the hold has a copy of it. The
     child drops its copy at fork, so the slot dies with the parent, not with the child."""
     ready, stop = FORK.Event(), FORK.Event()

@@ -1,4 +1,4 @@
-"""The AIMD gate of cache downloads (K19) and the hedging threshold (K20)."""
+"""The AIMD gate of cache downloads (K21) and the hedging threshold (K22)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ events = st.lists(st.sampled_from(["enter", "ok", "throttled", "failed"]), max_s
 
 @settings(max_examples=60, deadline=None)
 @given(ceiling=st.integers(1, 16), ops=events)
-def test_the_limit_stays_within_one_and_the_ceiling_and_admits_no_more_than_it_k19(
+def test_the_limit_stays_within_one_and_the_ceiling_and_admits_no_more_than_it_k21(
     ceiling: int, ops: list[str]
 ) -> None:
     pacing = Pacing(ceiling)
@@ -48,7 +48,7 @@ def test_the_limit_stays_within_one_and_the_ceiling_and_admits_no_more_than_it_k
         assert pacing.in_flight == len(open_requests) and pacing.lowest <= pacing.current
 
 
-def test_a_burst_of_throttles_from_one_window_halves_once_then_successes_restore_it_k19() -> None:
+def test_a_burst_of_throttles_from_one_window_halves_once_then_successes_restore_it_k21() -> None:
     pacing = Pacing(8)
     window = [pacing.enter(1.0, never) for _ in range(8)]
     for started in window:  # all 8 answered 503 SlowDown
@@ -85,11 +85,11 @@ def test_a_full_gate_waits_for_room_and_times_out_naming_the_limit() -> None:
     assert pacing.enter(5.0, never) is not None  # admitted once the first one left
     with pytest.raises(StorageTimeoutError, match="1 download requests"):
         pacing.enter(0.1, never)
-    assert pacing.enter(0.1, never, hedge=True) is not None  # stands in for a late one (K20)
+    assert pacing.enter(0.1, never, hedge=True) is not None  # stands in for a late one (K22)
     assert pacing.in_flight == 2
 
 
-def test_hedging_waits_for_a_multiple_of_the_median_part_time_never_less_than_the_floor_k20() -> None:
+def test_hedging_waits_for_a_multiple_of_the_median_part_time_never_less_than_the_floor_k22() -> None:
     pacing = Pacing(4)
     assert pacing.hedge_after(0.5, 4.0) == 0.5  # nothing measured yet
     for _ in range(3):

@@ -101,7 +101,7 @@ def test_overall_timeout_bounds_the_retries() -> None:
         (PermissionError("Access Denied"), StorageError),
         (ClientError(403, "AccessDenied"), StorageError),
         (ClientError(500, "InternalError"), TransientStorageError),
-        (ClientError(503, "SlowDown"), ThrottledError),  # K19: downloads slow down on these
+        (ClientError(503, "SlowDown"), ThrottledError),  # K21: downloads slow down on these
         (ClientError(400, "SlowDown"), ThrottledError),
         (ClientError(429, "TooManyRequests"), ThrottledError),
         (ClientError(503, "ServiceUnavailable"), ThrottledError),
