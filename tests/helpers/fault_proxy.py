@@ -2,8 +2,8 @@
 
 Point s3fs at ``proxy.endpoint_url`` instead of the moto server. The proxy records every request
 (method, object key, Range header, status, body bytes sent) and, per ``Fault`` rules, answers
-with a 5xx (S3 XML error body), resets the connection (TCP RST), sends the body slowly, or
-truncates it (full Content-Length, half the body, then close). Rules fire at a ``rate`` (seeded,
+with a 5xx (S3 XML error body), resets the connection (TCP RST), waits before answering, sends
+the body slowly, or truncates it (full Content-Length, half the body, then close). Rules fire at a ``rate`` (seeded,
 reproducible) and/or on specific 1-based request numbers among the requests they match.
 """
 
@@ -29,7 +29,8 @@ _ERROR_CODES = {500: "InternalError", 503: "SlowDown", 403: "AccessDenied", 404:
 
 @dataclass
 class Fault:
-    """``kind``: "status" | "reset" | "slow" | "truncate". Matches ``method`` and ``key`` part."""
+    """``kind``: "status" | "reset" | "slow" | "truncate" | "latency" (``delay`` seconds before
+    the response, then the whole body: a round trip). Matches ``method`` and ``key`` part."""
 
     kind: str
     rate: float = 0.0
@@ -60,8 +61,8 @@ class _State:
     records: list[Record] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     rng: random.Random = field(default_factory=lambda: random.Random(1234))
-    in_flight: int = 0       # GETs being answered now
-    peak_in_flight: int = 0  # the most at once since the last ``reset_peak``
+    in_flight: int = 0
+    max_in_flight: int = 0  # the most requests the proxy was answering at once
 
 
 class FaultProxy:
@@ -101,20 +102,14 @@ class FaultProxy:
                     if (method is None or r.method == method) and (key is None or key in r.key)]
 
     @property
-    def peak_in_flight(self) -> int:
-        """The most GETs answered at once (from the request line to the last body byte
-        written) since the last ``reset_peak``."""
+    def max_in_flight(self) -> int:
+        """The most requests answered at once so far (concurrency, as a count, not a time)."""
         with self.state.lock:
-            return self.state.peak_in_flight
+            return self.state.max_in_flight
 
-    def reset_peak(self) -> None:
+    def reset_max_in_flight(self) -> None:
         with self.state.lock:
-            self.state.peak_in_flight = self.state.in_flight
-
-    def _in_flight(self, delta: int) -> None:
-        with self.state.lock:
-            self.state.in_flight += delta
-            self.state.peak_in_flight = max(self.state.peak_in_flight, self.state.in_flight)
+            self.state.max_in_flight = self.state.in_flight
 
     def bytes_served(self, key: str) -> int:
         """Body bytes sent for GETs of objects whose key contains ``key`` (all responses)."""
@@ -151,18 +146,22 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        self.proxy._in_flight(1)
-        try:
-            self._handle()
-        finally:
-            self.proxy._in_flight(-1)
-
-    def do_PUT(self) -> None:
         self._handle()
 
-    do_POST = do_HEAD = do_DELETE = do_PUT
+    do_PUT = do_POST = do_HEAD = do_DELETE = do_GET
 
     def _handle(self) -> None:
+        state = self.proxy.state
+        with state.lock:
+            state.in_flight += 1
+            state.max_in_flight = max(state.max_in_flight, state.in_flight)
+        try:
+            self._answer()
+        finally:
+            with state.lock:
+                state.in_flight -= 1
+
+    def _answer(self) -> None:
         body = self._read_body()
         key = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path.lstrip("/"))
         record = Record(self.command, key, self.headers.get("Range"), 200, None)
@@ -239,6 +238,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
+        if fault is not None and fault.kind == "latency":
+            time.sleep(fault.delay)
         step = 64 * 1024 if fault is not None and fault.kind == "slow" else len(payload) or 1
         for offset in range(0, len(payload), step):
             if fault is not None and fault.kind == "slow":

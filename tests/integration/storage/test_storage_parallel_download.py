@@ -77,7 +77,7 @@ def test_a_shard_is_fetched_as_parallel_ranged_parts_k20(
     assert sorted(r.range for r in gets) == sorted(  # type: ignore[type-var]
         f"bytes={s}-{s + PART - 1}" for s in range(0, SIZE, PART)
     )
-    assert 2 <= fault_proxy.peak_in_flight <= 4  # parts in parallel, within the budget
+    assert 2 <= fault_proxy.max_in_flight <= 4  # parts in parallel, within the budget
     assert cache.stats.parts == SIZE // PART
 
 
@@ -147,7 +147,7 @@ def test_processes_share_one_node_budget_k20(
     assert workers.open_all_at_once(jobs, HANG) == ["ok"] * 3
     # The proxy counts a response until its handler returns from the last write, which may be
     # just after the client has it and let the next request go: hence the + 1.
-    assert 2 <= fault_proxy.peak_in_flight <= 3
+    assert 2 <= fault_proxy.max_in_flight <= 3
 
 
 @pytest.mark.slow
