@@ -48,6 +48,11 @@ class TransientStorageError(StorageError):
     """A failure worth retrying: 5xx, throttling, resets, timeouts, truncated bodies."""
 
 
+class ThrottledError(TransientStorageError):
+    """The store asked the client to slow down (HTTP 503 ``SlowDown``, 429): retried, and
+    cache downloads lower their concurrency (specs/cache.md, K21)."""
+
+
 class CacheError(StorageError):
     """The node-local cache cannot make room or cannot publish a file."""
 

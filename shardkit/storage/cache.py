@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from shardkit.errors import CacheError, StorageError, StorageTimeoutError
+from shardkit.storage.budget import NodeBudget
 from shardkit.storage.cache_files import regular_stat
 from shardkit.storage.cache_layout import Entry, ensure_root, entry_name, write_meta
-from shardkit.storage.download import download_to
+from shardkit.storage.download import Downloader, DownloadOptions
 from shardkit.storage.eviction import SpaceManager, disk_error, remove_temps
 from shardkit.storage.locks import FileLock
+from shardkit.storage.pacing import Pacing
 from shardkit.storage.store import Store
 
 if TYPE_CHECKING:
@@ -48,8 +50,12 @@ class CacheOptions:
     poll_interval: float = 0.1
     verify_on_hit: bool = True       # verify a cached file once per process before first use
     verify_attempts: int = 3         # downloads tried when the fetched bytes fail ``verify``
-    chunk_bytes: int = 16 * 1024 * 1024
-    download_threads: int = 4
+    chunk_bytes: int = 8 * 1024 * 1024  # one ranged GET (part) of a download
+    download_threads: int = 8            # parts of one download in flight at once
+    node_connections: int = 64           # requests in flight, all processes of the node (K20)
+    hedge_after: float | None = 1.0      # a late part gets a second request (K22); None: never
+    hedge_factor: float = 4.0            # ... late = max(hedge_after, factor × median part time)
+    hedge_min_bytes: int = 1 << 20       # ... smaller parts are never hedged
     plan_eviction: bool = True       # evict by the consumers' published next uses (K30); else LRU
 
 
@@ -72,6 +78,10 @@ class CacheStats:
     download_bytes: int = 0
     download_seconds: float = 0.0
     redownloads: int = 0
+    parts: int = 0        # ranged GETs of downloads (K20), hedges not counted
+    throttled: int = 0    # requests answered 503 SlowDown / 429 (K21)
+    hedged: int = 0       # parts that got a second request (K22)
+    hedge_wins: int = 0   # ... where the second one won
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, **deltas: float) -> None:
@@ -105,6 +115,8 @@ class ShardCache:
         self._pid = os.getpid()
         self._guard = threading.Lock()
         self._entry_locks: dict[str, threading.Lock] = {}
+        self._budget = NodeBudget(self.root, self.options.node_connections)
+        self._downloads = self._new_downloader()
 
     def __repr__(self) -> str:
         return f"ShardCache({self.cache_dir!r}, limit_bytes={self.limit_bytes})"
@@ -245,11 +257,24 @@ class ShardCache:
         timer.daemon = True
         timer.start()
         try:
-            download_to(store, name, tmp, num_bytes, chunk_bytes=self.options.chunk_bytes,
-                        num_threads=self.options.download_threads, cancel=cancel)
+            self.downloader().fetch(store, name, tmp, num_bytes, cancel)
         finally:
             timer.cancel()
         self.stats.add(download_bytes=num_bytes, download_seconds=time.monotonic() - started)
+
+    def downloader(self) -> Downloader:
+        """This process's downloads: their pacing (``.pacing``) and node budget (K20–K22)."""
+        if self._downloads.pid != os.getpid():  # forked: the parent's in-flight counts are void
+            self._downloads = self._new_downloader()
+        return self._downloads
+
+    def _new_downloader(self) -> Downloader:
+        opts = self.options
+        parts = DownloadOptions(part_bytes=opts.chunk_bytes, parts_in_flight=opts.download_threads,
+                                hedge_after=opts.hedge_after, hedge_factor=opts.hedge_factor,
+                                hedge_min_bytes=opts.hedge_min_bytes,
+                                slot_timeout=opts.lock_timeout)
+        return Downloader(parts, Pacing(opts.node_connections), self._budget, self.stats.add)
 
     def _thread_lock(self, entry_name_: str, what: str) -> _TimedLock:
         if self._pid != os.getpid():  # forked (DataLoader worker): parent threads' locks are void

@@ -2,7 +2,8 @@
 
 Permanent: not found (404, ``NoSuchKey``) → ``NotFoundError``; denied (403) and anything unknown
 → ``StorageError``. Transient (retried): 5xx, throttling (``SlowDown``), connection resets,
-timeouts, truncated bodies → ``TransientStorageError``.
+timeouts, truncated bodies → ``TransientStorageError``; of those, 503/429/throttling codes →
+``ThrottledError`` (a subclass), on which cache downloads lower their concurrency.
 
 Backend classes are recognised by name along the exception chain, so this module imports
 neither botocore nor aiohttp (they are optional, via s3fs).
@@ -14,12 +15,16 @@ import asyncio
 import errno
 import re
 
-from shardkit.errors import NotFoundError, StorageError, TransientStorageError
+from shardkit.errors import NotFoundError, StorageError, ThrottledError, TransientStorageError
 
 _TRANSIENT_CODES = {
     "SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
     "InternalError", "ServiceUnavailable", "RequestLimitExceeded", "TooManyRequests",
     "BandwidthLimitExceeded",
+}
+_THROTTLE_CODES = {
+    "SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests",
+    "BandwidthLimitExceeded", "ServiceUnavailable",
 }
 _NOT_FOUND_CODES = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
 _TRANSIENT_CLASS_NAMES = {
@@ -36,6 +41,7 @@ _TRANSIENT_ERRNOS = {
     errno.ECONNRESET, errno.ECONNABORTED, errno.ECONNREFUSED, errno.ETIMEDOUT, errno.EPIPE,
     errno.EAGAIN, errno.EIO, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EBUSY,
 }
+_THROTTLE_IN_TEXT = re.compile(r"\b(503|429)\b|SlowDown|Throttl|Service ?Unavailable|TooManyRequests")
 _STATUS_IN_TEXT = re.compile(r"\b(5\d\d)\b|SlowDown|Throttl|Service ?Unavailable|InternalError")
 
 
@@ -78,6 +84,17 @@ def is_transient(exc: BaseException) -> bool:
     return bool(_STATUS_IN_TEXT.search(str(exc)))
 
 
+def is_throttle(exc: BaseException) -> bool:
+    """Whether ``exc`` is the store asking us to slow down: 503, 429 or a throttling code."""
+    for link in _chain(exc):
+        status, code = _http_status(link)
+        if code in _THROTTLE_CODES or status in (429, 503):
+            return True
+        if status is not None:
+            return False
+    return bool(_THROTTLE_IN_TEXT.search(str(exc)))
+
+
 def is_not_found(exc: BaseException) -> bool:
     for link in _chain(exc):
         if isinstance(link, FileNotFoundError):
@@ -97,6 +114,8 @@ def to_storage_error(exc: BaseException, url: str) -> StorageError:
         return NotFoundError(f"{url}: not found ({detail})")
     if isinstance(exc, PermissionError):
         return StorageError(f"{url}: access denied ({detail})")
+    if is_throttle(exc):
+        return ThrottledError(f"{url}: throttled, slow down ({detail})")
     if is_transient(exc):
         return TransientStorageError(f"{url}: transient failure ({detail})")
     return StorageError(f"{url}: {detail}")

@@ -115,8 +115,11 @@ class Store:
         options = {"max_concurrency": 1} if self._is_s3 else {}
         return bytes(self._call(name, lambda p: self.fs.cat_file(p, **options)))
 
-    def read_range(self, name: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)``; a short body is retried, then raised (names URL and range)."""
+    def read_range(self, name: str, start: int, end: int, *,
+                   retry: RetryPolicy | None = None) -> bytes:
+        """Bytes ``[start, end)``; a short body is retried, then raised (names URL and range).
+        ``retry`` replaces the store's policy for this call (cache downloads retry each part
+        themselves, so that throttling lowers their concurrency: download.py)."""
         if start < 0 or end < start:
             raise ValueError(f"{self.url_of(name)}: invalid byte range [{start}, {end})")
         if end == start:
@@ -131,7 +134,7 @@ class Store:
                 )
             return bytes(data)
 
-        return self._call(name, once)
+        return self._call(name, once, retry)
 
     def read_suffix(self, name: str, length: int, size: int | None = None) -> tuple[bytes, int]:
         """The last ``length`` bytes (or the whole object if shorter) and the object size."""
@@ -233,7 +236,7 @@ class Store:
         return posixpath.join(head, f".tmp-{uuid.uuid4().hex}-{tail}")
 
     # ---- helpers -------------------------------------------------------------------------
-    def _call(self, name: str, fn: Callable[[str], T]) -> T:
+    def _call(self, name: str, fn: Callable[[str], T], retry: RetryPolicy | None = None) -> T:
         """``fn(path)`` with errors mapped to the shardkit tree and transient ones retried."""
         path = self.path(name)
         url = self.url_of(name)
@@ -246,7 +249,7 @@ class Store:
             except Exception as exc:  # backends raise anything; classify names the URL
                 raise to_storage_error(exc, url) from exc
 
-        return call_with_retry(once, policy=self.retry, what=url)
+        return call_with_retry(once, policy=retry or self.retry, what=url)
 
 
 def open_store(url: str, storage_options: dict[str, Any] | None = None,

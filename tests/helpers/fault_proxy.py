@@ -52,6 +52,7 @@ class Record:
     status: int
     fault: str | None
     bytes_sent: int = 0
+    finished: bool = False  # the handler has sent all it will send
 
 
 @dataclass
@@ -175,6 +176,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._reset()
         else:
             self._forward(body, fault, record)
+        record.finished = True
 
     def _read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":

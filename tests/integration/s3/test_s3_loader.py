@@ -116,3 +116,19 @@ def test_transient_faults_lose_nothing(s3_dataset: tuple[str, sk.Manifest], faul
     indices = _epoch_indices(url, _through(fault_proxy), cache_dir=str(tmp_path / "cache"))
     assert sorted(indices) == list(range(NUM_SAMPLES))
     assert sum(r.fault is not None for r in fault_proxy.records(None)) > 0
+
+
+@pytest.mark.slow
+def test_throttling_and_stalled_responses_lose_nothing_k21_k22(
+    s3_dataset: tuple[str, sk.Manifest], fault_proxy: FaultProxy, tmp_path: Any
+) -> None:
+    """K21/K22 through the loader and its workers: 503 SlowDown at a steady rate and two
+    responses stalled for 5 s; every sample exactly once, nothing hangs. (These shards are
+    below ``hedge_min_bytes``, so the stalls are waited out; hedging itself is tested in
+    tests/integration/storage/test_storage_parallel_download.py.)"""
+    url, _ = s3_dataset
+    fault_proxy.add(Fault(kind="status", status=503, rate=0.15, key="/shards/"))
+    stall = fault_proxy.add(Fault(kind="slow", requests=frozenset({2, 6}), key="/shards/", delay=5.0))
+    indices = _epoch_indices(url, _through(fault_proxy), cache_dir=str(tmp_path / "cache"))
+    assert sorted(indices) == list(range(NUM_SAMPLES))
+    assert stall.fired == 2 and any(r.fault == "status" for r in fault_proxy.records("GET"))

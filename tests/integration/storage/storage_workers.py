@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import resource
 import signal
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier, Event
 from typing import Any
@@ -27,6 +28,7 @@ class Job:
     num_bytes: int
     digest: str  # sha256 hex of the expected bytes: the verify callback
     chunk_bytes: int = 1 << 20
+    cache_options: dict[str, Any] = field(default_factory=dict)  # more CacheOptions fields
 
 
 def verifier(digest: str):  # noqa: ANN201 - a verify callback
@@ -39,7 +41,8 @@ def verifier(digest: str):  # noqa: ANN201 - a verify callback
 
 
 def _open(job: Job, **option_overrides: Any):  # noqa: ANN202
-    options = CacheOptions(chunk_bytes=job.chunk_bytes, poll_interval=0.02, **option_overrides)
+    options = CacheOptions(chunk_bytes=job.chunk_bytes, poll_interval=0.02,
+                           **{**job.cache_options, **option_overrides})
     cache = ShardCache(job.cache_dir, job.limit_bytes, options)
     store = open_store(job.url, job.options)
     return cache.open(store, job.name, key=job.key, num_bytes=job.num_bytes,
@@ -55,6 +58,20 @@ def open_and_check(job: Job, barrier: Barrier, results: Queue) -> None:
         results.put("ok")
     except BaseException:
         results.put(traceback.format_exc())
+
+
+def open_all_at_once(jobs: list[Job], timeout: float) -> list[str]:
+    """In one spawned process per job, open them all at once; each one's outcome ("ok" or a
+    traceback)."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(len(jobs)), ctx.Queue()
+    procs = [ctx.Process(target=open_and_check, args=(job, barrier, results)) for job in jobs]
+    for proc in procs:
+        proc.start()
+    outcomes = [results.get(timeout=timeout) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=timeout)
+    return outcomes
 
 
 def hold_lease(job: Job, ready: Event, release: Event) -> None:

@@ -45,12 +45,13 @@ def jobs(s3_bucket: tuple[str, dict], fault_proxy: FaultProxy,
             cache_dir=os.path.join(str(tmp_path), "cache"), limit_bytes=NUM_SHARDS * SIZE,
             url=url, options=storage_options(fault_proxy.endpoint_url), name=f"ds/{index}.shard",
             key=f"fp123/ds/{index}.shard@{hashlib.sha256(data).hexdigest()[:16]}",
-            num_bytes=SIZE, digest=hashlib.sha256(data).hexdigest()))
+            num_bytes=SIZE, digest=hashlib.sha256(data).hexdigest(),
+            cache_options={"hedge_after": None}))  # bytes are counted exactly: no hedges (K22)
     return result
 
 
 def cache_for(job: workers.Job, **overrides: float) -> ShardCache:
-    options = CacheOptions(chunk_bytes=job.chunk_bytes, poll_interval=0.02, **overrides)
+    options = CacheOptions(chunk_bytes=job.chunk_bytes, poll_interval=0.02, **{**job.cache_options, **overrides})
     return ShardCache(job.cache_dir, job.limit_bytes, options)
 
 
@@ -68,15 +69,7 @@ def disk_bytes(root: str) -> int:
 def test_processes_opening_one_shard_download_it_once_c3(jobs: list[workers.Job],
                                                          fault_proxy: FaultProxy) -> None:
     job = jobs[0]
-    barrier, results = CTX.Barrier(4), CTX.Queue()
-    procs = [CTX.Process(target=workers.open_and_check, args=(job, barrier, results))
-             for _ in range(4)]
-    for proc in procs:
-        proc.start()
-    outcomes = [results.get(timeout=HANG) for _ in procs]
-    for proc in procs:
-        proc.join(timeout=HANG)
-    assert outcomes == ["ok"] * 4
+    assert workers.open_all_at_once([job] * 4, HANG) == ["ok"] * 4
     assert fault_proxy.bytes_served(job.name) == SIZE  # exactly one full download
 
 

@@ -11,6 +11,7 @@ from shardkit.errors import (
     NotFoundError,
     StorageError,
     StorageTimeoutError,
+    ThrottledError,
     TransientStorageError,
 )
 from shardkit.storage.classify import is_transient, to_storage_error
@@ -100,8 +101,11 @@ def test_overall_timeout_bounds_the_retries() -> None:
         (PermissionError("Access Denied"), StorageError),
         (ClientError(403, "AccessDenied"), StorageError),
         (ClientError(500, "InternalError"), TransientStorageError),
-        (ClientError(503, "SlowDown"), TransientStorageError),
-        (ClientError(400, "SlowDown"), TransientStorageError),
+        (ClientError(503, "SlowDown"), ThrottledError),  # K21: downloads slow down on these
+        (ClientError(400, "SlowDown"), ThrottledError),
+        (ClientError(429, "TooManyRequests"), ThrottledError),
+        (ClientError(503, "ServiceUnavailable"), ThrottledError),
+        (OSError("An error occurred (SlowDown) when calling the GetObject operation"), ThrottledError),
         (ReadTimeoutError("read timed out"), TransientStorageError),
         (ConnectionResetError(errno.ECONNRESET, "reset"), TransientStorageError),
         (TimeoutError(), TransientStorageError),

@@ -1,0 +1,119 @@
+"""One node-wide budget of concurrent requests, shared by every process of a cache dir (K20).
+
+The budget is ``num_slots`` slot files, ``<cache_dir>/v1/.slots/<i>.lock``; a request in
+flight holds an exclusive ``flock`` on one of them. flock is what makes it crash-safe: the
+kernel drops the lock when its holder dies, SIGKILL included, so a killed downloader never
+keeps its slots. Processes that configure different sizes share the low-numbered slots.
+
+A slot is released by ``LOCK_UN`` before its descriptor is closed: a child forked while the
+parent held a slot owns a copy of the descriptor, and without the explicit unlock the slot
+would stay taken until that child closed it too. For the same reason the child closes its
+copies of held slots right after ``fork`` (that drops nothing: the parent's descriptor
+still holds the lock), so a SIGKILLed parent's slots are not kept alive by its workers.
+
+Waiting polls the slots (flock has no timeout) starting at a random one, backing off from
+2 ms to 20 ms, bounded by ``timeout`` and stopped by ``cancel``.
+
+Thread-safety: ``acquire``/``release`` may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+
+from shardkit.errors import StorageTimeoutError
+from shardkit.storage.cache_files import check_dir, make_dir, open_regular
+
+SLOTS_DIR = ".slots"
+_MIN_POLL = 0.002
+_MAX_POLL = 0.02
+
+_held_lock = threading.Lock()
+_held: set[int] = set()  # descriptors of slots this process holds now
+
+
+def _close_inherited() -> None:
+    """In a forked child: forget the parent's slots; closing our copies unlocks nothing."""
+    global _held_lock
+    _held_lock = threading.Lock()
+    for fd in list(_held):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_inherited)
+
+
+class NodeBudget:
+    """At most ``num_slots`` requests in flight at once across all processes of the node."""
+
+    def __init__(self, root: str, num_slots: int) -> None:
+        if num_slots < 1:
+            raise ValueError(f"node_connections must be >= 1, got {num_slots}")
+        self.folder = os.path.join(root, SLOTS_DIR)
+        self.num_slots = num_slots
+        make_dir(self.folder)
+        check_dir(self.folder, follow=False)  # a link planted here is refused (K13)
+
+    def slot_path(self, index: int) -> str:
+        return os.path.join(self.folder, f"{index}.lock")
+
+    def try_acquire(self) -> int | None:
+        """The descriptor of a slot taken now, or None when all are in use."""
+        first = random.randrange(self.num_slots)
+        for step in range(self.num_slots):
+            fd = open_regular(self.slot_path((first + step) % self.num_slots), os.O_RDWR | os.O_CREAT)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            with _held_lock:
+                _held.add(fd)
+            return fd
+        return None
+
+    def acquire(self, timeout: float, cancel: Callable[[], bool] | None = None) -> int | None:
+        """Wait for a slot (None once ``cancel()`` is true); ``StorageTimeoutError`` after
+        ``timeout`` seconds (K9)."""
+        started = time.monotonic()
+        pause = _MIN_POLL
+        while (fd := self.try_acquire()) is None:
+            if cancel is not None and cancel():
+                return None
+            if time.monotonic() - started > timeout:
+                raise StorageTimeoutError(
+                    f"timed out after {timeout:.0f}s waiting for one of the {self.num_slots} "
+                    f"download slots of the node ({self.folder}); other processes hold them all"
+                )
+            time.sleep(pause)
+            pause = min(_MAX_POLL, pause * 2)
+        return fd
+
+    @staticmethod
+    def release(fd: int) -> None:
+        with _held_lock:
+            _held.discard(fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)  # explicit: a forked copy must not keep it (above)
+        finally:
+            os.close(fd)
+
+    def num_free(self) -> int:
+        """Slots free now (a snapshot, for tests and diagnostics; takes and drops each)."""
+        taken: list[int] = []
+        try:
+            while (fd := self.try_acquire()) is not None:
+                taken.append(fd)
+            return len(taken)
+        finally:
+            for fd in taken:
+                self.release(fd)
