@@ -122,13 +122,13 @@ class Interleave:
 class MixedSequence(SampleSequence):
     """``sum(counts)`` positions interleaving the sources' epoch slices (see module doc).
 
-    ``key = (seed, epoch)`` shuffles; ``None`` keeps the merged order and each source's stream
+    ``key = (seed, epoch)`` (``(seed, epoch, -k)`` for segment ``k`` of an epoch, MX11) shuffles; ``None`` keeps the merged order and each source's stream
     order. ``stratified`` rounds ``window`` up to a multiple of ``batch`` so each batch of a
     level-0 consumer is one block of merged slots.
     """
 
     def __init__(self, streams: Sequence[SourceStream], counts: Sequence[int], composition: str,
-                 window: int, batch: int, key: tuple[int, int] | None) -> None:
+                 window: int, batch: int, key: tuple[int, ...] | None) -> None:
         self._streams = tuple(streams)
         self._mix = Interleave(counts)
         self._stratified = composition == "stratified"
@@ -195,7 +195,7 @@ class MixedSequence(SampleSequence):
         return np.array(found, dtype=np.int64)[order] if found else _NO_SHARDS
 
 
-def _zero_based_perm(key: tuple[int, int], index: int, source: int, length: int) -> np.ndarray:
+def _zero_based_perm(key: tuple[int, ...], index: int, source: int, length: int) -> np.ndarray:
     if length <= 1:
         return np.zeros(length, dtype=np.int64)
     return permutation(philox_key(SALT_MIX_WINDOW, *key, index, source), length)
