@@ -60,6 +60,7 @@ class MixtureDataset(StreamingDataset):
         self._saved: tuple[int, MixSpec, tuple[int, ...]] | None = None  # its epoch, spec, source order
         self._bases: np.ndarray = self._sample_bases_of(range(len(self.spec.sources)))
         self._order: tuple[int, ...] = tuple(range(len(self.spec.sources)))
+        self._lengths = self.opened.lengths  # per source, tokens of each sample (weights in tokens)
 
     @property
     def num_samples(self) -> int:
@@ -112,12 +113,15 @@ class MixtureDataset(StreamingDataset):
     def state_part(self, epoch: int, resume: dict[str, Any] | None, received: np.ndarray) -> dict[str, Any]:
         """The ``mixture`` key of a loader state: ``received`` (per source of this mixture) plus,
         when the iteration resumed the loaded state, what that state had consumed."""
-        order = self._order_for(epoch)
+        order, n = list(self._order_for(epoch)), len(self.spec.sources)
         part = mixture_description(self.spec_for(epoch), epoch)
-        base = [0] * len(order)
+        base, base_tokens = np.zeros(len(order), dtype=np.int64), np.zeros(len(order), dtype=np.int64)
         if self._started is not None and resume is not None and self._started["epoch"] == epoch:
-            base = [entry["consumed"] for entry in self._started["sources"]]
-        return {"mixture": with_consumed(part, np.asarray(base, dtype=np.int64) + received[list(order)])}
+            base = np.array([entry["consumed"] for entry in self._started["sources"]], dtype=np.int64)
+            base_tokens = np.array([entry.get("consumed_tokens", 0) for entry in self._started["sources"]],
+                                   dtype=np.int64)
+        tokens = base_tokens + received[n:][order] if self._lengths is not None else None
+        return {"mixture": with_consumed(part, base + received[:n][order], tokens)}
 
     def load_state_part(self, state: dict[str, Any]) -> str:
         """Apply a loader state's mixture part; returns the fingerprint its plan must carry."""
@@ -143,7 +147,7 @@ class MixtureDataset(StreamingDataset):
         self._started, self._plans = started, {}
 
     def new_tally(self) -> SourceTally:
-        return SourceTally(self.spec.names)
+        return SourceTally(self.spec.names, tokens=self._lengths is not None)
 
     # ---- workers: the loaded mixture travels in the control block (L6) ------------------------
     def publish(self, topology: Topology, resume: dict[str, Any] | None, generation: int,
@@ -172,6 +176,17 @@ class MixtureDataset(StreamingDataset):
         self._bases = self._sample_bases_of(self._order)
         return iter_mixture_consumer(self.opened, plan, consumer, start, cache, stats.read, options, self._order)
 
+    def _tally_of(self, cut: BatchCut, in_plan: np.ndarray, sources: np.ndarray) -> np.ndarray:
+        """Real samples per source of a batch, then (weights in tokens) its tokens per source."""
+        real = ~np.asarray(cut.padded, dtype=bool)
+        n = len(self.spec.sources)
+        counts = np.bincount(sources[real], minlength=n)
+        if self._lengths is None:
+            return counts
+        local = (cut.indices - self._bases[in_plan])[real]
+        tokens = [int(self._lengths[s][i]) for s, i in zip(sources[real].tolist(), local.tolist(), strict=True)]
+        return np.concatenate([counts, np.bincount(sources[real], weights=tokens, minlength=n).astype(np.int64)])
+
     def _collate(self, cut: BatchCut) -> Any:
         batch = super()._collate(cut)
         if isinstance(batch, dict):
@@ -183,6 +198,5 @@ class MixtureDataset(StreamingDataset):
                 batch["_index"] = alloc_like(index, torch.int64)
             if self.with_source:
                 batch["_source"] = alloc_like(sources, torch.int64)
-            real = sources[~np.asarray(cut.padded, dtype=bool)]
-            batch[SOURCES_KEY] = alloc_like(np.bincount(real, minlength=len(self.spec.sources)), torch.int64)
+            batch[SOURCES_KEY] = alloc_like(self._tally_of(cut, in_plan, sources), torch.int64)
         return batch
