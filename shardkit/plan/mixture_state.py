@@ -12,12 +12,14 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from shardkit.errors import PlanError, StateError
 from shardkit.plan.mixture import MixSource, MixSpec, ScheduleStep
+from shardkit.plan.mixture_remix import EpochSource, later_spec, remix, remix_description
 from shardkit.plan.mixture_segments import segmented_sequence
 from shardkit.plan.mixture_sequence import SALT_MIX_ORDER, MixedSequence, SourceStream, name_word
 from shardkit.plan.params import PlanParams
@@ -30,14 +32,18 @@ from shardkit.plan.state import build_plan, plan_to_state, validate_state
 MIX_STATE_VERSION = 2  # 1 is still written for an epoch without segments or token weights
 MIX_KIND = "shardkit.mixture"
 MIX_STATE_KEYS = ("version", "kind", "epoch", "samples_per_epoch", "composition", "sources", "plan")
-OPTIONAL_KEYS = ("segments", "unit")  # version 2
+OPTIONAL_KEYS = ("segments", "unit", "remix")  # version 2
 SOURCE_KEYS = ("name", "fingerprint", "num_samples", "weight", "count", "cursor", "consumed")
 TOKEN_KEYS = ("num_tokens", "consumed_tokens")  # per source, with unit "tokens" (version 2)
 
 
 def shard_bases(spec: MixSpec) -> np.ndarray:
     """Global index of each source's first shard, and the total (length sources + 1)."""
-    counts = [len(source.shard_sizes) for source in spec.sources]
+    return shard_bases_of(spec.sources)
+
+
+def shard_bases_of(sources: Sequence[MixSource]) -> np.ndarray:
+    counts = [len(source.shard_sizes) for source in sources]
     return np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(counts, dtype=np.int64)])
 
 
@@ -129,19 +135,71 @@ def _per_source(spec: MixSpec, values: Sequence[int] | None, what: str) -> list[
     return found
 
 
-def resume_mixture(spec: MixSpec, params: PlanParams, state: Any) -> tuple[Plan, MixSpec]:
+APPLY = ("next_epoch", "now")
+
+
+def resume_mixture(spec: MixSpec, params: PlanParams, state: Any, apply: str = "next_epoch") -> tuple[Plan, MixSpec]:
     """The interrupted epoch's plan (same or new topology) and the mixture for later epochs.
 
-    The epoch is rebuilt from the state's own description (weights, counts, cursors) over the
-    current sources' shards, so a changed mix never alters a started epoch (MX8); the returned
-    spec is ``spec`` rebased so every source continues its stream after that epoch. Raises
-    StateError for a malformed or newer state, a changed or missing source (by name).
+    ``apply="next_epoch"`` (default): the epoch is rebuilt from the state's own description
+    (weights, counts, cursors) over the current sources' shards, so a changed mix never alters
+    a started epoch (MX8). ``apply="now"``: its remainder is re-planned with ``spec``'s weights
+    (MX12). The returned spec is ``spec`` rebased so every source continues its stream after
+    that epoch. Raises StateError for a malformed or newer state, a changed or missing source.
     """
+    resumed = resume_epoch(spec, params, state, apply)
+    return resumed.plan, resumed.later
+
+
+@dataclass(frozen=True, eq=False)
+class ResumedEpoch:
+    """A resumed epoch: its plan, the mixture for later epochs, and how to save its states."""
+
+    plan: Plan
+    later: MixSpec
+    source: EpochSource
+    description: dict[str, Any]  # the mixture state without plan (consumed: 0)
+
+    def to_state(self, offsets: Sequence[int], consumed: Sequence[int] | None = None) -> dict[str, Any]:
+        described = dict(self.description)
+        if consumed is not None:
+            described["sources"] = [dict(e, consumed=int(c)) for e, c in zip(described["sources"], consumed,
+                                                                             strict=True)]
+        return {**described, "plan": plan_to_state(self.plan, offsets, self.source.digest)}
+
+
+def resume_epoch(spec: MixSpec, params: PlanParams, state: Any, apply: str = "next_epoch") -> ResumedEpoch:
+    """:func:`resume_mixture` with what saving the resumed epoch's states needs (MX8, MX12)."""
+    if apply not in APPLY:
+        raise PlanError(f"apply: expected one of {APPLY}, got {apply!r}")
     epoch = state.get("epoch") if isinstance(state, dict) else None
     if epoch is not None and params.epoch != epoch:
         raise StateError(f"mixture state is for epoch {epoch}, the plan asked for epoch {params.epoch}")
-    saved, later = restore_mixture(spec, state)
-    return mixture_plan(saved, params, state["plan"]), later
+    source = epoch_source(spec, state)
+    validate_state(state["plan"], source.digest)
+    description = {k: v for k, v in state.items() if k != "plan"}
+    if apply == "now":
+        weights = dict(zip(spec.names, spec.weights(epoch or 0), strict=True))
+        source = remix(source, state, spec, weights, spec.composition)
+        description = remix_description(source, state, weights, spec.composition)
+        plan = source.plan(params)
+    else:
+        plan = source.plan(params, state["plan"])
+    return ResumedEpoch(plan, later_spec(spec, int(state["epoch"]), source), source, description)
+
+
+def epoch_source(spec: MixSpec, state: Any) -> EpochSource:
+    """What the state's epoch is planned from, over ``spec``'s sources (MX7 checks included)."""
+    _check_state(state)
+    if "remix" in state:
+        base = state["remix"]["base"]
+        old = epoch_source(spec, base)
+        validate_state(base["plan"], old.digest)
+        return remix(old, base, spec, state["remix"]["weights"], state["composition"])
+    saved = saved_spec(spec, state)
+    epoch = int(state["epoch"])
+    return EpochSource(saved.sources, functools.partial(_base, saved), saved.digest(epoch),
+                       tuple(int(c) for c in saved.cursors(epoch)), tuple(int(c) for c in saved.counts(epoch)))
 
 
 def restore_mixture(spec: MixSpec, state: Any) -> tuple[MixSpec, MixSpec]:
@@ -214,6 +272,11 @@ def _check_state(state: Any) -> None:
         if not _is_int(state[key]) or state[key] < 0:
             raise StateError(f"state.{key}: expected an int >= 0, got {state[key]!r}")
     _check_segments(state.get("segments", []))
+    if "remix" in state:
+        remixed = state["remix"]
+        if not isinstance(remixed, dict) or sorted(remixed) != ["base", "weights"] or not isinstance(
+                remixed["weights"], dict) or not all(_is_weight(w) for w in remixed["weights"].values()):
+            raise StateError("state.remix: expected {base: mixture state, weights: {name: number}}")
     sources = state["sources"]
     if not isinstance(sources, list) or not sources:
         raise StateError(f"state.sources: expected a non-empty list, got {type(sources).__name__}")
