@@ -20,6 +20,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -99,7 +100,11 @@ def remix(old: EpochSource, base_state: dict[str, Any], spec: MixSpec, weights: 
     sizes = np.concatenate([s.shard_sizes for s in sources] + [np.zeros(0, dtype=np.int64)])
     offsets = shard_offsets(sizes)
     untaken = _untaken(plan, offsets, sources)
-    counts = largest_remainder(sum(len(u) for u in untaken), [weights.get(s.name, 0.0) for s in sources])
+    wanted = [Fraction(weights.get(s.name, 0.0)) for s in sources]
+    if base_state.get("unit") == "tokens":  # token shares -> sample shares, as MixSpec does (MX13)
+        wanted = [w * s.num_samples / s.num_tokens if s.num_tokens else Fraction(0) for w, s in zip(wanted, sources,
+                                                                                                    strict=True)]
+    counts = largest_remainder(sum(len(u) for u in untaken), wanted)
     _check_feasible(sources, counts)
     cursors = old.cursors + (0,) * (len(sources) - len(old.sources))
     advance = old.advance + (0,) * (len(sources) - len(old.sources))
@@ -148,16 +153,23 @@ def _digest(base_state: dict[str, Any], weights: dict[str, float], composition: 
 
 
 def remix_description(epoch_source: EpochSource, state: dict[str, Any], weights: dict[str, float],
-                      composition: str, consumed: list[int] | None = None) -> dict[str, Any]:
+                      composition: str) -> dict[str, Any]:
     """The mixture state (without ``plan``) of a remixed epoch: ``count`` is what each source's
-    stream advanced in the epoch (taken or skipped), ``remix.base`` the state it came from."""
-    tally = consumed or [0] * len(epoch_source.sources)
-    sources = [{"name": s.name, "fingerprint": s.fingerprint, "num_samples": s.num_samples,
-                "weight": float(weights.get(s.name, 0.0)), "count": a, "cursor": c, "consumed": t}
-               for s, a, c, t in zip(epoch_source.sources, epoch_source.advance, epoch_source.cursors, tally,
-                                     strict=True)]
+    stream advanced in the epoch (taken or skipped), ``remix.base`` the state it came from;
+    ``consumed`` (and ``consumed_tokens``) carry over by name from ``state``."""
+    before = {e["name"]: e for e in state["sources"]}
+    sources = []
+    for s, a, c in zip(epoch_source.sources, epoch_source.advance, epoch_source.cursors, strict=True):
+        entry: dict[str, Any] = {"name": s.name, "fingerprint": s.fingerprint, "num_samples": s.num_samples,
+                                 "weight": float(weights.get(s.name, 0.0)), "count": a, "cursor": c,
+                                 "consumed": int(before.get(s.name, {}).get("consumed", 0))}
+        if state.get("unit") == "tokens":
+            entry.update(num_tokens=int(s.num_tokens or 0),
+                         consumed_tokens=int(before.get(s.name, {}).get("consumed_tokens", 0)))
+        sources.append(entry)
+    unit = {"unit": state["unit"]} if "unit" in state else {}
     return {"version": 2, "kind": state["kind"], "epoch": state["epoch"], "samples_per_epoch": state["samples_per_epoch"],
-            "composition": composition, "sources": sources,
+            "composition": composition, "sources": sources, **unit,
             "remix": {"base": state, "weights": {k: float(v) for k, v in sorted(weights.items())}}}
 
 

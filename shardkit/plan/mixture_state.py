@@ -196,10 +196,13 @@ def epoch_source(spec: MixSpec, state: Any) -> EpochSource:
         old = epoch_source(spec, base)
         validate_state(base["plan"], old.digest)
         return remix(old, base, spec, state["remix"]["weights"], state["composition"])
-    saved = saved_spec(spec, state)
-    epoch = int(state["epoch"])
-    return EpochSource(saved.sources, functools.partial(_base, saved), saved.digest(epoch),
-                       tuple(int(c) for c in saved.cursors(epoch)), tuple(int(c) for c in saved.counts(epoch)))
+    return spec_source(saved_spec(spec, state), int(state["epoch"]))
+
+
+def spec_source(spec: MixSpec, epoch: int) -> EpochSource:
+    """``epoch`` of ``spec`` as an :class:`EpochSource` (what a loader plans an epoch from)."""
+    return EpochSource(spec.sources, functools.partial(_base, spec), spec.digest(epoch),
+                       tuple(int(c) for c in spec.cursors(epoch)), tuple(int(c) for c in spec.counts(epoch)))
 
 
 def restore_mixture(spec: MixSpec, state: Any) -> tuple[MixSpec, MixSpec]:
