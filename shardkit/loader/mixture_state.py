@@ -67,7 +67,8 @@ class SourceTally:
         latest = sum((h[-1][1] for h in self._history.values()), self._zero)
         n = len(self.names)
         if self.tokens:
-            return {name: {"samples": int(latest[i]), "tokens": int(latest[n + i])} for i, name in enumerate(self.names)}
+            return {name: {"samples": int(latest[i]), "tokens": int(latest[n + i])}
+                    for i, name in enumerate(self.names)}
         return {name: int(c) for name, c in zip(self.names, latest, strict=True)}
 
 
@@ -80,7 +81,8 @@ def gather_sum(counts: np.ndarray, topology: Topology) -> np.ndarray:
     return mine.numpy().astype(np.int64)
 
 
-def with_consumed(part: dict[str, Any], consumed: np.ndarray, tokens: np.ndarray | None = None) -> dict[str, Any]:
+def with_consumed(part: dict[str, Any], consumed: np.ndarray,
+                  tokens: np.ndarray | None = None) -> dict[str, Any]:
     """The ``mixture`` part with each source's ``consumed`` (and ``consumed_tokens``) set (MX9)."""
     sources = [dict(entry, consumed=int(n)) for entry, n in zip(part["sources"], consumed, strict=True)]
     if tokens is not None:

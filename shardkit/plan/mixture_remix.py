@@ -168,8 +168,8 @@ def remix_description(epoch_source: EpochSource, state: dict[str, Any], weights:
                          consumed_tokens=int(before.get(s.name, {}).get("consumed_tokens", 0)))
         sources.append(entry)
     unit = {"unit": state["unit"]} if "unit" in state else {}
-    return {"version": 2, "kind": state["kind"], "epoch": state["epoch"], "samples_per_epoch": state["samples_per_epoch"],
-            "composition": composition, "sources": sources, **unit,
+    return {"version": 2, "kind": state["kind"], "epoch": state["epoch"],
+            "samples_per_epoch": state["samples_per_epoch"], "composition": composition, "sources": sources, **unit,
             "remix": {"base": state, "weights": {k: float(v) for k, v in sorted(weights.items())}}}
 
 

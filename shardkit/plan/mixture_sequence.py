@@ -122,9 +122,10 @@ class Interleave:
 class MixedSequence(SampleSequence):
     """``sum(counts)`` positions interleaving the sources' epoch slices (see module doc).
 
-    ``key = (seed, epoch)`` (``(seed, epoch, -k)`` for segment ``k`` of an epoch, MX11) shuffles; ``None`` keeps the merged order and each source's stream
-    order. ``stratified`` rounds ``window`` up to a multiple of ``batch`` so each batch of a
-    level-0 consumer is one block of merged slots.
+    ``key = (seed, epoch)`` (``(seed, epoch, -k)`` for segment ``k`` of an epoch, MX11)
+    shuffles; ``None`` keeps the merged order and each source's stream order. ``stratified``
+    rounds ``window`` up to a multiple of ``batch`` so each batch of a level-0 consumer is one
+    block of merged slots.
     """
 
     def __init__(self, streams: Sequence[SourceStream], counts: Sequence[int], composition: str,

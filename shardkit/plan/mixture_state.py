@@ -263,7 +263,7 @@ def _check_state(state: Any) -> None:
     if not isinstance(state, dict) or state.get("kind") != MIX_KIND:
         raise StateError(f"state: expected a mixture state (kind {MIX_KIND!r}), got "
                          f"{state.get('kind') if isinstance(state, dict) else type(state).__name__!r}")
-    version = state.get("version")
+    version: Any = state.get("version")
     if not _is_int(version) or version < 1 or version > MIX_STATE_VERSION:
         raise StateError(f"state.version: expected an int in 1..{MIX_STATE_VERSION} (a newer version needs "
                          f"a newer shardkit), got {version!r}")
@@ -297,7 +297,8 @@ def _check_segments(segments: Any) -> None:
     if not isinstance(segments, list) or not all(
             isinstance(g, dict) and sorted(g) == ["first_sample", "weights"] and _is_int(g["first_sample"])
             and isinstance(g["weights"], list) and all(_is_weight(w) for w in g["weights"]) for g in segments):
-        raise StateError(f"state.segments: expected a list of {{first_sample: int, weights: [number]}}, got {segments!r}")
+        raise StateError(f"state.segments: expected a list of {{first_sample: int, weights: [number]}}, "
+                         f"got {segments!r}")
 
 
 def _is_weight(value: Any) -> bool:

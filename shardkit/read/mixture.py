@@ -124,7 +124,8 @@ class OpenMixture:
     def spec(self) -> MixSpec:
         tokens = [None] * len(self.datasets) if self.lengths is None else [int(n.sum()) for n in self.lengths]
         sources = tuple(
-            MixSource(s.label, np.asarray(ds.manifest.shard_sizes, dtype=np.int64), s.weight, ds.manifest.fingerprint, k)
+            MixSource(s.label, np.asarray(ds.manifest.shard_sizes, dtype=np.int64), s.weight,
+                      ds.manifest.fingerprint, k)
             for s, ds, k in zip(self.mixture.sources, self.datasets, tokens, strict=True))
         total = sum(source.num_samples for source in sources)
         size = total if self.mixture.samples_per_epoch is None else self.mixture.samples_per_epoch

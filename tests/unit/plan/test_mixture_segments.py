@@ -82,7 +82,8 @@ def test_a_change_at_a_step_reaches_every_rank_at_that_step(spec: MixSpec, param
     before: list[int] = []
     for consumer, out in enumerate(all_samples(plan)):
         worker = consumer % params.workers_per_rank
-        batches = [out.ids[j * params.batch_size:(j + 1) * params.batch_size] for j in range(len(out.ids) // params.batch_size)]
+        size = params.batch_size
+        batches = [out.ids[j * size:(j + 1) * size] for j in range(len(out.ids) // size)]
         before += [int(i) for j, ids in enumerate(batches) if j * params.workers_per_rank + worker < step for i in ids]
     assert np.bincount(source_of(changed, before), minlength=len(spec.sources)).tolist() == first.tolist()
 
