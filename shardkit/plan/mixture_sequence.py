@@ -136,6 +136,7 @@ class MixedSequence(SampleSequence):
         self._batch = batch
         self._window = -(-window // batch) * batch if self._stratified else window
         self._key = key
+        self._last: tuple[int, tuple[Span, ...], np.ndarray] | None = None  # the latest window (read-only)
 
     def __len__(self) -> int:
         return self._mix.total
@@ -154,10 +155,21 @@ class MixedSequence(SampleSequence):
             w_lo = index * self._window
             w_hi = min(w_lo + self._window, len(self))
             hi = self._mix.prefix(w_hi)
-            spans = [span for s, a, b in zip(self._streams, lo, hi, strict=True) for span in s.spans(a, b)]
-            order = self._order(index, lo, hi)
-            yield Window(tuple(spans), order[max(start, w_lo) - w_lo : min(stop, w_hi) - w_lo])
+            spans, order = self._window_of(index, lo, hi)
+            yield Window(spans, order[max(start, w_lo) - w_lo : min(stop, w_hi) - w_lo])
             lo = hi
+
+    def _window_of(self, index: int, lo: list[int], hi: list[int]) -> tuple[tuple[Span, ...], np.ndarray]:
+        """Window ``index``'s spans and order; the latest one is kept, because the consumers
+        that split a window (and a remainder's pieces, MX12) ask for it in turn."""
+        last = self._last  # one tuple read, one tuple write: safe across threads
+        if last is not None and last[0] == index:
+            return last[1], last[2]
+        spans = tuple(span for s, a, b in zip(self._streams, lo, hi, strict=True) for span in s.spans(a, b))
+        order = self._order(index, lo, hi)
+        order.flags.writeable = False
+        self._last = (index, spans, order)
+        return spans, order
 
     def _order(self, index: int, lo: list[int], hi: list[int]) -> np.ndarray:
         sizes = np.array(hi, dtype=np.int64) - np.array(lo, dtype=np.int64)
