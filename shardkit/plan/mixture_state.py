@@ -10,7 +10,6 @@ take effect at the next epoch - and continues every source's stream where it sto
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,19 +21,13 @@ from shardkit.plan.mixture import MixSource, MixSpec, ScheduleStep
 from shardkit.plan.mixture_remix import EpochSource, later_spec, remix, remix_description
 from shardkit.plan.mixture_segments import segmented_sequence
 from shardkit.plan.mixture_sequence import SALT_MIX_ORDER, MixedSequence, SourceStream, name_word
+from shardkit.plan.mixture_state_check import MIX_KIND, MIX_STATE_KEYS, MIX_STATE_VERSION, check_state
 from shardkit.plan.params import PlanParams
 from shardkit.plan.partition import equal_steps
 from shardkit.plan.plan import Plan
 from shardkit.plan.rng import permutation, philox_key
 from shardkit.plan.sequence import SampleSequence
 from shardkit.plan.state import build_plan, plan_to_state, validate_state
-
-MIX_STATE_VERSION = 2  # 1 is still written for an epoch without segments or token weights
-MIX_KIND = "shardkit.mixture"
-MIX_STATE_KEYS = ("version", "kind", "epoch", "samples_per_epoch", "composition", "sources", "plan")
-OPTIONAL_KEYS = ("segments", "unit", "remix")  # version 2
-SOURCE_KEYS = ("name", "fingerprint", "num_samples", "weight", "count", "cursor", "consumed")
-TOKEN_KEYS = ("num_tokens", "consumed_tokens")  # per source, with unit "tokens" (version 2)
 
 
 def shard_bases(spec: MixSpec) -> np.ndarray:
@@ -190,7 +183,7 @@ def resume_epoch(spec: MixSpec, params: PlanParams, state: Any, apply: str = "ne
 
 def epoch_source(spec: MixSpec, state: Any) -> EpochSource:
     """What the state's epoch is planned from, over ``spec``'s sources (MX7 checks included)."""
-    _check_state(state)
+    check_state(state)
     if "remix" in state:
         base = state["remix"]["base"]
         old = epoch_source(spec, base)
@@ -211,7 +204,7 @@ def restore_mixture(spec: MixSpec, state: Any) -> tuple[MixSpec, MixSpec]:
 
     Checks the whole state (MX7), its plan part against the epoch digest included.
     """
-    _check_state(state)
+    check_state(state)
     epoch = int(state["epoch"])
     saved = saved_spec(spec, state)
     validate_state(state["plan"], saved.digest(epoch))
@@ -257,53 +250,3 @@ def saved_spec(spec: MixSpec, state: dict[str, Any]) -> MixSpec:
         raise StateError(f"state.sources: counts {[e['count'] for e in state['sources']]} do not follow from "
                          f"the saved weights and samples_per_epoch (expected {counts})")
     return saved
-
-
-def _check_state(state: Any) -> None:
-    if not isinstance(state, dict) or state.get("kind") != MIX_KIND:
-        raise StateError(f"state: expected a mixture state (kind {MIX_KIND!r}), got "
-                         f"{state.get('kind') if isinstance(state, dict) else type(state).__name__!r}")
-    version: Any = state.get("version")
-    if not _is_int(version) or version < 1 or version > MIX_STATE_VERSION:
-        raise StateError(f"state.version: expected an int in 1..{MIX_STATE_VERSION} (a newer version needs "
-                         f"a newer shardkit), got {version!r}")
-    optional = OPTIONAL_KEYS if version >= 2 else ()
-    if not set(MIX_STATE_KEYS) <= set(state) <= set(MIX_STATE_KEYS + optional):
-        raise StateError(f"state: expected keys {sorted(MIX_STATE_KEYS)} (version 2 may add {list(OPTIONAL_KEYS)}), "
-                         f"got {sorted(state)}")
-    for key in ("epoch", "samples_per_epoch"):
-        if not _is_int(state[key]) or state[key] < 0:
-            raise StateError(f"state.{key}: expected an int >= 0, got {state[key]!r}")
-    _check_segments(state.get("segments", []))
-    if "remix" in state:
-        remixed = state["remix"]
-        if not isinstance(remixed, dict) or sorted(remixed) != ["base", "weights"] or not isinstance(
-                remixed["weights"], dict) or not all(_is_weight(w) for w in remixed["weights"].values()):
-            raise StateError("state.remix: expected {base: mixture state, weights: {name: number}}")
-    sources = state["sources"]
-    if not isinstance(sources, list) or not sources:
-        raise StateError(f"state.sources: expected a non-empty list, got {type(sources).__name__}")
-    keys = SOURCE_KEYS + (TOKEN_KEYS if state.get("unit", "samples") != "samples" else ())
-    for i, entry in enumerate(sources):
-        if not isinstance(entry, dict) or sorted(entry) != sorted(keys):
-            raise StateError(f"state.sources[{i}]: expected keys {sorted(keys)}")
-        ints = [entry[k] for k in keys if k not in ("name", "fingerprint", "weight")]
-        if not all(_is_int(v) and v >= 0 for v in ints) or not isinstance(entry["name"], str) \
-                or not _is_weight(entry["weight"]):
-            raise StateError(f"state.sources[{i}]: bad types or negative values in {entry}")
-
-
-def _check_segments(segments: Any) -> None:
-    if not isinstance(segments, list) or not all(
-            isinstance(g, dict) and sorted(g) == ["first_sample", "weights"] and _is_int(g["first_sample"])
-            and isinstance(g["weights"], list) and all(_is_weight(w) for w in g["weights"]) for g in segments):
-        raise StateError(f"state.segments: expected a list of {{first_sample: int, weights: [number]}}, "
-                         f"got {segments!r}")
-
-
-def _is_weight(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
