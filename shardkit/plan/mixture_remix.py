@@ -129,7 +129,12 @@ def remix(old: EpochSource, base_state: dict[str, Any], spec: MixSpec, weights: 
 def _untaken(plan: Plan, offsets: np.ndarray, sources: tuple[MixSource, ...]) -> list[np.ndarray]:
     """Per source, the global ids of the plan's remainder after its start offsets (in order)."""
     rest = plan.remainder(list(plan.start_offsets))
-    windows = [w.global_indices(offsets) for w in rest.windows(0, len(rest))]
+    windows, last = [], None
+    for window in rest.windows(0, len(rest)):
+        if last is None or last[0] is not window.spans:  # pieces of one window share its spans
+            parts = [offsets[s.shard_index] + np.arange(s.start, s.end) for s in window.spans]
+            last = (window.spans, np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64))
+        windows.append(last[1][window.order])
     ids = np.concatenate(windows) if windows else np.zeros(0, dtype=np.int64)
     firsts = offsets[np.cumsum([0] + [len(s.shard_sizes) for s in sources])[:-1]]
     owner = np.searchsorted(firsts, ids, side="right") - 1
