@@ -1,8 +1,10 @@
 """Mixture plan cost (specs/mixture.md, "Cost"): a 16-source mixture totalling 1e9 samples in
 1e5 shards for 4,096 consumers - plan, seek, save, elastic re-plan, and a resume with new
-weights (the started epoch re-planned on another topology, the next epoch under the new mix).
+weights (the started epoch re-planned on another topology, the next epoch under the new mix);
+an epoch whose mix changes at 3 steps inside it (MX11); and a resume whose new weights re-plan
+the rest of the started epoch now (MX12, O(remaining samples): measured on ``--remix-samples``).
 
-    python -m benchmarks.mixture_plan [--reps 3]
+    python -m benchmarks.mixture_plan [--reps 3] [--samples 1e9] [--remix-samples 1e5]
 
 Prints one JSON line per step: median seconds over ``reps`` and the peak traced memory
 (tracemalloc, MiB) of one run of that step. Pure plan arithmetic: no data is read.
@@ -21,23 +23,23 @@ from typing import Any
 import numpy as np
 
 from shardkit.plan import PlanParams
-from shardkit.plan.mixture import MixSource, MixSpec
+from shardkit.plan.mixture import MixSource, MixSpec, ScheduleStep
 from shardkit.plan.mixture_state import mixture_plan, mixture_to_state, resume_mixture
 
 NUM_SOURCES, NUM_SHARDS, NUM_SAMPLES = 16, 100_000, 10**9
 
 
-def sources(weights: list[float]) -> tuple[MixSource, ...]:
-    """16 sources of skewed sizes: 1e5 shards and 1e9 samples in all."""
+def sources(weights: list[float], total: int = NUM_SAMPLES) -> tuple[MixSource, ...]:
+    """16 sources of skewed sizes: 1e5 shards and ``total`` samples (1e9) in all."""
     rng = np.random.default_rng(0)
     shard_split = np.diff(np.linspace(0, NUM_SHARDS, NUM_SOURCES + 1).astype(np.int64))
-    sizes = rng.integers(0, 20_000, NUM_SHARDS)
-    sizes[-1] += NUM_SAMPLES - int(sizes.sum())
+    sizes = rng.integers(0, 2 * total // NUM_SHARDS, NUM_SHARDS)
+    sizes[-1] += total - int(sizes.sum())
     parts = np.split(sizes, np.cumsum(shard_split)[:-1])
     return tuple(MixSource(f"s{i}", part, w, f"fp{i}") for i, (part, w) in enumerate(zip(parts, weights, strict=True)))
 
 
-def measure(name: str, reps: int, step: Callable[[], Any]) -> Any:
+def measure(name: str, reps: int, step: Callable[[], Any], **extra: Any) -> Any:
     times = []
     for _ in range(reps):
         started = time.perf_counter()
@@ -48,16 +50,19 @@ def measure(name: str, reps: int, step: Callable[[], Any]) -> Any:
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     print(json.dumps({"bench": "mixture_plan", "step": name, "seconds": round(statistics.median(times), 4),
-                      "peak_mib": round(peak / 2**20, 1)}), flush=True)
+                      "peak_mib": round(peak / 2**20, 1), **extra}), flush=True)
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--samples", type=float, default=NUM_SAMPLES)
+    parser.add_argument("--remix-samples", type=float, default=1e5)
     args = parser.parse_args(argv)
+    total = int(args.samples)
     weights = [float(w) for w in np.geomspace(1.0, 0.01, NUM_SOURCES)]
-    spec = MixSpec(sources(weights), NUM_SAMPLES, "stratified")
+    spec = MixSpec(sources(weights, total), total, "stratified")
     params = PlanParams(seed=7, epoch=3, world_size=512, num_workers=8, batch_size=32)
     plan = measure("plan", args.reps, lambda: mixture_plan(spec, params))
     last = plan.num_consumers - 1
@@ -67,11 +72,27 @@ def main(argv: list[str] | None = None) -> int:
     state = measure("save_state", args.reps, lambda: mixture_to_state(spec, plan, offsets))
     elastic = PlanParams(seed=7, epoch=3, world_size=300, num_workers=6, batch_size=48)
     measure("elastic_replan", args.reps, lambda: resume_mixture(spec, elastic, state))
-    new_spec = MixSpec(sources(weights[::-1]), NUM_SAMPLES, "stratified")
+    new_spec = MixSpec(sources(weights[::-1], total), total, "stratified")
     resumed, later = measure("new_weights_resume", args.reps, lambda: resume_mixture(new_spec, elastic, state))
     next_params = PlanParams(**(elastic.to_dict() | {"epoch": 4}))
     measure("next_epoch_new_mix", args.reps, lambda: mixture_plan(later, next_params))
+    per_step = params.world_size * params.batch_size
+    steps = total // per_step
+    changes = tuple(ScheduleStep(3, tuple(weights[k:] + weights[:k]), steps * k // 4 * per_step) for k in (1, 2, 3))
+    segmented = MixSpec(spec.sources, total, "stratified", changes)
+    plan = measure("plan_segmented", args.reps, lambda: mixture_plan(segmented, params))
+    measure("seek_window_segmented", args.reps, lambda: next(plan.consumer_windows(last, middle)))
+    remix_now(int(args.remix_samples), weights, params, elastic, args.reps)
     return 0
+
+
+def remix_now(total: int, weights: list[float], params: PlanParams, elastic: PlanParams, reps: int) -> None:
+    """New weights for the rest of a half-consumed epoch of ``total`` samples (MX12)."""
+    spec = MixSpec(sources(weights, total), total, "stratified")
+    plan = mixture_plan(spec, params)
+    state = mixture_to_state(spec, plan, [plan.num_samples(c) // 2 // 32 * 32 for c in range(plan.num_consumers)])
+    new_spec = MixSpec(sources(weights[::-1], total), total, "stratified")
+    measure("new_weights_now", reps, lambda: resume_mixture(new_spec, elastic, state, apply="now"), samples=total)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """A training loop over a mixture (CPU, one process): 70/20/10 % of three datasets, exact per
 epoch, checkpointed mid-epoch and resumed with another batch size, worker count *and new
-weights* (they take effect at the next epoch; the started epoch finishes as planned).
+weights*: by default they take effect at the next epoch (the started epoch finishes as
+planned); with ``--apply-mix now`` the rest of the started epoch is re-planned with them.
 
     python examples/train_mixture.py mix.toml        # a mixture file (specs/mixture.md)
+    python examples/train_mixture.py --apply-mix now # new weights for the rest of epoch 0 too
     python examples/train_mixture.py                 # makes three small datasets and a mix.toml
     python examples/train_mixture.py --out DIR       # ... in DIR (kept), e.g. for `shardkit plan`
 
@@ -43,8 +45,9 @@ def make_mixture(root: str) -> str:
     return path
 
 
-def loader_for(mixture: sk.Mixture, batch_size: int, workers: int) -> sk.ShardLoader:
-    dataset = sk.StreamingDataset(mixture, batch_size=batch_size, seed=0, with_source=True)  # a MixtureDataset
+def loader_for(mixture: sk.Mixture, batch_size: int, workers: int, apply_mix: str = "next_epoch") -> sk.ShardLoader:
+    dataset = sk.StreamingDataset(mixture, batch_size=batch_size, seed=0, with_source=True,  # a MixtureDataset
+                                  apply_mix=apply_mix)
     return sk.ShardLoader(dataset, num_workers=workers)
 
 
@@ -67,6 +70,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("mixture", nargs="?", help="mixture .toml/.json (default: a generated one)")
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--apply-mix", choices=["next_epoch", "now"], default="next_epoch",
+                        help="when the resumed run's new weights apply (default: from the next epoch)")
     parser.add_argument("--out", help="folder for the generated datasets and mix.toml (default: temporary)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -78,11 +83,11 @@ def main() -> int:
         counts = np.zeros(len(names), dtype=np.int64)
         loader = loader_for(mixture, batch_size=16, workers=0)
         state = train(loader, model, counts, stop_after=20)  # "killed" after 20 steps of epoch 0
-        # resumed elsewhere: batch 10, two workers, the weights reversed (from epoch 1 on)
+        # resumed elsewhere: batch 10, two workers, the weights reversed (from epoch 1 on, or now)
         reweighted = dataclasses.replace(mixture, sources=[
             dataclasses.replace(s, weight=w) for s, w in zip(mixture.sources, [s.weight for s in mixture.sources][::-1],
                                                              strict=True)])
-        loader = loader_for(reweighted, batch_size=10, workers=2)
+        loader = loader_for(reweighted, batch_size=10, workers=2, apply_mix=args.apply_mix)
         if state is not None:
             loader.load_state_dict(state)
         for epoch in range(args.epochs):
@@ -90,7 +95,9 @@ def main() -> int:
             if epoch > 0:
                 counts = np.zeros(len(names), dtype=np.int64)
             train(loader, model, counts)
-            planned = loader.streaming.spec_for(epoch).counts(epoch)  # type: ignore[attr-defined]
+            # stream positions each source's passes advance this epoch (its planned count; a rest
+            # re-planned under new weights may also skip untaken samples of a down-weighted source)
+            planned = np.array(loader.streaming.source_for(epoch).advance)  # type: ignore[attr-defined]
             consumed = {e["name"]: e["consumed"] for e in loader.state_dict()["mixture"]["sources"]}
             print(f"epoch {epoch}: trained {dict(zip(names, counts.tolist(), strict=True))}, "
                   f"planned {dict(zip(names, planned.tolist(), strict=True))} (drop tail < ranks x batch); "

@@ -22,10 +22,10 @@ EXIT_USAGE = 2
 def run(args: argparse.Namespace) -> int:
     try:  # an unusable description or an unreadable source: exit 2 like an unreadable dataset
         opened = open_mixture(load_mixture(args.path), storage_options(args))
+        spec = opened.spec()
     except (ValueError, OSError) as exc:
         exc.exit_code = EXIT_USAGE  # type: ignore[union-attr]
         raise
-    spec = opened.spec()
     params = PlanParams(seed=args.seed, epoch=args.epoch, world_size=args.world_size, num_workers=args.workers,
                         batch_size=args.batch_size, tail=args.tail, shuffle=not args.no_shuffle,
                         shuffle_window=args.shuffle_window)
@@ -56,9 +56,20 @@ def explain(spec: MixSpec, params: PlanParams, urls: list[str]) -> dict[str, Any
         })
     return {
         "epoch": params.epoch, "samples_per_epoch": total, "composition": spec.composition,
-        "steps_per_rank": plan.steps_per_rank, "num_consumers": plan.num_consumers,
+        "weight_unit": spec.unit, "steps_per_rank": plan.steps_per_rank, "num_consumers": plan.num_consumers,
         "num_dropped": plan.num_dropped, "num_padded": plan.num_padded, "sources": rows,
+        "segments": segments(spec, params),
     }
+
+
+def segments(spec: MixSpec, params: PlanParams) -> list[dict[str, Any]]:
+    """The pieces of the epoch between weight changes (MX11): where each starts (mixed position
+    and rank step), its weights and its exact per-source counts."""
+    per_step = params.world_size * params.batch_size
+    return [{"first_sample": g.first_sample, "end": g.end, "first_step": g.first_sample / per_step,
+             "weights": dict(zip(spec.names, g.weights, strict=True)),
+             "samples": dict(zip(spec.names, g.counts.tolist(), strict=True))}
+            for g in spec.segments(params.epoch)]
 
 
 def _print(report: dict[str, Any], params: PlanParams) -> None:
@@ -67,6 +78,12 @@ def _print(report: dict[str, Any], params: PlanParams) -> None:
     print(f"epoch {params.epoch}: {params.world_size} ranks x {params.workers_per_rank} consumers, batch "
           f"{params.batch_size}, tail={params.tail} -> {report['steps_per_rank']} steps per rank (every rank)")
     print(f"dropped {report['num_dropped']} samples, padded {report['num_padded']} repeats")
+    if len(report["segments"]) > 1:
+        print(f"the mix changes inside the epoch: {len(report['segments'])} segments (weights in "
+              f"{report['weight_unit']})")
+        for g in report["segments"]:
+            counts = ", ".join(f"{name} {n}" for name, n in g["samples"].items())
+            print(f"  samples {g['first_sample']}..{g['end'] - 1} (from step {g['first_step']:g}): {counts}")
     print(f"{'source':>12} {'samples':>10} {'epoch':>10} {'share':>7} {'passes':>8} {'repeats':>8} "
           f"{'starts at':>16} {'per step':>9}")
     for row in report["sources"]:

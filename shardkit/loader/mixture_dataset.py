@@ -27,14 +27,15 @@ from shardkit.loader.topology import Topology
 from shardkit.loader.transfer.arena import alloc_like
 from shardkit.loader.transfer.ring import Ring
 from shardkit.plan import Plan, PlanParams, shard_offsets
-from shardkit.plan.mixture import MixSpec
+from shardkit.plan.mixture_remix import EpochSource, remix, remix_description
 from shardkit.plan.mixture_state import (
+    APPLY,
+    epoch_source,
     mixture_description,
-    mixture_plan,
-    restore_mixture,
-    saved_spec,
     spec_after,
+    spec_source,
 )
+from shardkit.plan.state import validate_state
 from shardkit.read.mixture import Mixture, load_mixture, open_mixture
 from shardkit.read.mixture_stream import iter_mixture_consumer, source_of_indices
 from shardkit.read.options import ReadOptions
@@ -48,7 +49,10 @@ class MixtureDataset(StreamingDataset):
     file (.toml/.json). Keyword arguments as :class:`StreamingDataset`, plus ``with_source``."""
 
     def __init__(self, mixture: Mixture | str, *, batch_size: int, with_source: bool = False,
-                 storage_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 apply_mix: str = "next_epoch", storage_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if apply_mix not in APPLY:
+            raise ValueError(f"apply_mix: expected one of {APPLY}, got {apply_mix!r}")
+        self.apply_mix = apply_mix  # a loaded state's epoch under a new mix: finish as planned, or re-plan now
         self.mixture = load_mixture(mixture) if isinstance(mixture, str) else mixture
         self.opened = open_mixture(self.mixture, storage_options)
         self.spec = self.opened.spec()  # the mixture of every epoch but a started one
@@ -58,9 +62,10 @@ class MixtureDataset(StreamingDataset):
         super().__init__(self.opened.datasets[0].url, batch_size=batch_size, storage_options=storage_options,
                          **kwargs)
         self._started: dict[str, Any] | None = None  # the loaded mixture state, without its plan
-        self._saved: tuple[int, MixSpec, tuple[int, ...]] | None = None  # its epoch, spec, source order
+        self._saved: tuple[int, EpochSource, tuple[int, ...]] | None = None  # its epoch, source, source order
         self._bases: np.ndarray = self._sample_bases_of(range(len(self.spec.sources)))
         self._order: tuple[int, ...] = tuple(range(len(self.spec.sources)))
+        self._lengths = self.opened.lengths  # per source, tokens of each sample (weights in tokens)
 
     @property
     def num_samples(self) -> int:
@@ -87,9 +92,11 @@ class MixtureDataset(StreamingDataset):
         return np.asarray(shard_offsets(flat)[firsts], dtype=np.int64)
 
     # ---- the mixture of an epoch --------------------------------------------------------------
-    def spec_for(self, epoch: int) -> MixSpec:
-        """The mixture ``epoch`` is planned with: the loaded state's own for its epoch (MX8)."""
-        return self._saved[1] if self._saved is not None and self._saved[0] == epoch else self.spec
+    def source_for(self, epoch: int) -> EpochSource:
+        """What ``epoch`` is planned from: the loaded state's own epoch (MX8, MX12) or the mixture's."""
+        if self._saved is not None and self._saved[0] == epoch:
+            return self._saved[1]
+        return spec_source(self.spec, epoch)
 
     def _order_for(self, epoch: int) -> tuple[int, ...]:
         """Indices (in this mixture) of the plan's sources of ``epoch``, in plan order."""
@@ -102,23 +109,30 @@ class MixtureDataset(StreamingDataset):
         key = repr((params, resume))
         plan = self._plans.get(key)
         if plan is None:
-            plan = mixture_plan(self.spec_for(epoch), params, resume)
+            started = self._started if self._started is not None and self._started["epoch"] == epoch else {}
+            if resume is not None and "remix" in started and resume == started["remix"]["base"]["plan"]:
+                resume = None  # the loaded epoch's rest was re-planned under a new mix: it starts afresh (MX12)
+            plan = self.source_for(epoch).plan(params, resume)
             self._plans = {key: plan}
         return plan
 
     # ---- the loader state (loader/mixture_state.py) -----------------------------------------
     def state_fingerprint(self, epoch: int) -> str:
-        return self.spec_for(epoch).digest(epoch)
+        return self.source_for(epoch).digest
 
     def state_part(self, epoch: int, resume: dict[str, Any] | None, received: np.ndarray) -> dict[str, Any]:
         """The ``mixture`` key of a loader state: ``received`` (per source of this mixture) plus,
         when the iteration resumed the loaded state, what that state had consumed."""
-        order = self._order_for(epoch)
-        part = mixture_description(self.spec_for(epoch), epoch)
-        base = [0] * len(order)
-        if self._started is not None and resume is not None and self._started["epoch"] == epoch:
-            base = [entry["consumed"] for entry in self._started["sources"]]
-        return {"mixture": with_consumed(part, np.asarray(base, dtype=np.int64) + received[list(order)])}
+        order, n = list(self._order_for(epoch)), len(self.spec.sources)
+        loaded = self._started is not None and self._started["epoch"] == epoch
+        part = dict(self._started) if self._started is not None and loaded else mixture_description(self.spec, epoch)
+        base, base_tokens = np.zeros(len(order), dtype=np.int64), np.zeros(len(order), dtype=np.int64)
+        if self._started is not None and resume is not None and loaded:
+            base = np.array([entry["consumed"] for entry in self._started["sources"]], dtype=np.int64)
+            base_tokens = np.array([entry.get("consumed_tokens", 0) for entry in self._started["sources"]],
+                                   dtype=np.int64)
+        tokens = base_tokens + received[n:][order] if self._lengths is not None else None
+        return {"mixture": with_consumed(part, base + received[:n][order], tokens)}
 
     def load_state_part(self, state: dict[str, Any]) -> str:
         """Apply a loader state's mixture part; returns the fingerprint its plan must carry."""
@@ -128,23 +142,31 @@ class MixtureDataset(StreamingDataset):
         if mixture_state.get("epoch") != state["epoch"]:
             raise StateError(f"loader state: epoch {state['epoch']} but its mixture part is for epoch "
                              f"{mixture_state.get('epoch')!r}")
-        restore_mixture(self.opened.spec(), mixture_state)  # refuses a changed source by name (MX7)
-        self._apply({k: v for k, v in mixture_state.items() if k != "plan"})
-        return self.state_fingerprint(int(mixture_state["epoch"]))
+        current = self.opened.spec()
+        loaded = epoch_source(current, mixture_state)  # refuses a changed source by name (MX7)
+        validate_state(mixture_state["plan"], loaded.digest)
+        started = {k: v for k, v in mixture_state.items() if k != "plan"}
+        epoch = int(mixture_state["epoch"])
+        weights = dict(zip(current.names, current.weights(epoch), strict=True))
+        if self.apply_mix == "now" and _changed(started, weights, current.composition):
+            remixed = remix(loaded, mixture_state, current, weights, current.composition)
+            started = remix_description(remixed, mixture_state, weights, current.composition)
+        self._apply(started)
+        return loaded.digest  # the loaded plan's fingerprint (a re-planned rest gets its own)
 
     def _apply(self, started: dict[str, Any]) -> None:
         base = self.opened.spec()
         try:
-            saved = saved_spec(base, started)
+            source = epoch_source(base, {**started, "plan": None})
         except (KeyError, TypeError) as exc:
             raise StateError(f"mixture state: malformed ({exc})") from None
         index = {name: i for i, name in enumerate(base.names)}
-        self._saved = (int(started["epoch"]), saved, tuple(index[name] for name in saved.names))
+        self._saved = (int(started["epoch"]), source, tuple(index[s.name] for s in source.sources))
         self.spec = spec_after(base, started)
         self._started, self._plans = started, {}
 
     def new_tally(self) -> SourceTally:
-        return SourceTally(self.spec.names)
+        return SourceTally(self.spec.names, tokens=self._lengths is not None)
 
     # ---- workers: the loaded mixture travels in the control block (L6) ------------------------
     def publish(self, topology: Topology, resume: dict[str, Any] | None, generation: int,
@@ -173,6 +195,17 @@ class MixtureDataset(StreamingDataset):
         self._bases = self._sample_bases_of(self._order)
         return iter_mixture_consumer(self.opened, plan, consumer, start, cache, stats.read, options, self._order)
 
+    def _tally_of(self, cut: BatchCut, in_plan: np.ndarray, sources: np.ndarray) -> np.ndarray:
+        """Real samples per source of a batch, then (weights in tokens) its tokens per source."""
+        real = ~np.asarray(cut.padded, dtype=bool)
+        n = len(self.spec.sources)
+        counts = np.bincount(sources[real], minlength=n)
+        if self._lengths is None:
+            return counts
+        local = (cut.indices - self._bases[in_plan])[real]
+        tokens = [int(self._lengths[s][i]) for s, i in zip(sources[real].tolist(), local.tolist(), strict=True)]
+        return np.concatenate([counts, np.bincount(sources[real], weights=tokens, minlength=n).astype(np.int64)])
+
     def _collate(self, cut: BatchCut) -> Any:
         batch = super()._collate(cut)
         if isinstance(batch, dict):
@@ -184,6 +217,12 @@ class MixtureDataset(StreamingDataset):
                 batch["_index"] = alloc_like(index, torch.int64)
             if self.with_source:
                 batch["_source"] = alloc_like(sources, torch.int64)
-            real = sources[~np.asarray(cut.padded, dtype=bool)]
-            batch[SOURCES_KEY] = alloc_like(np.bincount(real, minlength=len(self.spec.sources)), torch.int64)
+            batch[SOURCES_KEY] = alloc_like(self._tally_of(cut, in_plan, sources), torch.int64)
         return batch
+
+
+def _changed(started: dict[str, Any], weights: dict[str, float], composition: str) -> bool:
+    """Whether ``weights`` (by name) or ``composition`` differ from the loaded epoch's."""
+    before = {entry["name"]: float(entry["weight"]) for entry in started["sources"]}
+    names = set(before) | set(weights)
+    return composition != started["composition"] or any(before.get(n, 0.0) != weights.get(n, 0.0) for n in names)

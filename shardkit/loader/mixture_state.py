@@ -30,12 +30,13 @@ HISTORY = 256  # boundaries kept per consumer, for ``state_dict(snapshot)`` a fe
 
 class SourceTally:
     """Per consumer: real samples per source the training loop received this iteration, and
-    the recent ``(position, cumulative counts)`` boundaries (a snapshot may name one)."""
+    the recent ``(position, cumulative counts)`` boundaries (a snapshot may name one). With
+    ``tokens``, each count vector holds samples per source, then tokens per source (MX13)."""
 
-    def __init__(self, names: tuple[str, ...]) -> None:
-        self.names = names
+    def __init__(self, names: tuple[str, ...], tokens: bool = False) -> None:
+        self.names, self.tokens = names, tokens
         self._history: dict[int, deque[tuple[int, np.ndarray]]] = {}
-        self._zero = np.zeros(len(names), dtype=np.int64)
+        self._zero = np.zeros(len(names) * (2 if tokens else 1), dtype=np.int64)
 
     def reset(self, start_offsets: list[int]) -> None:
         self._history = {c: deque([(start, self._zero)], maxlen=HISTORY) for c, start in enumerate(start_offsets)}
@@ -61,9 +62,14 @@ class SourceTally:
                                  f"(a snapshot more than {HISTORY} batches old?)")
         return total
 
-    def summary(self) -> dict[str, int]:
+    def summary(self) -> dict[str, Any]:
+        """Samples received per source; ``{"samples": n, "tokens": k}`` per source with tokens."""
         latest = sum((h[-1][1] for h in self._history.values()), self._zero)
-        return {name: int(n) for name, n in zip(self.names, latest, strict=True)}
+        n = len(self.names)
+        if self.tokens:
+            return {name: {"samples": int(latest[i]), "tokens": int(latest[n + i])}
+                    for i, name in enumerate(self.names)}
+        return {name: int(c) for name, c in zip(self.names, latest, strict=True)}
 
 
 def gather_sum(counts: np.ndarray, topology: Topology) -> np.ndarray:
@@ -75,9 +81,12 @@ def gather_sum(counts: np.ndarray, topology: Topology) -> np.ndarray:
     return mine.numpy().astype(np.int64)
 
 
-def with_consumed(part: dict[str, Any], consumed: np.ndarray) -> dict[str, Any]:
-    """The ``mixture`` part with each source's ``consumed`` set (MX9)."""
+def with_consumed(part: dict[str, Any], consumed: np.ndarray,
+                  tokens: np.ndarray | None = None) -> dict[str, Any]:
+    """The ``mixture`` part with each source's ``consumed`` (and ``consumed_tokens``) set (MX9)."""
     sources = [dict(entry, consumed=int(n)) for entry, n in zip(part["sources"], consumed, strict=True)]
+    if tokens is not None:
+        sources = [dict(entry, consumed_tokens=int(k)) for entry, k in zip(sources, tokens, strict=True)]
     return dict(part, sources=sources)
 
 

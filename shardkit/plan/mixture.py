@@ -20,6 +20,7 @@ import numpy as np
 from shardkit.errors import PlanError
 
 COMPOSITIONS = ("random", "stratified")
+UNITS = ("samples", "tokens")
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,6 +31,7 @@ class MixSource:
     shard_sizes: np.ndarray
     weight: float = 1.0
     fingerprint: str = ""
+    num_tokens: int | None = None  # tokens of all its samples (weights in tokens, MX13)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -39,6 +41,9 @@ class MixSource:
         if sizes.size and int(sizes.min()) < 0:
             raise PlanError(f"source {self.name!r}: shard_sizes must be >= 0")
         object.__setattr__(self, "shard_sizes", sizes)
+        if self.num_tokens is not None and (isinstance(self.num_tokens, bool) or not isinstance(
+                self.num_tokens, int | np.integer) or self.num_tokens < 0):
+            raise PlanError(f"source {self.name!r}: num_tokens: expected an int >= 0, got {self.num_tokens!r}")
 
     @property
     def num_samples(self) -> int:
@@ -47,10 +52,17 @@ class MixSource:
 
 @dataclass(frozen=True)
 class ScheduleStep:
-    """From epoch ``first_epoch`` on, the weights are ``weights`` (one per source, in order)."""
+    """From mixed position ``first_sample`` of epoch ``first_epoch`` on, the weights are
+    ``weights`` (one per source, in order). ``first_sample = 0`` changes the mix at an epoch
+    boundary (MX6); a later position splits that epoch into segments (MX11)."""
 
     first_epoch: int
     weights: tuple[float, ...]
+    first_sample: int = 0
+
+    @property
+    def at(self) -> tuple[int, int]:
+        return (self.first_epoch, self.first_sample)
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,10 +79,11 @@ class MixSpec:
     composition: str = "random"
     schedule: tuple[ScheduleStep, ...] = ()
     basis: tuple[int, tuple[int, ...]] | None = field(default=None)
+    unit: str = "samples"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sources", tuple(self.sources))
-        object.__setattr__(self, "schedule", tuple(sorted(self.schedule, key=lambda s: s.first_epoch)))
+        object.__setattr__(self, "schedule", tuple(sorted(self.schedule, key=lambda s: s.at)))
         if not self.sources:
             raise PlanError("mixture: expected at least one source")
         names = [source.name for source in self.sources]
@@ -81,12 +94,16 @@ class MixSpec:
             raise PlanError(f"mixture samples_per_epoch: expected an int >= 0, got {n!r}")
         if self.composition not in COMPOSITIONS:
             raise PlanError(f"mixture composition: expected one of {COMPOSITIONS}, got {self.composition!r}")
+        if self.unit not in UNITS:
+            raise PlanError(f"mixture weight unit: expected one of {UNITS}, got {self.unit!r}")
+        for source in self.sources:
+            if self.unit == "tokens" and source.num_samples and not source.num_tokens:
+                raise PlanError(f"source {source.name!r}: weights in tokens need its token total "
+                                f"(num_tokens > 0), got {source.num_tokens!r}")
         for step in self.schedule:
-            if len(step.weights) != len(self.sources) or step.first_epoch < 0:
-                raise PlanError(f"mixture schedule at epoch {step.first_epoch}: expected "
-                                f"{len(self.sources)} weights and an epoch >= 0, got {step.weights}")
-            for name, weight in zip(names, step.weights, strict=True):
-                _check_weight(weight, f"schedule at epoch {step.first_epoch}: weight of {name!r}")
+            _check_step(step, names, n)
+        if len({step.at for step in self.schedule}) != len(self.schedule):
+            raise PlanError(f"mixture schedule: two changes at the same point {[s.at for s in self.schedule]}")
         if self.basis is not None and len(self.basis[1]) != len(self.sources):
             raise PlanError(f"mixture basis: expected {len(self.sources)} cursors, got {self.basis[1]}")
         for epoch in [0] + [step.first_epoch for step in self.schedule]:
@@ -97,21 +114,42 @@ class MixSpec:
         return tuple(source.name for source in self.sources)
 
     def weights(self, epoch: int) -> tuple[float, ...]:
-        """The weights in force at ``epoch`` (the last schedule step at or before it)."""
+        """The weights in force at the start of ``epoch`` (the last change at or before it)."""
         current = tuple(source.weight for source in self.sources)
         for step in self.schedule:
-            if step.first_epoch <= epoch:
+            if step.at <= (epoch, 0):
                 current = step.weights
         return current
 
+    def segments(self, epoch: int) -> tuple[Segment, ...]:
+        """The pieces of ``epoch`` between its weight changes (MX11): one unless the schedule
+        changes the mix inside the epoch. Each has its own exact counts (largest remainder)."""
+        points = [(0, self.weights(epoch))] + [(s.first_sample, s.weights) for s in self.schedule
+                                               if s.first_epoch == epoch and s.first_sample > 0]
+        ends = [first for first, _ in points[1:]] + [self.samples_per_epoch]
+        found = []
+        for (first, weights), end in zip(points, ends, strict=True):
+            counts = largest_remainder(end - first, self._effective(weights))
+            for source, count in zip(self.sources, counts, strict=True):
+                if count and not source.num_samples:
+                    raise PlanError(f"source {source.name!r} has no samples but its weight asks for "
+                                    f"{count} per epoch (epoch {epoch}, from sample {first})")
+            found.append(Segment(first, end, tuple(float(w) for w in weights), counts))
+        return tuple(found)
+
+    def _effective(self, weights: Sequence[float]) -> list[Fraction]:
+        """Weights in samples: a token weight ``w`` of a source of ``N`` samples and ``K`` tokens
+        asks for ``w x N / K`` samples (its mean document is ``K / N`` tokens, MX13)."""
+        if self.unit == "samples":
+            return [Fraction(w) for w in weights]
+        return [Fraction(w) * s.num_samples / s.num_tokens if s.num_tokens else Fraction(0)
+                for w, s in zip(weights, self.sources, strict=True)]
+
     def counts(self, epoch: int) -> np.ndarray:
-        """Samples of each source in ``epoch``'s multiset (MX1): largest remainder, sum exact."""
-        counts = largest_remainder(self.samples_per_epoch, self.weights(epoch))
-        for source, count in zip(self.sources, counts, strict=True):
-            if count and not source.num_samples:
-                raise PlanError(f"source {source.name!r} has no samples but its weight asks for "
-                                f"{count} per epoch (epoch {epoch})")
-        return counts
+        """Samples of each source in ``epoch``'s multiset (MX1): its segments' counts summed."""
+        segments = self.segments(epoch)
+        total: np.ndarray = sum((segment.counts for segment in segments[1:]), segments[0].counts)
+        return total
 
     def cursors(self, epoch: int) -> np.ndarray:
         """Stream position of each source at the start of ``epoch`` (MX2): the basis plus the
@@ -120,7 +158,8 @@ class MixSpec:
         if epoch < first:
             raise PlanError(f"mixture cursors: epoch {epoch} is before the basis epoch {first}")
         total = np.array(start, dtype=object)  # python ints: cursors grow past int64 never
-        edges = sorted({first, epoch} | {s.first_epoch for s in self.schedule if first < s.first_epoch < epoch})
+        changes = {s.first_epoch for s in self.schedule} | {s.first_epoch + 1 for s in self.schedule if s.first_sample}
+        edges = sorted({first, epoch} | {e for e in changes if first < e < epoch})
         for lo, hi in zip(edges, edges[1:], strict=False):
             total = total + np.array([int(c) for c in self.counts(lo)], dtype=object) * (hi - lo)
         return np.array([int(c) for c in total], dtype=np.int64)
@@ -133,9 +172,12 @@ class MixSpec:
         """What every epoch's plan depends on besides params: sources, weights, schedule, basis."""
         h = hashlib.blake2b(digest_size=16, person=b"shardkit-mix-v1\0")
         h.update(repr((self.composition, self.samples_per_epoch, self.basis,
-                       [(s.first_epoch, s.weights) for s in self.schedule])).encode())
+                       [(s.first_epoch, s.weights) + ((s.first_sample,) if s.first_sample else ())
+                        for s in self.schedule])).encode())
         for source in self.sources:
             h.update(f"|{source.name}|{source.fingerprint}|{source.weight!r}|".encode())
+            if self.unit != "samples":
+                h.update(f"{self.unit}:{source.num_tokens}|".encode())
             h.update(source.shard_sizes.astype("<i8").tobytes())
         return "mixspec:" + h.hexdigest()
 
@@ -143,13 +185,26 @@ class MixSpec:
         """What an epoch's plan depends on besides its params: shards, counts, cursors."""
         h = hashlib.blake2b(digest_size=16, person=b"shardkit-mix-v1\0")
         h.update(self.composition.encode())
+        segments = self.segments(epoch)
+        if len(segments) > 1:  # an epoch without inner changes keeps its version-1 digest
+            h.update(repr([(g.first_sample, g.counts.tolist()) for g in segments]).encode())
         for source, count, cursor in zip(self.sources, self.counts(epoch), self.cursors(epoch), strict=True):
             h.update(f"|{source.name}|{source.fingerprint}|{count}|{cursor}|".encode())
             h.update(source.shard_sizes.astype("<i8").tobytes())
         return "mix:" + h.hexdigest()
 
 
-def largest_remainder(total: int, weights: Sequence[float]) -> np.ndarray:
+@dataclass(frozen=True, eq=False)
+class Segment:
+    """Mixed positions ``first_sample:end`` of an epoch, drawn with ``weights``: ``counts``."""
+
+    first_sample: int
+    end: int
+    weights: tuple[float, ...]
+    counts: np.ndarray
+
+
+def largest_remainder(total: int, weights: Sequence[float | Fraction]) -> np.ndarray:
     """Integers proportional to ``weights`` summing to ``total`` (Hamilton's method).
 
     Exact rational arithmetic; ties go to the lower index. Raises PlanError for negative,
@@ -158,7 +213,7 @@ def largest_remainder(total: int, weights: Sequence[float]) -> np.ndarray:
     exact = [Fraction(w) for w in weights]
     whole = sum(exact, Fraction(0))
     if whole <= 0:
-        raise PlanError(f"mixture weights: expected a positive sum, got {list(weights)}")
+        raise PlanError(f"mixture weights: expected a positive sum, got {[float(w) for w in weights]}")
     quotas = [total * w / whole for w in exact]
     counts = [math.floor(q) for q in quotas]
     left = total - sum(counts)
@@ -166,6 +221,17 @@ def largest_remainder(total: int, weights: Sequence[float]) -> np.ndarray:
     for i in ranked[:left]:
         counts[i] += 1
     return np.array(counts, dtype=np.int64)
+
+
+def _check_step(step: ScheduleStep, names: list[str], samples_per_epoch: int) -> None:
+    where = f"mixture schedule at epoch {step.first_epoch}, sample {step.first_sample}"
+    if len(step.weights) != len(names) or step.first_epoch < 0 or step.first_sample < 0:
+        raise PlanError(f"{where}: expected {len(names)} weights and an epoch and sample >= 0, got {step.weights}")
+    if step.first_sample and step.first_sample >= samples_per_epoch:
+        raise PlanError(f"{where}: the sample must be below samples_per_epoch {samples_per_epoch} "
+                        f"(a change at an epoch's end is a change at the next epoch's sample 0)")
+    for name, weight in zip(names, step.weights, strict=True):
+        _check_weight(weight, f"{where}: weight of {name!r}")
 
 
 def _check_weight(weight: float, what: str) -> None:

@@ -122,19 +122,21 @@ class Interleave:
 class MixedSequence(SampleSequence):
     """``sum(counts)`` positions interleaving the sources' epoch slices (see module doc).
 
-    ``key = (seed, epoch)`` shuffles; ``None`` keeps the merged order and each source's stream
-    order. ``stratified`` rounds ``window`` up to a multiple of ``batch`` so each batch of a
-    level-0 consumer is one block of merged slots.
+    ``key = (seed, epoch)`` (``(seed, epoch, -k)`` for segment ``k`` of an epoch, MX11)
+    shuffles; ``None`` keeps the merged order and each source's stream order. ``stratified``
+    rounds ``window`` up to a multiple of ``batch`` so each batch of a level-0 consumer is one
+    block of merged slots.
     """
 
     def __init__(self, streams: Sequence[SourceStream], counts: Sequence[int], composition: str,
-                 window: int, batch: int, key: tuple[int, int] | None) -> None:
+                 window: int, batch: int, key: tuple[int, ...] | None) -> None:
         self._streams = tuple(streams)
         self._mix = Interleave(counts)
         self._stratified = composition == "stratified"
         self._batch = batch
         self._window = -(-window // batch) * batch if self._stratified else window
         self._key = key
+        self._last: tuple[int, tuple[Span, ...], np.ndarray] | None = None  # the latest window (read-only)
 
     def __len__(self) -> int:
         return self._mix.total
@@ -153,10 +155,21 @@ class MixedSequence(SampleSequence):
             w_lo = index * self._window
             w_hi = min(w_lo + self._window, len(self))
             hi = self._mix.prefix(w_hi)
-            spans = [span for s, a, b in zip(self._streams, lo, hi, strict=True) for span in s.spans(a, b)]
-            order = self._order(index, lo, hi)
-            yield Window(tuple(spans), order[max(start, w_lo) - w_lo : min(stop, w_hi) - w_lo])
+            spans, order = self._window_of(index, lo, hi)
+            yield Window(spans, order[max(start, w_lo) - w_lo : min(stop, w_hi) - w_lo])
             lo = hi
+
+    def _window_of(self, index: int, lo: list[int], hi: list[int]) -> tuple[tuple[Span, ...], np.ndarray]:
+        """Window ``index``'s spans and order; the latest one is kept, because the consumers
+        that split a window (and a remainder's pieces, MX12) ask for it in turn."""
+        last = self._last  # one tuple read, one tuple write: safe across threads
+        if last is not None and last[0] == index:
+            return last[1], last[2]
+        spans = tuple(span for s, a, b in zip(self._streams, lo, hi, strict=True) for span in s.spans(a, b))
+        order = self._order(index, lo, hi)
+        order.flags.writeable = False
+        self._last = (index, spans, order)
+        return spans, order
 
     def _order(self, index: int, lo: list[int], hi: list[int]) -> np.ndarray:
         sizes = np.array(hi, dtype=np.int64) - np.array(lo, dtype=np.int64)
@@ -195,7 +208,7 @@ class MixedSequence(SampleSequence):
         return np.array(found, dtype=np.int64)[order] if found else _NO_SHARDS
 
 
-def _zero_based_perm(key: tuple[int, int], index: int, source: int, length: int) -> np.ndarray:
+def _zero_based_perm(key: tuple[int, ...], index: int, source: int, length: int) -> np.ndarray:
     if length <= 1:
         return np.zeros(length, dtype=np.int64)
     return permutation(philox_key(SALT_MIX_WINDOW, *key, index, source), length)

@@ -5,6 +5,8 @@ A mixture file (``.toml`` or ``.json``, the same keys)::
 
     samples_per_epoch = 100000          # default: the sources' samples summed
     composition = "stratified"          # or "random" (default)
+    weight_unit = "tokens"              # or "samples" (default); tokens: shares of tokens (MX13)
+    token_field = "tokens"              # the integer-array field whose length is a sample's tokens
 
     [[sources]]
     path = "s3://bucket/web"            # relative paths: from the file's folder
@@ -13,7 +15,8 @@ A mixture file (``.toml`` or ``.json``, the same keys)::
 
     [[schedule]]                        # optional: weights from an epoch on (MX6)
     first_epoch = 3
-    weights = { web = 0.5 }             # sources not named keep weight 0
+    first_sample = 640000               # optional: from that mixed position of the epoch (MX11)
+    weights = { web = 0.5 }             # sources not named get weight 0
 """
 
 from __future__ import annotations
@@ -22,17 +25,20 @@ import json
 import os
 import posixpath
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from shardkit.errors import PlanError
-from shardkit.plan.mixture import COMPOSITIONS, MixSource, MixSpec, ScheduleStep
+from shardkit.plan.mixture import COMPOSITIONS, UNITS, MixSource, MixSpec, ScheduleStep
 from shardkit.read.dataset import StoredDataset, open_dataset, split_manifest_path
+from shardkit.read.token_lengths import document_lengths
 
-_TOP_KEYS = {"samples_per_epoch", "composition", "sources", "schedule"}
+_TOP_KEYS = {"samples_per_epoch", "composition", "sources", "schedule", "weight_unit", "token_field"}
+_STEP_KEYS = {"first_epoch", "first_sample", "weights"}
+ScheduleKey = int | tuple[int, int]  # an epoch, or (epoch, mixed position in it)
 _SOURCE_KEYS = {"path", "weight", "name"}
 
 
@@ -53,23 +59,53 @@ class Source:
 @dataclass(frozen=True)
 class Mixture:
     """Sources, the size of every epoch (default: their samples summed), the batch composition
-    (``random`` or ``stratified``) and an optional weight schedule ``{first_epoch: {name: w}}``."""
+    (``random`` or ``stratified``) and an optional weight schedule ``{key: {name: w}}``: a key
+    ``e`` changes the weights from epoch ``e`` on (MX6), a key ``(e, p)`` from mixed position
+    ``p`` of epoch ``e`` (MX11; ``p = step x ranks x batch_size`` changes them at that step on
+    every rank); a list of ``(key, weights)`` pairs works too. ``weight_unit="tokens"``: the
+    weights are shares of tokens, each sample counting the length of its ``token_field`` (MX13)."""
 
     sources: Sequence[Source]
     samples_per_epoch: int | None = None
     composition: str = "random"
-    schedule: dict[int, dict[str, float]] = field(default_factory=dict)
+    schedule: Mapping[ScheduleKey, Mapping[str, float]] | Sequence[tuple[ScheduleKey, Mapping[str, float]]] = \
+        field(default_factory=dict)
+    weight_unit: str = "samples"
+    token_field: str = "tokens"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sources", tuple(self.sources))
+        object.__setattr__(self, "schedule", _schedule_dict(self.schedule))
         if self.composition not in COMPOSITIONS:
             raise PlanError(f"mixture composition: expected one of {COMPOSITIONS}, got {self.composition!r}")
+        if self.weight_unit not in UNITS:
+            raise PlanError(f"mixture weight_unit: expected one of {UNITS}, got {self.weight_unit!r}")
         labels = [source.label for source in self.sources]
         if len(set(labels)) != len(labels):
             raise PlanError(f"mixture: source names must be unique (set name=...), got {labels}")
-        unknown = sorted({n for weights in self.schedule.values() for n in weights} - set(labels))
+        unknown = sorted({n for weights in self.steps.values() for n in weights} - set(labels))
         if unknown:
             raise PlanError(f"mixture schedule: unknown sources {unknown} (sources: {labels})")
+
+    @property
+    def steps(self) -> dict[tuple[int, int], Mapping[str, float]]:
+        """The schedule by ``(epoch, mixed position)``."""
+        return dict(self.schedule)  # type: ignore[arg-type]  # normalised in __post_init__
+
+
+def _schedule_dict(schedule: Any) -> dict[tuple[int, int], Mapping[str, float]]:
+    pairs = schedule.items() if isinstance(schedule, Mapping) else schedule
+    found: dict[tuple[int, int], Mapping[str, float]] = {}
+    for key, weights in pairs:
+        at = (key, 0) if isinstance(key, int) else tuple(key)
+        if len(at) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in at) \
+                or not isinstance(weights, Mapping):
+            raise PlanError(f"mixture schedule: expected epoch or (epoch, sample) keys and weights by source "
+                            f"name, got {key!r}: {weights!r}")
+        if at in found:
+            raise PlanError(f"mixture schedule: two changes at epoch {at[0]}, sample {at[1]}")
+        found[at] = weights
+    return found
 
 
 @dataclass
@@ -78,17 +114,33 @@ class OpenMixture:
 
     mixture: Mixture
     datasets: tuple[StoredDataset, ...]
+    lengths: tuple[np.ndarray, ...] | None = None  # per source, its samples' tokens (weights in tokens)
+
+    def __post_init__(self) -> None:
+        if self.lengths is None and self.mixture.weight_unit == "tokens":
+            self.lengths = tuple(_lengths(s, ds, self.mixture.token_field)
+                                 for s, ds in zip(self.mixture.sources, self.datasets, strict=True))
 
     def spec(self) -> MixSpec:
+        tokens = [None] * len(self.datasets) if self.lengths is None else [int(n.sum()) for n in self.lengths]
         sources = tuple(
-            MixSource(s.label, np.asarray(ds.manifest.shard_sizes, dtype=np.int64), s.weight, ds.manifest.fingerprint)
-            for s, ds in zip(self.mixture.sources, self.datasets, strict=True))
+            MixSource(s.label, np.asarray(ds.manifest.shard_sizes, dtype=np.int64), s.weight,
+                      ds.manifest.fingerprint, k)
+            for s, ds, k in zip(self.mixture.sources, self.datasets, tokens, strict=True))
         total = sum(source.num_samples for source in sources)
         size = total if self.mixture.samples_per_epoch is None else self.mixture.samples_per_epoch
         labels = [source.name for source in sources]
-        schedule = tuple(ScheduleStep(int(epoch), tuple(float(w.get(n, 0.0)) for n in labels))
-                         for epoch, w in self.mixture.schedule.items())
-        return MixSpec(sources, size, self.mixture.composition, schedule)
+        schedule = tuple(ScheduleStep(epoch, tuple(float(w.get(n, 0.0)) for n in labels), sample)
+                         for (epoch, sample), w in self.mixture.steps.items())
+        return MixSpec(sources, size, self.mixture.composition, schedule, unit=self.mixture.weight_unit)
+
+
+def _lengths(source: Source, dataset: StoredDataset, field: str) -> np.ndarray:
+    try:
+        return document_lengths(dataset, field)
+    except Exception as exc:
+        exc.add_note(f"while counting the tokens of mixture source {source.label!r} ({source.path})")
+        raise
 
 
 def open_mixture(mixture: Mixture, storage_options: dict[str, Any] | None = None) -> OpenMixture:
@@ -125,19 +177,27 @@ def mixture_from_dict(data: Any, where: str) -> Mixture:
     folder = os.path.dirname(os.path.abspath(where))
     entries = _list(data, "sources", where)
     sources = [_source(entry, folder, f"{where}: sources[{i}]") for i, entry in enumerate(entries)]
-    schedule: dict[int, dict[str, float]] = {}
+    schedule: list[tuple[ScheduleKey, dict[str, float]]] = []
     for i, step in enumerate(_list(data, "schedule", where)):
-        if not isinstance(step, dict) or set(step) != {"first_epoch", "weights"} \
-                or not isinstance(step["weights"], dict):
-            raise PlanError(f"{where}: schedule[{i}]: expected first_epoch and a weights table by source name")
-        schedule[int(step["first_epoch"])] = {str(k): float(v) for k, v in step["weights"].items()}
+        if not isinstance(step, dict) or set(step) - _STEP_KEYS or not {"first_epoch", "weights"} <= set(step) \
+                or not isinstance(step["weights"], dict) \
+                or not all(_is_int(step.get(k, 0)) for k in ("first_epoch", "first_sample")):
+            raise PlanError(f"{where}: schedule[{i}]: expected first_epoch (int), optional first_sample (int) "
+                            f"and a weights table by source name, got {step!r}")
+        schedule.append(((step["first_epoch"], step.get("first_sample", 0)),
+                         {str(k): float(v) for k, v in step["weights"].items()}))
     size = data.get("samples_per_epoch")
     if size is not None and (isinstance(size, bool) or not isinstance(size, int)):
         raise PlanError(f"{where}: samples_per_epoch: expected an int, got {size!r}")
     try:
-        return Mixture(sources, size, str(data.get("composition", "random")), schedule)
+        return Mixture(sources, size, str(data.get("composition", "random")), schedule,
+                       str(data.get("weight_unit", "samples")), str(data.get("token_field", "tokens")))
     except PlanError as exc:
         raise PlanError(f"{where}: {exc}") from None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _list(data: dict[str, Any], key: str, where: str) -> list[Any]:

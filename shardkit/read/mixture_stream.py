@@ -71,7 +71,8 @@ def iter_mixture_consumer(opened: OpenMixture, plan: Plan, consumer: int, start:
     if order is None:
         bases = shard_bases(opened.spec())
     else:
-        opened = OpenMixture(opened.mixture, tuple(opened.datasets[i] for i in order))
+        lengths = None if opened.lengths is None else tuple(opened.lengths[i] for i in order)
+        opened = OpenMixture(opened.mixture, tuple(opened.datasets[i] for i in order), lengths)
         sizes = [0] + [len(ds.manifest.shard_sizes) for ds in opened.datasets]
         bases = np.cumsum(sizes, dtype=np.int64)
     upcoming = list(plan.shards_of(consumer, start)) if cache is not None else None

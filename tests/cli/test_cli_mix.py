@@ -107,3 +107,36 @@ def test_python_and_file_descriptions_agree(mixture_dir: Path) -> None:
     built = Mixture([Source(str(mixture_dir / "web"), 0.7), Source(str(mixture_dir / "code"), 0.3, "code")],
                     60, "stratified", {2: {"web": 1.0}})
     assert loaded == built == sk.Mixture(built.sources, 60, "stratified", {2: {"web": 1.0}})
+
+
+def test_plan_explains_each_segment_of_an_epoch(mixture_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """MX11: a change at sample 30 of epoch 0 (step 5 at 2 ranks x batch 3) splits it in two
+    segments of exact counts; the epoch's counts are their sums."""
+    text = TOML + "\n[[schedule]]\nfirst_epoch = 0\nfirst_sample = 30\nweights = { code = 1.0 }\n"
+    (mixture_dir / "steps.toml").write_text(text)
+    report = plan_json(mixture_dir / "steps.toml", capsys)
+    first, second = report["segments"]
+    assert (first["first_sample"], first["end"], first["samples"]) == (0, 30, {"web": 21, "code": 9})
+    assert (second["first_step"], second["samples"]) == (5, {"web": 0, "code": 30})
+    assert [row["samples_per_epoch"] for row in report["sources"]] == [21, 39]
+    assert main(["plan", str(mixture_dir / "steps.toml"), "--batch-size", "3", "--world-size", "2"]) == 0
+    assert "samples 30..59 (from step 5): web 0, code 30" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("[[sources]]\npath = 'web'\n[[schedule]]\nfirst_epoch = 0\nfirst_sample = 'x'\nweights = {}",
+         "first_sample"),
+        ("samples_per_epoch = 10\n[[sources]]\npath = 'web'\n[[schedule]]\nfirst_epoch = 0\nfirst_sample = 10\n"
+         "weights = { web = 1 }", "below samples_per_epoch"),
+        ("weight_unit = 'bytes'\n[[sources]]\npath = 'web'", "weight_unit"),
+    ],
+)
+def test_bad_schedules_and_units_exit_2(mixture_dir: Path, text: str, match: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    path = mixture_dir / "bad.toml"
+    path.write_text(text)
+    assert main(["plan", str(path), "--batch-size", "2"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(match, err), err

@@ -14,7 +14,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from shardkit.plan import Plan, PlanParams, shard_offsets
-from shardkit.plan.mixture import MixSource, MixSpec
+from shardkit.plan.mixture import MixSource, MixSpec, ScheduleStep
 from shardkit.plan.mixture_state import mixture_shard_sizes, shard_bases, source_order
 from tests.helpers.plan_strategies import consumer_samples
 
@@ -22,9 +22,10 @@ NAMES = ("web", "code", "books", "math", "wiki", "news")
 
 
 @st.composite
-def mix_specs(draw: st.DrawFn, /, max_epoch_samples: int = 600) -> MixSpec:
+def mix_specs(draw: st.DrawFn, /, max_epoch_samples: int = 600, max_changes: int = 0) -> MixSpec:
     """1-5 sources (some smaller than a batch, some empty with weight 0), weights from tiny to
-    large, epochs of 0..max samples, both compositions."""
+    large, epochs of 0..max samples, both compositions; up to ``max_changes`` weight changes
+    inside epochs 0-3 (MX11)."""
     count = draw(st.integers(1, 5))
     sources = []
     for name in NAMES[:count]:
@@ -37,7 +38,14 @@ def mix_specs(draw: st.DrawFn, /, max_epoch_samples: int = 600) -> MixSpec:
         sizes = draw(st.lists(st.integers(1, 40), min_size=1, max_size=4))
         sources[0] = MixSource(sources[0].name, np.array(sizes), 1.0, sources[0].fingerprint)
     composition = draw(st.sampled_from(["random", "stratified"]))
-    return MixSpec(tuple(sources), draw(st.integers(0, max_epoch_samples)), composition)
+    total = draw(st.integers(0, max_epoch_samples))
+    changes = {}
+    for _ in range(draw(st.integers(0, max_changes)) if total > 1 else 0):
+        weights = [0.0 if s.num_samples == 0 else draw(st.sampled_from([0.0, 1e-3, 0.5, 3.0])) for s in sources]
+        if any(weights):
+            changes[(draw(st.integers(0, 3)), draw(st.integers(1, total - 1)))] = tuple(weights)
+    schedule = tuple(ScheduleStep(epoch, weights, sample) for (epoch, sample), weights in changes.items())
+    return MixSpec(tuple(sources), total, composition, schedule)
 
 
 @st.composite

@@ -1,0 +1,185 @@
+"""A new mix for the rest of a started epoch (specs/mixture.md, MX12).
+
+``resume_mixture(..., apply="now")`` keeps what a state's consumers delivered and re-plans the
+*remainder* of its epoch (unconsumed real samples plus the dropped tail, R3) with the current
+weights: the remainder's ``M`` samples get new exact counts ``q' = largest_remainder(M, w')``;
+source ``i`` first takes its untaken samples of the epoch (``U_i``, in remainder order), then,
+if ``q'_i > |U_i|``, continues its stream after the epoch's range; untaken samples beyond
+``q'_i`` are skipped in their pass (as a dropped tail is). Every source's stream positions stay
+contiguous (MX2), and its cursor after the epoch is ``cursor + count + extra``.
+
+The remixed rest is a level-0 source like any epoch: a :class:`MixedSequence` over
+:class:`ListedStream` s, partitioned with equal steps under the resume's params, resumable
+exactly and elastically; its state keeps the state it was remixed from under ``remix.base``.
+Cost: the remainder's sample ids are listed once per rebuild (O(M) time and memory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from shardkit.errors import StateError
+from shardkit.plan.mixture import MixSource, MixSpec, largest_remainder
+from shardkit.plan.mixture_sequence import MixedSequence, SourceStream
+from shardkit.plan.params import PlanParams
+from shardkit.plan.plan import Plan
+from shardkit.plan.spans import Span, shard_offsets
+from shardkit.plan.state import build_plan
+
+REMIX_KEY_WORD = -(1 << 20)  # window keys (seed, epoch, REMIX_KEY_WORD - depth): no other key has it
+BasePlan = Callable[[np.ndarray, PlanParams], Plan]
+
+
+class ListedStream(SourceStream):
+    """Ranks ``0:len(ids)`` are the listed global sample ids; later ranks continue ``rest``."""
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray, rest: SourceStream) -> None:  # noqa: D107
+        self._ids, self._offsets, self._rest = ids, offsets, rest
+
+    def _split(self, lo: int, hi: int) -> tuple[np.ndarray, tuple[int, int]]:
+        n = len(self._ids)
+        return self._ids[min(lo, n):min(hi, n)], (max(lo - n, 0), max(hi - n, 0))
+
+    def spans(self, lo: int, hi: int) -> list[Span]:
+        ids, (a, b) = self._split(lo, hi)
+        return list(_runs(ids, self._offsets)) + (self._rest.spans(a, b) if b > a else [])
+
+    def shards(self, lo: int, hi: int) -> np.ndarray:
+        ids, (a, b) = self._split(lo, hi)
+        mine = np.searchsorted(self._offsets, ids, side="right") - 1
+        return np.concatenate([mine[np.r_[True, mine[1:] != mine[:-1]]] if len(mine) else mine.astype(np.int64),
+                               self._rest.shards(a, b) if b > a else np.zeros(0, dtype=np.int64)])
+
+
+def _runs(ids: np.ndarray, offsets: np.ndarray) -> Iterator[Span]:
+    """``ids`` (global) as spans of consecutive samples of one shard, in order."""
+    if not len(ids):
+        return
+    shards = np.searchsorted(offsets, ids, side="right") - 1
+    cut = np.flatnonzero((np.diff(ids) != 1) | (np.diff(shards) != 0)) + 1
+    for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(ids)], strict=True):
+        shard = int(shards[lo])
+        first = int(ids[lo] - offsets[shard])
+        yield Span(shard, first, first + int(hi - lo))
+
+
+@dataclass(frozen=True, eq=False)
+class EpochSource:
+    """What a (possibly remixed) epoch is planned from: its sources in plan order, its level-0
+    builder, digest and what each source's stream advanced (``advance``, for later epochs)."""
+
+    sources: tuple[MixSource, ...]
+    base: BasePlan
+    digest: str
+    cursors: tuple[int, ...]
+    advance: tuple[int, ...]
+    depth: int = 0
+
+    @property
+    def shard_sizes(self) -> np.ndarray:
+        return np.concatenate([s.shard_sizes for s in self.sources] + [np.zeros(0, dtype=np.int64)])
+
+    def plan(self, params: PlanParams, resume: dict[str, Any] | None = None) -> Plan:
+        return build_plan(self.shard_sizes, params, resume, base=self.base)
+
+
+def remix(old: EpochSource, base_state: dict[str, Any], spec: MixSpec, weights: dict[str, float],
+          composition: str) -> EpochSource:
+    """The rest of ``old``'s epoch after ``base_state``'s offsets, under ``weights`` by name
+    (sources of ``spec`` not in ``old`` are added after its own)."""
+    plan = old.plan(PlanParams.from_dict(base_state["plan"]["params"]), base_state["plan"])
+    known = {s.name for s in old.sources}
+    sources = old.sources + tuple(s for s in spec.sources if s.name not in known)
+    sizes = np.concatenate([s.shard_sizes for s in sources] + [np.zeros(0, dtype=np.int64)])
+    offsets = shard_offsets(sizes)
+    untaken = _untaken(plan, offsets, sources)
+    wanted = [Fraction(weights.get(s.name, 0.0)) for s in sources]
+    if base_state.get("unit") == "tokens":  # token shares -> sample shares, as MixSpec does (MX13)
+        wanted = [w * s.num_samples / s.num_tokens if s.num_tokens else Fraction(0) for w, s in zip(wanted, sources,
+                                                                                                    strict=True)]
+    counts = largest_remainder(sum(len(u) for u in untaken), wanted)
+    _check_feasible(sources, counts)
+    cursors = old.cursors + (0,) * (len(sources) - len(old.sources))
+    advance = old.advance + (0,) * (len(sources) - len(old.sources))
+    extra = tuple(max(int(q) - len(u), 0) for q, u in zip(counts, untaken, strict=True))
+    digest = _digest(base_state, weights, composition, sources)
+    depth = old.depth + 1
+
+    def base(all_sizes: np.ndarray, params: PlanParams) -> Plan:
+        from shardkit.plan.mixture_state import shard_bases_of, source_order  # noqa: PLC0415 - cycle
+
+        bases = shard_bases_of(sources)
+        streams = [ListedStream(u, offsets, SourceStream(s.shard_sizes, source_order(s, params.seed, params.shuffle),
+                                                         int(bases[i]), cursors[i] + advance[i]))
+                   for i, (s, u) in enumerate(zip(sources, untaken, strict=True))]
+        key = (params.seed, params.epoch, REMIX_KEY_WORD - depth) if params.shuffle else None
+        sequence = MixedSequence(streams, counts.tolist(), composition, params.shuffle_window, params.batch_size, key)
+        return Plan(all_sizes, params, sequence)
+
+    return EpochSource(sources, base, digest, cursors, tuple(a + e for a, e in zip(advance, extra, strict=True)), depth)
+
+
+def _untaken(plan: Plan, offsets: np.ndarray, sources: tuple[MixSource, ...]) -> list[np.ndarray]:
+    """Per source, the global ids of the plan's remainder after its start offsets (in order)."""
+    rest = plan.remainder(list(plan.start_offsets))
+    windows, last = [], None
+    for window in rest.windows(0, len(rest)):
+        if last is None or last[0] is not window.spans:  # pieces of one window share its spans
+            parts = [offsets[s.shard_index] + np.arange(s.start, s.end) for s in window.spans]
+            last = (window.spans, np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64))
+        windows.append(last[1][window.order])
+    ids = np.concatenate(windows) if windows else np.zeros(0, dtype=np.int64)
+    firsts = offsets[np.cumsum([0] + [len(s.shard_sizes) for s in sources])[:-1]]
+    owner = np.searchsorted(firsts, ids, side="right") - 1
+    return [ids[owner == i] for i in range(len(sources))]
+
+
+def _check_feasible(sources: tuple[MixSource, ...], counts: np.ndarray) -> None:
+    for source, count in zip(sources, counts, strict=True):
+        if count and not source.num_samples:
+            raise StateError(f"source {source.name!r} has no samples but the new weights ask for {count}")
+
+
+def _digest(base_state: dict[str, Any], weights: dict[str, float], composition: str,
+            sources: tuple[MixSource, ...]) -> str:
+    h = hashlib.blake2b(digest_size=16, person=b"shardkit-remix-1")
+    h.update(json.dumps([base_state, sorted(weights.items()), composition], sort_keys=True).encode())
+    for source in sources:
+        h.update(f"|{source.name}|{source.fingerprint}|".encode())
+        h.update(source.shard_sizes.astype("<i8").tobytes())
+    return "mix:" + h.hexdigest()
+
+
+def remix_description(epoch_source: EpochSource, state: dict[str, Any], weights: dict[str, float],
+                      composition: str) -> dict[str, Any]:
+    """The mixture state (without ``plan``) of a remixed epoch: ``count`` is what each source's
+    stream advanced in the epoch (taken or skipped), ``remix.base`` the state it came from;
+    ``consumed`` (and ``consumed_tokens``) carry over by name from ``state``."""
+    before = {e["name"]: e for e in state["sources"]}
+    sources = []
+    for s, a, c in zip(epoch_source.sources, epoch_source.advance, epoch_source.cursors, strict=True):
+        entry: dict[str, Any] = {"name": s.name, "fingerprint": s.fingerprint, "num_samples": s.num_samples,
+                                 "weight": float(weights.get(s.name, 0.0)), "count": a, "cursor": c,
+                                 "consumed": int(before.get(s.name, {}).get("consumed", 0))}
+        if state.get("unit") == "tokens":
+            entry.update(num_tokens=int(s.num_tokens or 0),
+                         consumed_tokens=int(before.get(s.name, {}).get("consumed_tokens", 0)))
+        sources.append(entry)
+    unit = {"unit": state["unit"]} if "unit" in state else {}
+    return {"version": 2, "kind": state["kind"], "epoch": state["epoch"],
+            "samples_per_epoch": state["samples_per_epoch"], "composition": composition, "sources": sources, **unit,
+            "remix": {"base": state, "weights": {k: float(v) for k, v in sorted(weights.items())}}}
+
+
+def later_spec(spec: MixSpec, epoch: int, epoch_source: EpochSource) -> MixSpec:
+    """``spec`` rebased so every source continues after the (remixed) epoch (a new one at 0)."""
+    after = {s.name: c + a for s, c, a in zip(epoch_source.sources, epoch_source.cursors, epoch_source.advance,
+                                               strict=True)}
+    return replace(spec).rebased(epoch + 1, [after.get(s.name, 0) for s in spec.sources])
