@@ -187,3 +187,18 @@ def check_elastic_exactly_once(sizes: list[int], params: PlanParams, other: Plan
         raise AssertionError("a sample delivered twice over the two levels")
     if not other.same_partition(params) and len(both) != sum(sizes) - after.num_dropped:
         raise AssertionError(f"{len(both)} delivered, expected {sum(sizes) - after.num_dropped}")
+
+
+def check_default_is_plain(knob: str) -> tuple[list[int], PlanParams, Plan]:
+    """``knob`` at 1 (its default) leaves plans and saved states exactly as before: the saved
+    params omit it and load back equal, and setting it to 1 changes no consumer's samples.
+    Returns the sizes, the params and the plain plan it checked, for further checks."""
+    params = PlanParams(seed=3, world_size=2, num_workers=2, batch_size=4, shuffle_window=16)
+    assert knob not in params.to_dict()
+    assert PlanParams.from_dict(params.to_dict()) == params
+    sizes = [40, 7, 0, 90, 33]
+    plain = build_plan(sizes, params)
+    explicit = build_plan(sizes, PlanParams(**{**params.to_dict(), knob: 1}))
+    for consumer in range(plain.num_consumers):
+        assert np.array_equal(consumer_samples(plain, consumer).ids, consumer_samples(explicit, consumer).ids)
+    return sizes, params, plain
