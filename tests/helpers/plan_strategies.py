@@ -14,6 +14,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from shardkit.plan import Plan, PlanParams, build_plan, plan_to_state, shard_offsets, shard_order
+from shardkit.plan.params import DEFAULT_SPREAD
 
 MAX_SAMPLES = 100_000
 MAX_SHARDS = 500
@@ -58,6 +59,24 @@ def plan_params(draw: st.DrawFn, /, num_samples: int, **fixed: object) -> PlanPa
     }
     values.update(fixed)
     return PlanParams(**values)  # type: ignore[arg-type]
+
+
+@st.composite
+def interleaved(draw: st.DrawFn, /, max_samples: int = 30_000) -> tuple[list[int], PlanParams]:
+    """Shard sizes and shuffled params reading 2-1000 runs at once (interleave, P13)."""
+    sizes = draw(shard_sizes(max_samples=max_samples))
+    lanes = draw(st.sampled_from([2, 3, 8, 64, 1000]))
+    return sizes, draw(plan_params(sum(sizes), shuffle=True, interleave=lanes))
+
+
+@st.composite
+def spread_cases(draw: st.DrawFn, /, max_samples: int = 30_000) -> tuple[list[int], PlanParams]:
+    """Shard sizes and shuffled params spreading shards over consumers (spread, P18), some
+    interleaved too."""
+    sizes = draw(shard_sizes(max_samples=max_samples))
+    lanes = draw(st.sampled_from([1, 1, 4]))
+    spread = draw(st.sampled_from([2, 3, DEFAULT_SPREAD, 64]))
+    return sizes, draw(plan_params(sum(sizes), shuffle=True, spread=spread, interleave=lanes))
 
 
 @dataclass(frozen=True)

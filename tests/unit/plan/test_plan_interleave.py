@@ -1,35 +1,21 @@
 """Read-time interleaving (specs/partition.md P13-P15): PlanParams(interleave=k) keeps every
-guarantee of the plain window shuffle (P1-P5, P8, P9, resume R2-R5) and mixes more shards."""
+guarantee of the plain window shuffle (P1-P5, P8, P9, resume R2-R5) and mixes more shards.
+P1-P5, P9 and R2-R5 are checked for every read-time knob in test_plan_knobs.py."""
 
 from __future__ import annotations
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from shardkit.plan import PlanParams, build_plan
 from shardkit.plan.quality import distinct_per_batch
 from tests.helpers import plan_strategies as ps
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-LANES = st.sampled_from([2, 3, 8, 64, 1000])
-
-
-@st.composite
-def interleaved(draw: st.DrawFn, /, max_samples: int = 30_000) -> tuple[list[int], PlanParams]:
-    sizes = draw(ps.shard_sizes(max_samples=max_samples))
-    return sizes, draw(ps.plan_params(sum(sizes), shuffle=True, interleave=draw(LANES)))
 
 
 @PROPERTY
-@given(interleaved())
-def test_exactly_once_equal_steps_pads_last(case: tuple[list[int], PlanParams]) -> None:
-    """P1-P4 with interleaving: every real sample at most once, the rest is the reported drop."""
-    ps.check_exactly_once_pads_last(*case)
-
-
-@PROPERTY
-@given(interleaved())
+@given(ps.interleaved())
 def test_lanes_are_read_in_order_and_windows_are_bounded(case: tuple[list[int], PlanParams]) -> None:
     """P8: a consumer still owns one contiguous range; P13: windows output <= shuffle_window
     samples drawn from at most k runs of it, each lane read front to back across windows;
@@ -58,26 +44,6 @@ def test_lanes_are_read_in_order_and_windows_are_bounded(case: tuple[list[int], 
         assert set(plan.shards_of(consumer)) == set(in_order)
         if plan.num_real_samples(consumer) == plan.num_samples(consumer):  # pads: Cyclic's order
             assert plan.shards_of(consumer) == in_order
-
-
-@PROPERTY
-@given(interleaved(), st.integers(0, 2**32 - 1))
-def test_seek_and_same_topology_resume_are_exact(case: tuple[list[int], PlanParams], seed: int) -> None:
-    """P5/P9/R2: deterministic; a seek or a resume yields exactly the rest of each sequence."""
-    state = ps.check_resume_exact(*case, seed)
-    assert state["params"]["interleave"] == case[1].interleave
-
-
-@PROPERTY
-@given(interleaved(), st.integers(0, 2**32 - 1), st.data())
-def test_elastic_resume_is_exactly_once(
-    case: tuple[list[int], PlanParams], seed: int, data: st.DataObject
-) -> None:
-    """R3-R5: killed mid-epoch and resumed on another topology (interleaved or not), every
-    sample is delivered once over both levels, except the new level's reported drop."""
-    sizes, params = case
-    other = data.draw(ps.plan_params(sum(sizes), epoch=params.epoch, interleave=data.draw(st.sampled_from([1, 4]))))
-    ps.check_elastic_exactly_once(sizes, params, other, seed)
 
 
 def test_interleave_1_is_the_plain_plan_and_old_states_still_load() -> None:

@@ -1,6 +1,7 @@
 """Read-time spreading (specs/partition.md P18-P20): PlanParams(spread=f) keeps every guarantee
 (P1-P5, P9, P10, resume R2-R5), splits each shard among a bounded number of consumers that read
-it in one visit, and mixes many more shards into a batch of a sorted dataset."""
+it in one visit, and mixes many more shards into a batch of a sorted dataset. P1-P5, P9 and
+R2-R5 are checked for every read-time knob in test_plan_knobs.py."""
 
 from __future__ import annotations
 
@@ -16,14 +17,6 @@ from shardkit.plan.spread import StripedSequence, stripe_block
 from tests.helpers import plan_strategies as ps
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-SPREADS = st.sampled_from([2, 3, DEFAULT_SPREAD, 64])
-
-
-@st.composite
-def spread_cases(draw: st.DrawFn, /, max_samples: int = 30_000) -> tuple[list[int], PlanParams]:
-    sizes = draw(ps.shard_sizes(max_samples=max_samples))
-    lanes = draw(st.sampled_from([1, 1, 4]))
-    return sizes, draw(ps.plan_params(sum(sizes), shuffle=True, spread=draw(SPREADS), interleave=lanes))
 
 
 def striped_ids(sizes: list[int], params: PlanParams) -> np.ndarray:
@@ -66,14 +59,7 @@ def test_striped_sequence_is_the_column_major_deal_and_seeks(
 
 
 @PROPERTY
-@given(spread_cases())
-def test_exactly_once_equal_steps_pads_last(case: tuple[list[int], PlanParams]) -> None:
-    """P1-P4 with spreading: every real sample at most once, the rest is the reported drop."""
-    ps.check_exactly_once_pads_last(*case)
-
-
-@PROPERTY
-@given(spread_cases())
+@given(ps.spread_cases())
 def test_consumers_own_ranges_of_the_striped_source_and_share_shards_boundedly(
     case: tuple[list[int], PlanParams],
 ) -> None:
@@ -103,24 +89,6 @@ def test_consumers_own_ranges_of_the_striped_source_and_share_shards_boundedly(
             assert set(plan.shards_of(consumer)) == decoded
     for shard, consumers in readers.items():
         assert len(consumers) <= -(-sizes[shard] // block) + 2
-
-
-@PROPERTY
-@given(spread_cases(), st.integers(0, 2**32 - 1))
-def test_seek_and_same_topology_resume_are_exact(case: tuple[list[int], PlanParams], seed: int) -> None:
-    """P5/P9/R2: deterministic; a seek or a resume yields exactly the rest of each sequence."""
-    state = ps.check_resume_exact(*case, seed)
-    assert state["params"]["spread"] == case[1].spread
-
-
-@PROPERTY
-@given(spread_cases(), st.integers(0, 2**32 - 1), st.data())
-def test_elastic_resume_is_exactly_once(case: tuple[list[int], PlanParams], seed: int, data: st.DataObject) -> None:
-    """R3-R5: killed mid-epoch and resumed on another topology (spread or not), every sample
-    is delivered once over both levels, except the new level's reported drop."""
-    sizes, params = case
-    other = data.draw(ps.plan_params(sum(sizes), epoch=params.epoch, spread=data.draw(st.sampled_from([1, 5]))))
-    ps.check_elastic_exactly_once(sizes, params, other, seed)
 
 
 def test_spread_1_is_the_plain_plan_and_old_states_still_load() -> None:
