@@ -112,6 +112,19 @@ def next_run_number(audit_dir: str | None, rank: int) -> int:
     return int(number[0])
 
 
+def end_step(args: argparse.Namespace, loader: sk.ShardLoader, model: DistributedDataParallel,
+             opt: torch.optim.Optimizer, meta: dict[str, Any], rank: int) -> None:
+    """After training step ``meta["global_step"]``: sleep ``--step-sleep`` seconds, and every
+    ``--ckpt-every`` steps checkpoint the model, ``meta`` and the loader state (rank 0 writes)."""
+    if args.step_sleep:
+        time.sleep(args.step_sleep)
+    if meta["global_step"] % args.ckpt_every == 0:
+        state = loader.state_dict()  # collective: every rank, same step
+        if rank == 0:
+            save_checkpoint(args.ckpt_dir, model.module, opt, {**meta, "loader": state})
+        dist.barrier()
+
+
 def main() -> None:
     args = parse_args()
     dist.init_process_group("gloo")
@@ -156,14 +169,7 @@ def main() -> None:
                 real = index[~batch["_padded"]] if "_padded" in batch else index
                 audit.write(json.dumps({"run": run, "epoch": epoch, "step": step, "ids": real.tolist()}) + "\n")
                 audit.flush()
-            if args.step_sleep:
-                time.sleep(args.step_sleep)
-            if step % args.ckpt_every == 0:
-                state = loader.state_dict()  # collective: every rank, same step
-                if rank == 0:
-                    save_checkpoint(args.ckpt_dir, model.module, opt,
-                                    {"epoch": epoch, "global_step": step, "run": run, "loader": state})
-                dist.barrier()
+            end_step(args, loader, model, opt, {"epoch": epoch, "global_step": step, "run": run}, rank)
             if args.max_steps is not None and step >= args.max_steps:
                 break
         if args.max_steps is not None and step >= args.max_steps:

@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from train_ddp import load_checkpoint, next_run_number, save_checkpoint  # the same checkpoint format
+from train_ddp import end_step, load_checkpoint, next_run_number  # the same checkpoint format
 
 import shardkit as sk
 
@@ -133,14 +132,7 @@ def main() -> None:
                 line = {"run": run, "epoch": epoch, "step": step, "pairs": trained_pairs(batch)}
                 audit.write(json.dumps(line) + "\n")
                 audit.flush()
-            if args.step_sleep:
-                time.sleep(args.step_sleep)
-            if step % args.ckpt_every == 0:
-                state = loader.state_dict()  # collective: every rank, same step
-                if rank == 0:
-                    save_checkpoint(args.ckpt_dir, model.module, opt,
-                                    {"epoch": epoch, "global_step": step, "run": run, "loader": state})
-                dist.barrier()
+            end_step(args, loader, model, opt, {"epoch": epoch, "global_step": step, "run": run}, rank)
     if rank == 0:
         stats = loader.stats()
         print(f"rank 0 done: {step} steps, loss {loss.item():.4f}, "

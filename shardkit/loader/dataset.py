@@ -292,6 +292,15 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         topology = self._topology(payload)
         epoch = payload.get("epoch", self._epoch)
         plan = self.plan(epoch, topology.world_size, topology.num_workers, payload.get("resume"))
+        emitter, group = self._emitter(plan, topology, payload, epoch)
+        consumer, start = emitter.consumer, emitter.position
+        windows = self._windows(plan, consumer, start, self._shard_cache(), emitter.stats)
+        batches = map(emitter.emit, cut_batches(windows, self.params.batch_size, consumer))
+        return batches if group == 1 else in_groups(batches, group, start // self.params.batch_size)
+
+    def _emitter(self, plan: StepPlan, topology: Topology, payload: dict[str, Any], epoch: int) -> tuple[Emitter, int]:
+        """The emitter of the consumer of ``plan`` this worker serves, and how many batches it
+        sends at once (its group)."""
         # Pack batches for the trip to the trainer only where ShardLoader will unpack them.
         pack = topology.num_workers > 0 and "generation" in payload
         group = max(int(payload.get("group", 1)), 1) if pack else 1
@@ -302,10 +311,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         ring = find(payload.get("ring")) if pack else None  # inherited from a forking trainer
         cache = self._shard_cache()
         stats = WorkerStats(cache=cache.stats if cache else None)
-        emitter = Emitter(self._collate, stats, consumer, epoch, start, pack, ring, topology.worker)
-        batches = map(emitter.emit, cut_batches(self._windows(plan, consumer, start, cache, stats),
-                                                self.params.batch_size, consumer))
-        return batches if group == 1 else in_groups(batches, group, start // self.params.batch_size)
+        return Emitter(self._collate, stats, consumer, epoch, start, pack, ring, topology.worker), group
 
     def _windows(self, plan: Plan, consumer: int, start: int, cache: ShardCache | None,
                  stats: WorkerStats) -> Iterator[WindowSamples]:

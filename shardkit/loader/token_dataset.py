@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardkit.errors import PlanError, StateError
+from shardkit.errors import StateError
 from shardkit.loader.dataset import StreamingDataset
 from shardkit.loader.emitter import Emitter
 from shardkit.loader.guard import check_caller
@@ -28,8 +28,8 @@ from shardkit.loader.token_batch import to_tensors, token_arrays
 from shardkit.loader.topology import Topology
 from shardkit.loader.transfer.arena import alloc
 from shardkit.loader.transfer.packed import in_groups
-from shardkit.loader.transfer.ring import Ring, find
-from shardkit.plan import PlanParams, worker_consumer
+from shardkit.loader.transfer.ring import Ring
+from shardkit.plan import PlanParams
 from shardkit.plan.token_config import IDENTITY_KEYS, TokenBlocks
 from shardkit.plan.token_plan import TokenPlan, build_token_plan, epoch_order
 from shardkit.plan.token_pool import ConsumerWork
@@ -144,18 +144,9 @@ class TokenDataset(StreamingDataset):
         topology = self._topology(payload)
         epoch = payload.get("epoch", self._epoch)
         plan = self.step_plan(epoch, topology.world_size, topology.num_workers, payload.get("resume"))
-        pack = topology.num_workers > 0 and "generation" in payload
-        group = max(int(payload.get("group", 1)), 1) if pack else 1
-        consumer = worker_consumer(plan, topology.rank, topology.worker, topology.num_workers, group)
-        if consumer >= plan.num_consumers:
-            raise PlanError(f"consumer {consumer} is outside the plan's {plan.num_consumers} consumers")
-        start = plan.start_offsets[consumer]
-        cache = self._shard_cache()
-        stats = WorkerStats(cache=cache.stats if cache else None)
-        ring = find(payload.get("ring")) if pack else None
-        emitter = Emitter(self._collate, stats, consumer, epoch, start, pack, ring, topology.worker)
-        batches = self._token_batches(plan, consumer, emitter, stats)
-        return batches if group == 1 else in_groups(batches, group, start // self.params.batch_size)
+        emitter, group = self._emitter(plan, topology, payload, epoch)
+        batches = self._token_batches(plan, emitter.consumer, emitter, emitter.stats)
+        return batches if group == 1 else in_groups(batches, group, emitter.position // self.params.batch_size)
 
     def _token_batches(self, plan: TokenPlan, consumer: int, emitter: Emitter, stats: WorkerStats) -> Iterator[Any]:
         work = plan.level.split.consumers[consumer]

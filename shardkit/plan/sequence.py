@@ -40,6 +40,17 @@ def window_bounds(start: int, stop: int, window: int, total: int) -> tuple[int, 
     return start // window * window, min(-(-stop // window) * window, total)
 
 
+def touched_windows(start: int, stop: int, window: int, total: int) -> Iterator[tuple[int, int, int, slice]]:
+    """``(index, lo, hi, kept)`` of each window ``lo:hi`` of ``window`` samples (of ``total``)
+    that touches ``start:stop``; ``kept`` is the part of it inside ``start:stop``, from ``lo``."""
+    if start == stop:
+        return
+    for index in range(start // window, (stop - 1) // window + 1):
+        lo = index * window
+        hi = min(lo + window, total)
+        yield index, lo, hi, slice(max(start, lo) - lo, min(stop, hi) - lo)
+
+
 class SampleSequence(ABC):
     """An ordered, finite sequence of (shard, sample) references."""
 
@@ -147,15 +158,10 @@ class ShuffledRange(SampleSequence):
 
     def windows(self, start: int, stop: int) -> Iterator[Window]:
         self.check_range(start, stop)
-        if start == stop:
-            return
-        for index in range(start // self._window, (stop - 1) // self._window + 1):
-            w_lo = index * self._window
-            w_hi = min(w_lo + self._window, len(self))
+        for index, w_lo, w_hi, kept in touched_windows(start, stop, self._window, len(self)):
             spans = self._epoch.spans(self._lo + w_lo, self._lo + w_hi)
             order = window_order(self._key_words, index, w_hi - w_lo)
-            trimmed = order[max(start, w_lo) - w_lo : min(stop, w_hi) - w_lo]
-            yield Window(tuple(spans), trimmed)
+            yield Window(tuple(spans), order[kept])
 
     def shards(self, start: int, stop: int) -> np.ndarray:
         self.check_range(start, stop)

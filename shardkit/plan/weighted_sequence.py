@@ -28,7 +28,7 @@ from shardkit.plan.params import PlanParams
 from shardkit.plan.plan import Plan, shard_order
 from shardkit.plan.rng import permutation, philox_key
 from shardkit.plan.sample_weights import Rounding, SampleWeights
-from shardkit.plan.sequence import SampleSequence, window_bounds
+from shardkit.plan.sequence import SampleSequence, touched_windows, window_bounds
 from shardkit.plan.spans import Span, Window
 from shardkit.plan.state import build_plan
 
@@ -72,16 +72,11 @@ class WeightedSequence(SampleSequence):
 
     def windows(self, start: int, stop: int) -> Iterator[Window]:
         self.check_range(start, stop)
-        if start == stop:
-            return
-        for index in range(start // self._window, (stop - 1) // self._window + 1):
-            w_lo = index * self._window
-            w_hi = min(w_lo + self._window, len(self))
+        for index, w_lo, w_hi, kept in touched_windows(start, stop, self._window, len(self)):
             spans, order, copies = self._content(w_lo, w_hi)
             if self._key is not None and len(order) > 1:
                 permuted = permutation(philox_key(SALT_WEIGHT_WINDOW, *self._key, index), len(order))
                 order, copies = order[permuted], copies[permuted]
-            kept = slice(max(start, w_lo) - w_lo, min(stop, w_hi) - w_lo)
             yield Window(tuple(spans), order[kept], copies[kept])
 
     def _content(self, lo: int, hi: int) -> tuple[list[Span], np.ndarray, np.ndarray]:

@@ -143,44 +143,28 @@ class Store:
         return self.read_range(name, start, size), size
 
     def size(self, name: str) -> int:
-        def once(path: str) -> int:
-            if not self.is_local:
-                self.fs.invalidate_cache(path)
-            return int(self.fs.size(path))
-
-        return self._call(name, once)
+        return self._call_fresh(name, lambda path: int(self.fs.size(path)))
 
     def version(self, name: str) -> tuple[int, str]:
         """``(size, version)`` of ``name`` from one metadata request (a HEAD on S3). ``version``
         is the object's ETag (GCS: generation; local and memory stores: the modification or
         creation time), so a republished object gets a different one (K18)."""
         def once(path: str) -> tuple[int, str]:
-            if not self.is_local:
-                self.fs.invalidate_cache(path)
             info = self.fs.info(path)
             token = next((str(info[k]) for k in _VERSION_KEYS if info.get(k) is not None), "")
             return int(info["size"]), token
 
-        return self._call(name, once)
+        return self._call_fresh(name, once)
 
     def exists(self, name: str) -> bool:
-        def once(path: str) -> bool:
-            if not self.is_local:
-                self.fs.invalidate_cache(path)
-            return bool(self.fs.exists(path))
-
-        return self._call(name, once)
+        return self._call_fresh(name, lambda path: bool(self.fs.exists(path)))
 
     def list(self, prefix: str = "") -> list[str]:
         """Names (relative to the root) of the objects under ``prefix``, sorted."""
         def once(path: str) -> list[str]:
-            if not self.is_local:
-                self.fs.invalidate_cache(path)
-            if not self.fs.exists(path):
-                return []
-            return list(self.fs.find(path))
+            return list(self.fs.find(path)) if self.fs.exists(path) else []
 
-        found = self._call(prefix, once)
+        found = self._call_fresh(prefix, once)
         root = self.fs._strip_protocol(self.root).rstrip("/") + "/"  # memory:// adds a "/"
         return sorted(p[len(root):] if p.startswith(root) else p for p in found)
 
@@ -250,6 +234,16 @@ class Store:
                 raise to_storage_error(exc, url) from exc
 
         return call_with_retry(once, policy=retry or self.retry, what=url)
+
+    def _call_fresh(self, name: str, fn: Callable[[str], T]) -> T:
+        """``_call`` that first drops what a remote filesystem cached about the path (its
+        listings and metadata), so the object is seen as it is now."""
+        def once(path: str) -> T:
+            if not self.is_local:
+                self.fs.invalidate_cache(path)
+            return fn(path)
+
+        return self._call(name, once)
 
 
 def open_store(url: str, storage_options: dict[str, Any] | None = None,

@@ -8,6 +8,8 @@ its *raw* bytes — what the arranged blocks hold — to ``shard_size``. Not thr
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import numpy as np
 
 from shardkit.format.limits import MAX_BLOCK_BYTES
@@ -56,3 +58,24 @@ class BlockCutter:
 
     def shard_closed(self) -> None:
         self._shard_raw = 0
+
+
+class CutWriter(ABC):
+    """What a writer does with its ``BlockCutter``'s blocks (``ShardWriter``, ``PartWriter``):
+    seal each one, then close the shard once its blocks fill it."""
+
+    _cutter: BlockCutter
+
+    @abstractmethod
+    def _seal(self, block: ArrangedBlock) -> None:
+        """Seal one arranged block into the open shard."""
+
+    @abstractmethod
+    def _close_shard(self) -> None:
+        """Write the open shard out and tell the cutter (``shard_closed``)."""
+
+    def _take(self, block: ArrangedBlock | None) -> None:
+        if block is not None:
+            self._seal(block)
+            if self._cutter.shard_full:
+                self._close_shard()

@@ -100,32 +100,32 @@ def map_chunk(args: tuple[MapFn | str, int, list[Any]]) -> _Mapped:
     return _Mapped(encoded, schema.fields, skipped, sum(len(e) for e in encoded))
 
 
-def jsonl_records(path: str) -> Iterator[dict[str, Any]]:
+def _numbered_lines(path: str) -> Iterator[tuple[int, bytes]]:
+    """``(line number, raw line)`` of the file at ``path``, numbered from 1."""
     try:
         fh = open(path, "rb")
     except OSError as exc:
         raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
     with fh:
-        for number, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except (ValueError, UnicodeDecodeError) as exc:
-                    raise SourceError(f"{path}:{number}: not valid JSON: {exc}") from None
+        yield from enumerate(fh, 1)
+
+
+def jsonl_records(path: str) -> Iterator[dict[str, Any]]:
+    for number, line in _numbered_lines(path):
+        if line.strip():
+            try:
+                yield json.loads(line)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise SourceError(f"{path}:{number}: not valid JSON: {exc}") from None
 
 
 def text_records(path: str) -> Iterator[dict[str, Any]]:
     """``{"text": line}`` for every line of a UTF-8 text file (newline removed)."""
-    try:
-        fh = open(path, "rb")
-    except OSError as exc:
-        raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
-    with fh:
-        for number, line in enumerate(fh, 1):
-            try:
-                yield {"text": line.rstrip(b"\r\n").decode("utf-8")}
-            except UnicodeDecodeError as exc:
-                raise SourceError(f"{path}:{number}: not UTF-8 text: {exc}") from None
+    for number, line in _numbered_lines(path):
+        try:
+            yield {"text": line.rstrip(b"\r\n").decode("utf-8")}
+        except UnicodeDecodeError as exc:
+            raise SourceError(f"{path}:{number}: not UTF-8 text: {exc}") from None
 
 
 def map_format(path: str, fmt: str = "auto") -> str:

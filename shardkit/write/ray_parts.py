@@ -19,7 +19,7 @@ from shardkit.format import BlockCompressor, CompressOptions, SchemaBuilder, Sha
 from shardkit.format.length_index import block_lengths
 from shardkit.format.shard_builder import SealedBlock, build_shard, seal_block
 from shardkit.storage import Store
-from shardkit.write.cuts import ArrangedBlock, BlockCutter
+from shardkit.write.cuts import ArrangedBlock, BlockCutter, CutWriter
 from shardkit.write.lengths import LengthRecorder
 
 PARTS_FOLDER = "shards"
@@ -49,7 +49,7 @@ class PartResult:
     lengths: dict[str, bytes] = field(default_factory=dict)  # the part's length index files (M12)
 
 
-class PartWriter:
+class PartWriter(CutWriter):
     """Append encoded samples; ``finish()`` flushes and returns the task's ``PartResult``."""
 
     def __init__(self, store: Store, task_index: int, options: PartOptions, folder: str = PARTS_FOLDER) -> None:
@@ -71,12 +71,6 @@ class PartWriter:
         self.result.num_samples += 1
         self.result.raw_bytes += len(data)
         self._take(self._cutter.add(data))
-
-    def _take(self, block: ArrangedBlock | None) -> None:
-        if block is not None:
-            self._seal(block)
-            if self._cutter.shard_full:
-                self._close_shard()
 
     def _seal(self, block: ArrangedBlock) -> None:
         self._lengths.add(block_lengths(*block), len(block[1]) - 1)

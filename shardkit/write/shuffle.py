@@ -34,7 +34,7 @@ from shardkit.errors import ShardkitError
 from shardkit.format import Manifest, SampleEncoder, SchemaBuilder
 from shardkit.plan.rng import philox_key
 from shardkit.units import parse_size
-from shardkit.write.writer import ShardWriter
+from shardkit.write.writer import PublishOnExit, ShardWriter
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +265,7 @@ def write_chunks(writer: ShardWriter, chunks: Iterable[_Chunk], shuffle: Shuffle
     return external.spilled_bytes
 
 
-class ShuffledWriter:
+class ShuffledWriter(PublishOnExit):
     """A ``ShardWriter`` front that writes its samples in the pack-time shuffle order (PS1):
     ``write`` encodes and collects (at most ``options.memory`` held, PS3), ``close`` sorts them
     into ``writer`` and publishes the manifest with its ``order``. The order is the one
@@ -310,14 +310,11 @@ class ShuffledWriter:
             self._external.add(self._chunk)
             self._chunk, self._schema = [], SchemaBuilder()
 
-    def __enter__(self) -> ShuffledWriter:
-        return self
+    @property
+    def closed(self) -> bool:
+        return self.writer.closed
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if exc_type is not None:
-            self._external.close()
-            self.writer.abort()
-        else:
-            self.close()
+    def abort(self) -> None:
+        """Stop without a manifest: remove the temp files and the shards written so far."""
+        self._external.close()
+        self.writer.abort()

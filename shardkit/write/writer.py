@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -43,7 +44,7 @@ from shardkit.format.shard_builder import LAYOUT_CHOICES, SealedBlock, ShardAsse
 from shardkit.storage import Store, open_store
 from shardkit.storage.store import AtomicWrite
 from shardkit.units import parse_size
-from shardkit.write.cuts import ArrangedBlock, BlockCutter
+from shardkit.write.cuts import ArrangedBlock, BlockCutter, CutWriter
 from shardkit.write.lengths import LengthRecorder, write_length_files
 from shardkit.write.output import Output
 
@@ -73,7 +74,33 @@ class WriterOptions:
             )
 
 
-class ShardWriter:
+class PublishOnExit(ABC):
+    """``with`` support for a writer: on a clean exit it publishes (``close``) unless that is
+    done already; when the block raised it removes what it wrote (``abort``)."""
+
+    @property
+    @abstractmethod
+    def closed(self) -> bool: ...
+
+    @abstractmethod
+    def close(self) -> Manifest: ...
+
+    @abstractmethod
+    def abort(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is not None:
+            self.abort()
+        elif not self.closed:
+            self.close()
+
+
+class ShardWriter(CutWriter, PublishOnExit):
     """Context manager writing a dataset folder at ``out`` (a path or an fsspec URL)."""
 
     def __init__(
@@ -140,12 +167,17 @@ class ShardWriter:
         """Merge the schema of ``num_samples`` samples to be written later (in another order)."""
         self.schema.update(schema, num_samples)
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` or ``abort`` ran."""
+        return self._closed
+
     def close(self) -> Manifest:
         """Flush the last block and shard, then publish the manifest. Call once: a second call
         raises ``ValueError``."""
         if self._closed:
             raise ValueError("ShardWriter is already closed")
-        self._seal_block(self._cutter.flush())
+        self._seal(self._cutter.flush())
         self._close_shard()
         self._wait_for_commits()
         self._pool.shutdown()
@@ -177,17 +209,6 @@ class ShardWriter:
         except OSError as exc:
             log.warning("could not clean up %s after an aborted write: %s", self.store.url, exc)
 
-    def __enter__(self) -> ShardWriter:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if exc_type is not None:
-            self.abort()
-        elif not self._closed:
-            self.close()
-
     # ---- internals --------------------------------------------------------------------------
     def _append(self, data: bytes) -> None:
         # I12: no block past the maximum (the options' limit, which tools and tests may lower)
@@ -195,13 +216,7 @@ class ShardWriter:
         self._num_samples += 1
         self._take(self._cutter.add(data))
 
-    def _take(self, block: ArrangedBlock | None) -> None:
-        if block is not None:
-            self._seal_block(block)
-            if self._cutter.shard_full:
-                self._close_shard()
-
-    def _seal_block(self, block: ArrangedBlock | None) -> None:
+    def _seal(self, block: ArrangedBlock | None) -> None:
         """Compress an arranged block on the pool (arranged by the cutter, not on the pool: the
         shard is closed on the raw size of what it holds, I10)."""
         if block is None:

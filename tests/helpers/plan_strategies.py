@@ -14,6 +14,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from shardkit.plan import Plan, PlanParams, build_plan, plan_to_state, shard_offsets, shard_order
+from shardkit.plan.params import DEFAULT_SPREAD
 
 MAX_SAMPLES = 100_000
 MAX_SHARDS = 500
@@ -58,6 +59,24 @@ def plan_params(draw: st.DrawFn, /, num_samples: int, **fixed: object) -> PlanPa
     }
     values.update(fixed)
     return PlanParams(**values)  # type: ignore[arg-type]
+
+
+@st.composite
+def interleaved(draw: st.DrawFn, /, max_samples: int = 30_000) -> tuple[list[int], PlanParams]:
+    """Shard sizes and shuffled params reading 2-1000 runs at once (interleave, P13)."""
+    sizes = draw(shard_sizes(max_samples=max_samples))
+    lanes = draw(st.sampled_from([2, 3, 8, 64, 1000]))
+    return sizes, draw(plan_params(sum(sizes), shuffle=True, interleave=lanes))
+
+
+@st.composite
+def spread_cases(draw: st.DrawFn, /, max_samples: int = 30_000) -> tuple[list[int], PlanParams]:
+    """Shard sizes and shuffled params spreading shards over consumers (spread, P18), some
+    interleaved too."""
+    sizes = draw(shard_sizes(max_samples=max_samples))
+    lanes = draw(st.sampled_from([1, 1, 4]))
+    spread = draw(st.sampled_from([2, 3, DEFAULT_SPREAD, 64]))
+    return sizes, draw(plan_params(sum(sizes), shuffle=True, spread=spread, interleave=lanes))
 
 
 @dataclass(frozen=True)
@@ -187,3 +206,18 @@ def check_elastic_exactly_once(sizes: list[int], params: PlanParams, other: Plan
         raise AssertionError("a sample delivered twice over the two levels")
     if not other.same_partition(params) and len(both) != sum(sizes) - after.num_dropped:
         raise AssertionError(f"{len(both)} delivered, expected {sum(sizes) - after.num_dropped}")
+
+
+def check_default_is_plain(knob: str) -> tuple[list[int], PlanParams, Plan]:
+    """``knob`` at 1 (its default) leaves plans and saved states exactly as before: the saved
+    params omit it and load back equal, and setting it to 1 changes no consumer's samples.
+    Returns the sizes, the params and the plain plan it checked, for further checks."""
+    params = PlanParams(seed=3, world_size=2, num_workers=2, batch_size=4, shuffle_window=16)
+    assert knob not in params.to_dict()
+    assert PlanParams.from_dict(params.to_dict()) == params
+    sizes = [40, 7, 0, 90, 33]
+    plain = build_plan(sizes, params)
+    explicit = build_plan(sizes, PlanParams(**{**params.to_dict(), knob: 1}))
+    for consumer in range(plain.num_consumers):
+        assert np.array_equal(consumer_samples(plain, consumer).ids, consumer_samples(explicit, consumer).ids)
+    return sizes, params, plain

@@ -15,8 +15,13 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from shardkit.format import Manifest
 
 CREDENTIALS = {"key": "testing", "secret": "testing"}
 REGION = "us-east-1"
@@ -93,3 +98,25 @@ def memory_store(prefix: str, names: list[str], size: int) -> Any:
     for index, name in enumerate(names):
         store.write_atomic(name, bytes([index]) * size)
     return store
+
+
+def write_s3_tokens(
+    bucket: tuple[str, dict[str, Any]],
+    num_samples: int,
+    tokens: Callable[[np.random.Generator], np.ndarray],
+    *,
+    seed: int,
+    shard_size: str,
+    block_size: str,
+) -> tuple[str, Manifest]:
+    """Write ``{"id": i, "tokens": tokens(rng)}`` for ``i < num_samples`` straight to
+    ``<bucket>/ds`` (``bucket`` as the ``s3_bucket`` fixture gives it); its url and manifest."""
+    import shardkit as sk
+    from shardkit.read import open_dataset
+
+    url, options = f"{bucket[0]}/ds", bucket[1]
+    rng = np.random.default_rng(seed)
+    with sk.ShardWriter(url, shard_size=shard_size, block_size=block_size, storage_options=options) as writer:
+        for i in range(num_samples):
+            writer.write({"id": i, "tokens": tokens(rng)})
+    return url, open_dataset(url, options).manifest

@@ -27,19 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from shardkit.errors import SourceError
-from shardkit.write.imports import litdata_values
-from shardkit.write.imports.peer_files import (
-    INDEX_NAME,
-    as_int,
-    inside,
-    offset_table,
-    probe_index,
-    read_bytes,
-    read_json,
-    rising,
-    u32_at,
-    unzstd,
-)
+from shardkit.write.imports import litdata_values, peer_files
 from shardkit.write.sources import Item
 
 _MAGIC = b"LDFZ01\0\0"
@@ -51,14 +39,14 @@ _INFLATE_LIMIT = 1 << 34
 
 def is_litdata(path: str) -> bool:
     """An ``index.json`` with LitData's ``config`` and ``chunks``."""
-    loaded = probe_index(path)
+    loaded = peer_files.probe_index(path)
     return loaded is not None and isinstance(loaded.get("config"), dict) and "chunks" in loaded
 
 
 def iter_litdata(root: str) -> Iterator[Item]:
     """Every item of every chunk, in index order; ``origin`` names chunk file and item."""
-    index_path = os.path.join(root, INDEX_NAME)
-    index = read_json(index_path)
+    index_path = os.path.join(root, peer_files.INDEX_NAME)
+    index = peer_files.read_json(index_path)
     config, chunks = (index.get("config"), index.get("chunks")) if isinstance(index, dict) else (None, None)
     if not isinstance(config, dict) or not isinstance(chunks, list):
         raise SourceError(f"{index_path}: no 'config' and 'chunks' (not a LitData index)")
@@ -79,9 +67,9 @@ def iter_litdata(root: str) -> Iterator[Item]:
         origin = f"{index_path}: chunk {chunk_index}"
         if not isinstance(chunk, dict):
             raise SourceError(f"{origin}: not an object")
-        path = inside(root, chunk.get("filename"), origin)
-        count = as_int(chunk.get("chunk_size"), "chunk_size", origin)
-        rows = _chunk_rows(read_bytes(path), config, (formats, spec), path)
+        path = peer_files.inside(root, chunk.get("filename"), origin)
+        count = peer_files.as_int(chunk.get("chunk_size"), "chunk_size", origin)
+        rows = _chunk_rows(peer_files.read_bytes(path), config, (formats, spec), path)
         if len(rows) != count:
             raise SourceError(f"{path}: holds {len(rows)} items, {index_path} says {count}")
         for i, row in enumerate(rows):
@@ -94,7 +82,7 @@ def _chunk_rows(data: bytes, config: dict[str, Any], layout: tuple[list[str], An
     formats, spec = layout
     compression = str(config.get("compression") or "")
     if compression and (config.get("compression_level") or "chunk") == "chunk" and not data.endswith(_ARROW_MAGIC):
-        data = unzstd(data, _INFLATE_LIMIT, path)
+        data = peer_files.unzstd(data, _INFLATE_LIMIT, path)
     data, table = _split_arrow_footer(data, path)
     items = _chunk_items(data, config, path)
     if table is not None and items and not any(items):  # the writer kept only the Arrow rows
@@ -134,13 +122,13 @@ def _chunk_items(data: bytes, config: dict[str, Any], path: str) -> list[bytes]:
         return _framed_items(data, path)
     items = _classic_items(data, path)
     if compression and config.get("compression_level") == "sample":
-        items = [unzstd(item, _INFLATE_LIMIT, f"{path}: item {i}") for i, item in enumerate(items)]
+        items = [peer_files.unzstd(item, _INFLATE_LIMIT, f"{path}: item {i}") for i, item in enumerate(items)]
     return items
 
 
 def _classic_items(data: bytes, path: str) -> list[bytes]:
-    count = u32_at(data, 0, path)
-    offsets = offset_table(data, count, 4, path)
+    count = peer_files.u32_at(data, 0, path)
+    offsets = peer_files.offset_table(data, count, 4, path)
     return [data[offsets[i] : offsets[i + 1]] for i in range(count)]
 
 
@@ -158,12 +146,12 @@ def _framed_items(data: bytes, path: str) -> list[bytes]:
         _, _, offset, stored, size = _FRAME.unpack_from(data, table + frame * _FRAME.size)
         if offset + stored > len(data):
             raise SourceError(f"{path}: zstd frame {frame} runs past the end ({len(data)} bytes)")
-        part = unzstd(data[offset : offset + stored], size, f"{path}: frame {frame}")
+        part = peer_files.unzstd(data[offset : offset + stored], size, f"{path}: frame {frame}")
         if len(part) != size:
             raise SourceError(f"{path}: frame {frame} inflates to {len(part)} bytes, its table says {size}")
         inflated += part
     offsets = struct.unpack_from(f"<{count + 1}I", data, _PREFIX.size)
-    if offsets[0] != 0 or offsets[-1] != len(inflated) or not rising(offsets):
+    if offsets[0] != 0 or offsets[-1] != len(inflated) or not peer_files.rising(offsets):
         raise SourceError(f"{path}: item offsets do not fit the {len(inflated)} inflated bytes")
     return [bytes(inflated[offsets[i] : offsets[i + 1]]) for i in range(count)]
 

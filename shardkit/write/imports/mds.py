@@ -27,18 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardkit.errors import SourceError
-from shardkit.write.imports import mds_values
-from shardkit.write.imports.peer_files import (
-    INDEX_NAME,
-    as_int,
-    inside,
-    offset_table,
-    probe_index,
-    read_bytes,
-    read_json,
-    u32_at,
-    unzstd,
-)
+from shardkit.write.imports import mds_values, peer_files
 from shardkit.write.sources import Item
 
 
@@ -51,7 +40,7 @@ class _Columns:
 
 def is_mds(path: str) -> bool:
     """An ``index.json`` whose shards say ``"format": "mds"``."""
-    loaded = probe_index(path)
+    loaded = peer_files.probe_index(path)
     shards = loaded.get("shards") if loaded is not None else None
     return isinstance(shards, list) and bool(shards) and all(
         isinstance(s, dict) and s.get("format") == "mds" for s in shards
@@ -60,8 +49,8 @@ def is_mds(path: str) -> bool:
 
 def iter_mds(root: str) -> Iterator[Item]:
     """Every sample of every shard, in index order; ``origin`` names shard file and sample."""
-    index_path = os.path.join(root, INDEX_NAME)
-    index = read_json(index_path)
+    index_path = os.path.join(root, peer_files.INDEX_NAME)
+    index = peer_files.read_json(index_path)
     shards = index.get("shards") if isinstance(index, dict) else None
     if not isinstance(shards, list):
         raise SourceError(f"{index_path}: no 'shards' list (not an MDS index)")
@@ -72,10 +61,10 @@ def iter_mds(root: str) -> Iterator[Item]:
             raise SourceError(f"{origin}: not an MDS shard entry: {shard!r:.80}")
         columns = _columns(shard, origin)
         path, data = _shard_bytes(root, shard, origin)
-        count = as_int(shard.get("samples"), "samples", origin)
-        if u32_at(data, 0, path) != count:
-            raise SourceError(f"{path}: holds {u32_at(data, 0, path)} samples, {index_path} says {count}")
-        offsets = offset_table(data, count, 4, path)
+        count = peer_files.as_int(shard.get("samples"), "samples", origin)
+        if peer_files.u32_at(data, 0, path) != count:
+            raise SourceError(f"{path}: holds {peer_files.u32_at(data, 0, path)} samples, {index_path} says {count}")
+        offsets = peer_files.offset_table(data, count, 4, path)
         for i in range(count):
             where = f"{path}: sample {i}"
             row = _decode(data[offsets[i] : offsets[i + 1]], columns, where)
@@ -91,21 +80,22 @@ def _columns(shard: dict[str, Any], origin: str) -> _Columns:
         raise SourceError(f"{origin}: column_names, column_encodings and column_sizes must be lists of one length")
     for name, encoding in zip(names, encodings, strict=True):
         mds_values.check_encoding(encoding, f"{origin}: column {name!r}")
-    return _Columns(names, encodings, [None if s is None else as_int(s, "column size", origin) for s in sizes])
+    widths = [None if s is None else peer_files.as_int(s, "column size", origin) for s in sizes]
+    return _Columns(names, encodings, widths)
 
 
 def _shard_bytes(root: str, shard: dict[str, Any], origin: str) -> tuple[str, bytes]:
     raw, zipped = shard.get("raw_data"), shard.get("zip_data")
     if not isinstance(raw, dict):
         raise SourceError(f"{origin}: raw_data missing")
-    raw_size = as_int(raw.get("bytes"), "raw_data.bytes", origin)
-    raw_path = inside(root, raw.get("basename"), origin)
+    raw_size = peer_files.as_int(raw.get("bytes"), "raw_data.bytes", origin)
+    raw_path = peer_files.inside(root, raw.get("basename"), origin)
     if os.path.isfile(raw_path) or not isinstance(zipped, dict):
-        data = read_bytes(raw_path)
+        data = peer_files.read_bytes(raw_path)
         path = raw_path
     else:
-        path = inside(root, zipped.get("basename"), origin)
-        data = _decompress(str(shard.get("compression") or ""), read_bytes(path), raw_size, path)
+        path = peer_files.inside(root, zipped.get("basename"), origin)
+        data = _decompress(str(shard.get("compression") or ""), peer_files.read_bytes(path), raw_size, path)
     if len(data) != raw_size:
         raise SourceError(f"{path}: {len(data)} bytes of shard data, the index says {raw_size}")
     return path, data
@@ -115,7 +105,7 @@ def _decompress(compression: str, data: bytes, raw_size: int, path: str) -> byte
     algo = compression.split(":", 1)[0]
     try:
         if algo == "zstd":
-            return unzstd(data, raw_size, path)
+            return peer_files.unzstd(data, raw_size, path)
         if algo == "gz":
             return gzip.decompress(data)
         if algo == "bz2":
@@ -147,7 +137,7 @@ def _decode(payload: bytes, columns: _Columns, origin: str) -> dict[str, Any]:
     at = 0
     for size in columns.sizes:
         if size is None:
-            size = u32_at(payload, at, origin)
+            size = peer_files.u32_at(payload, at, origin)
             at += 4
         sizes.append(size)
     row: dict[str, Any] = {}

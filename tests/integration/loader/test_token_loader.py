@@ -39,12 +39,16 @@ def _take(loader: sk.ShardLoader, steps: int | None) -> list[tuple[int, int]]:
     return pairs
 
 
-def _finish(path: str, state: dict, batch_size: int, tokens: sk.TokenBlocks, workers: int = 0):
+def _finish_exactly_once(path: str, first: list[tuple[int, int]], state: dict, batch_size: int,
+                         tokens: sk.TokenBlocks, workers: int = 0) -> None:
+    """Finish the epoch from ``state``: with the ``first`` pairs read before it was saved, every
+    (document, position) of the epoch is consumed once, except the resumed plan's drop."""
     ds = _dataset(path, batch_size, tokens)
     loader = sk.ShardLoader(ds, num_workers=workers)
     loader.load_state_dict(json.loads(json.dumps(state)))
-    pairs = _take(loader, None)
-    return pairs, ds.step_plan(0, 1, workers, state["plan"])
+    got = Counter(first) + Counter(_take(loader, None))
+    assert max(got.values()) == 1
+    assert got + dropped_pairs(ds.step_plan(0, 1, workers, state["plan"])) == epoch_pairs(LENGTHS, TOKENS)
 
 
 def test_two_workers_killed_then_resumed_elastically_with_another_seq_len(tmp_path):
@@ -53,10 +57,7 @@ def test_two_workers_killed_then_resumed_elastically_with_another_seq_len(tmp_pa
     loader = sk.ShardLoader(_dataset(path, 2, TOKENS), num_workers=2, batches_per_transfer=2)
     first = _take(loader, 5)
     state = loader.state_dict()
-    rest, plan = _finish(path, state, 3, sk.TokenBlocks(7, eos_id=2, bos_id=1))
-    got = Counter(first) + Counter(rest)
-    assert max(got.values()) == 1
-    assert got + dropped_pairs(plan) == epoch_pairs(LENGTHS, TOKENS)
+    _finish_exactly_once(path, first, state, 3, sk.TokenBlocks(7, eos_id=2, bos_id=1))
 
 
 def test_two_workers_resume_the_same_batches_on_the_same_topology(tmp_path):
@@ -94,10 +95,7 @@ def test_gloo_ranks_killed_then_resumed_on_one_rank(tmp_path):
     first = [tuple(p) for r in range(2) for p in json.loads(Path(out, f"pairs-{r}.json").read_text())]
     state = json.loads(Path(out, "state.json").read_text())
     assert state["plan"]["params"]["world_size"] == 2 and len(state["tokens"]["levels"]) == 1
-    rest, plan = _finish(path, state, 1, sk.TokenBlocks(32, eos_id=2, bos_id=1))
-    got = Counter(first) + Counter(rest)
-    assert max(got.values()) == 1
-    assert got + dropped_pairs(plan) == epoch_pairs(LENGTHS, TOKENS)
+    _finish_exactly_once(path, first, state, 1, sk.TokenBlocks(32, eos_id=2, bos_id=1))
 
 
 def test_persistent_workers_read_every_position_once_in_each_epoch(tmp_path):

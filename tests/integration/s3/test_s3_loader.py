@@ -16,9 +16,8 @@ import pytest
 import torch.multiprocessing as mp
 
 import shardkit as sk
-from shardkit.read import open_dataset
 from tests.helpers.fault_proxy import Fault, FaultProxy
-from tests.helpers.s3 import storage_options
+from tests.helpers.s3 import storage_options, write_s3_tokens
 from tests.integration.s3.s3_ranks import stream_rank
 
 pytestmark = [pytest.mark.s3, pytest.mark.filterwarnings("ignore::UserWarning:torch.utils.data.dataloader")]
@@ -29,12 +28,10 @@ NUM_SAMPLES = 600
 @pytest.fixture
 def s3_dataset(s3_bucket: tuple[str, dict[str, Any]]) -> tuple[str, sk.Manifest]:
     """600 samples of ragged int32 arrays in ~11 shards, written straight to S3."""
-    url = f"{s3_bucket[0]}/ds"
-    rng = np.random.default_rng(7)
-    with sk.ShardWriter(url, shard_size="8KiB", block_size="2KiB", storage_options=s3_bucket[1]) as writer:
-        for i in range(NUM_SAMPLES):
-            writer.write({"id": i, "tokens": rng.integers(0, 1000, int(rng.integers(8, 64)), dtype=np.int32)})
-    return url, open_dataset(url, s3_bucket[1]).manifest
+    return write_s3_tokens(
+        s3_bucket, NUM_SAMPLES, lambda rng: rng.integers(0, 1000, int(rng.integers(8, 64)), dtype=np.int32),
+        seed=7, shard_size="8KiB", block_size="2KiB",
+    )
 
 
 def _through(proxy: FaultProxy) -> dict[str, Any]:

@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 
 import shardkit as sk
-from shardkit.read import open_dataset
 from shardkit.read.stream import iter_consumer
 from shardkit.storage import CacheOptions, ShardCache
 from shardkit.storage.next_use import USES_DIR
 from tests.helpers.fault_proxy import FaultProxy
-from tests.helpers.s3 import storage_options
+from tests.helpers.s3 import storage_options, write_s3_tokens
 
 pytestmark = [pytest.mark.s3]
 
@@ -27,12 +26,10 @@ NUM_SAMPLES = 640
 @pytest.fixture
 def s3_shards(s3_bucket: tuple[str, dict[str, Any]]) -> tuple[str, sk.Manifest]:
     """640 samples in ~40 shards."""
-    url = f"{s3_bucket[0]}/ds"
-    rng = np.random.default_rng(11)
-    with sk.ShardWriter(url, shard_size="1KiB", block_size="512", storage_options=s3_bucket[1]) as writer:
-        for i in range(NUM_SAMPLES):
-            writer.write({"id": i, "tokens": rng.integers(0, 1 << 30, 16, dtype=np.int32)})
-    manifest = open_dataset(url, s3_bucket[1]).manifest
+    url, manifest = write_s3_tokens(
+        s3_bucket, NUM_SAMPLES, lambda rng: rng.integers(0, 1 << 30, 16, dtype=np.int32),
+        seed=11, shard_size="1KiB", block_size="512",
+    )
     assert len(manifest.shards) >= 24
     return url, manifest
 

@@ -20,7 +20,7 @@ from shardkit.read.range_ahead import RangeOptions, group_blocks
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.sources import StoreSource
 from tests.helpers.fault_proxy import Fault, FaultProxy
-from tests.helpers.s3 import storage_options
+from tests.helpers.s3 import storage_options, write_s3_tokens
 
 pytestmark = [pytest.mark.s3, pytest.mark.filterwarnings("ignore::UserWarning:torch.utils.data.dataloader")]
 
@@ -31,12 +31,10 @@ SMALL = RangeOptions(max_requests=3, max_bytes=64 << 10, coalesce_bytes=3 << 10)
 @pytest.fixture
 def s3_blocks(s3_bucket: tuple[str, dict[str, Any]]) -> tuple[str, sk.Manifest]:
     """400 samples in 2 shards of ~20 blocks of ~1 KiB (stored uncompressed: random tokens)."""
-    url = f"{s3_bucket[0]}/ds"
-    rng = np.random.default_rng(3)
-    with sk.ShardWriter(url, shard_size="24KiB", block_size="1KiB", storage_options=s3_bucket[1]) as writer:
-        for i in range(NUM_SAMPLES):
-            writer.write({"id": i, "tokens": rng.integers(0, 1 << 30, 24, dtype=np.int32)})
-    manifest = open_dataset(url, s3_bucket[1]).manifest
+    url, manifest = write_s3_tokens(
+        s3_bucket, NUM_SAMPLES, lambda rng: rng.integers(0, 1 << 30, 24, dtype=np.int32),
+        seed=3, shard_size="24KiB", block_size="1KiB",
+    )
     assert all(s.num_blocks >= 8 for s in manifest.shards)
     return url, manifest
 

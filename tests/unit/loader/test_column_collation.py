@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from shardkit.format import SampleEncoder
@@ -45,13 +45,21 @@ def cuts(draw: st.DrawFn, n: int) -> list[np.ndarray]:
     return out
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(block=uniform_blocks(), data=st.data())
-def test_batches_from_columns_equal_batches_from_dicts(block, data):
+@st.composite
+def cut_pieces(draw: st.DrawFn) -> list[ColumnPiece]:
+    """The pieces of a batch cut from a uniform block that has a column form."""
+    block = draw(uniform_blocks())
     piece = _piece(block)
-    if piece is None:
-        return
-    pieces = [piece.select(index) for index in data.draw(cuts(len(block)))]
+    assume(piece is not None)  # the block stays rows (not smaller as columns)
+    assert piece is not None
+    return [piece.select(index) for index in draw(cuts(len(block)))]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pieces=cut_pieces())
+def test_batches_from_columns_equal_batches_from_dicts(pieces):
+    """Collated from columns, a batch equals the batch collated from the same samples as dicts."""
+    piece = pieces[0]  # all pieces share the block's columns
     got = collate_pieces(pieces)
     if got is None:  # declined: only for u64 integer columns, which the dict path must handle
         assert any(c.kind == "int" and c.data.dtype.str == "<u8" for c in piece.columns)
@@ -60,13 +68,9 @@ def test_batches_from_columns_equal_batches_from_dicts(block, data):
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(block=uniform_blocks(), data=st.data())
-def test_joined_pieces_hold_the_same_samples(block, data):
+@given(pieces=cut_pieces())
+def test_joined_pieces_hold_the_same_samples(pieces):
     """A shuffled window joins its blocks' pieces into one (stream.read_window): same samples."""
-    piece = _piece(block)
-    if piece is None:
-        return
-    pieces = [piece.select(index) for index in data.draw(cuts(len(block)))]
     joined = join_pieces(pieces)
     assert joined is not None and len(joined) == sum(len(p) for p in pieces)
     want = [s for p in pieces for s in p.samples()]

@@ -1,43 +1,21 @@
 """Read-time interleaving (specs/partition.md P13-P15): PlanParams(interleave=k) keeps every
-guarantee of the plain window shuffle (P1-P5, P8, P9, resume R2-R5) and mixes more shards."""
+guarantee of the plain window shuffle (P1-P5, P8, P9, resume R2-R5) and mixes more shards.
+P1-P5, P9 and R2-R5 are checked for every read-time knob in test_plan_knobs.py."""
 
 from __future__ import annotations
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from shardkit.plan import PlanParams, build_plan
 from shardkit.plan.quality import distinct_per_batch
-from tests.helpers.plan_strategies import (
-    check_elastic_exactly_once,
-    check_exactly_once_pads_last,
-    check_resume_exact,
-    consumer_samples,
-    epoch_ids,
-    plan_params,
-    shard_sizes,
-)
+from tests.helpers import plan_strategies as ps
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-LANES = st.sampled_from([2, 3, 8, 64, 1000])
-
-
-@st.composite
-def interleaved(draw: st.DrawFn, /, max_samples: int = 30_000) -> tuple[list[int], PlanParams]:
-    sizes = draw(shard_sizes(max_samples=max_samples))
-    return sizes, draw(plan_params(sum(sizes), shuffle=True, interleave=draw(LANES)))
 
 
 @PROPERTY
-@given(interleaved())
-def test_exactly_once_equal_steps_pads_last(case: tuple[list[int], PlanParams]) -> None:
-    """P1-P4 with interleaving: every real sample at most once, the rest is the reported drop."""
-    check_exactly_once_pads_last(*case)
-
-
-@PROPERTY
-@given(interleaved())
+@given(ps.interleaved())
 def test_lanes_are_read_in_order_and_windows_are_bounded(case: tuple[list[int], PlanParams]) -> None:
     """P8: a consumer still owns one contiguous range; P13: windows output <= shuffle_window
     samples drawn from at most k runs of it, each lane read front to back across windows;
@@ -45,7 +23,7 @@ def test_lanes_are_read_in_order_and_windows_are_bounded(case: tuple[list[int], 
     sizes, params = case
     plan = build_plan(sizes, params)
     position = np.empty(sum(sizes), dtype=np.int64)
-    position[epoch_ids(sizes, params)] = np.arange(sum(sizes))
+    position[ps.epoch_ids(sizes, params)] = np.arange(sum(sizes))
     offsets = plan.shard_offsets
     for consumer in range(min(plan.num_consumers, 12)):
         decoded, first_read = [], []
@@ -68,36 +46,9 @@ def test_lanes_are_read_in_order_and_windows_are_bounded(case: tuple[list[int], 
             assert plan.shards_of(consumer) == in_order
 
 
-@PROPERTY
-@given(interleaved(), st.integers(0, 2**32 - 1))
-def test_seek_and_same_topology_resume_are_exact(case: tuple[list[int], PlanParams], seed: int) -> None:
-    """P5/P9/R2: deterministic; a seek or a resume yields exactly the rest of each sequence."""
-    state = check_resume_exact(*case, seed)
-    assert state["params"]["interleave"] == case[1].interleave
-
-
-@PROPERTY
-@given(interleaved(), st.integers(0, 2**32 - 1), st.data())
-def test_elastic_resume_is_exactly_once(
-    case: tuple[list[int], PlanParams], seed: int, data: st.DataObject
-) -> None:
-    """R3-R5: killed mid-epoch and resumed on another topology (interleaved or not), every
-    sample is delivered once over both levels, except the new level's reported drop."""
-    sizes, params = case
-    other = data.draw(plan_params(sum(sizes), epoch=params.epoch, interleave=data.draw(st.sampled_from([1, 4]))))
-    check_elastic_exactly_once(sizes, params, other, seed)
-
-
 def test_interleave_1_is_the_plain_plan_and_old_states_still_load() -> None:
     """P15: interleave=1 (the default) leaves plans and saved states exactly as before."""
-    params = PlanParams(seed=3, world_size=2, num_workers=2, batch_size=4, shuffle_window=16)
-    assert "interleave" not in params.to_dict()
-    assert PlanParams.from_dict(params.to_dict()) == params
-    sizes = [40, 7, 0, 90, 33]
-    plain = build_plan(sizes, params)
-    explicit = build_plan(sizes, PlanParams(**{**params.to_dict(), "interleave": 1}))
-    for consumer in range(plain.num_consumers):
-        assert np.array_equal(consumer_samples(plain, consumer).ids, consumer_samples(explicit, consumer).ids)
+    ps.check_default_is_plain("interleave")
 
 
 def test_interleave_mixes_more_classes_of_a_sorted_dataset() -> None:

@@ -1,6 +1,7 @@
 """Read-time spreading (specs/partition.md P18-P20): PlanParams(spread=f) keeps every guarantee
 (P1-P5, P9, P10, resume R2-R5), splits each shard among a bounded number of consumers that read
-it in one visit, and mixes many more shards into a batch of a sorted dataset."""
+it in one visit, and mixes many more shards into a batch of a sorted dataset. P1-P5, P9 and
+R2-R5 are checked for every read-time knob in test_plan_knobs.py."""
 
 from __future__ import annotations
 
@@ -20,31 +21,15 @@ from shardkit.plan.params import DEFAULT_SPREAD
 from shardkit.plan.quality import distinct_per_batch
 from shardkit.plan.sequence import EpochSequence
 from shardkit.plan.spread import StripedSequence, stripe_block
+from tests.helpers import plan_strategies as ps
 from tests.helpers.plan_digest import plan_digest
-from tests.helpers.plan_strategies import (
-    check_elastic_exactly_once,
-    check_exactly_once_pads_last,
-    check_resume_exact,
-    consumer_samples,
-    epoch_ids,
-    plan_params,
-    shard_sizes,
-)
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-SPREADS = st.sampled_from([2, 3, DEFAULT_SPREAD, 64])
-
-
-@st.composite
-def spread_cases(draw: st.DrawFn, /, max_samples: int = 30_000) -> tuple[list[int], PlanParams]:
-    sizes = draw(shard_sizes(max_samples=max_samples))
-    lanes = draw(st.sampled_from([1, 1, 4]))
-    return sizes, draw(plan_params(sum(sizes), shuffle=True, spread=draw(SPREADS), interleave=lanes))
 
 
 def striped_ids(sizes: list[int], params: PlanParams) -> np.ndarray:
     """The reference: epoch blocks of ``b`` dealt to C columns round-robin, read column-major."""
-    epoch = epoch_ids(sizes, params)
+    epoch = ps.epoch_ids(sizes, params)
     block = stripe_block(np.array(sizes, dtype=np.int64), params.spread, params.num_consumers)
     blocks = [epoch[lo : lo + block] for lo in range(0, len(epoch), block)]
     columns = params.num_consumers
@@ -52,7 +37,7 @@ def striped_ids(sizes: list[int], params: PlanParams) -> np.ndarray:
 
 
 @PROPERTY
-@given(shard_sizes(max_samples=20_000), st.integers(1, 300), st.integers(1, 70), st.data())
+@given(ps.shard_sizes(max_samples=20_000), st.integers(1, 300), st.integers(1, 70), st.data())
 def test_striped_sequence_is_the_column_major_deal_and_seeks(
     sizes: list[int], block: int, columns: int, data: st.DataObject
 ) -> None:
@@ -62,7 +47,7 @@ def test_striped_sequence_is_the_column_major_deal_and_seeks(
     shard_array = np.array(sizes, dtype=np.int64)
     epoch = EpochSequence(shard_array, np.arange(len(sizes), dtype=np.int64), 64)
     striped = StripedSequence(epoch, block, columns)
-    ids = epoch_ids(sizes, params)
+    ids = ps.epoch_ids(sizes, params)
     blocks = [ids[lo : lo + block] for lo in range(0, len(ids), block)]
     want = np.concatenate([b for j in range(columns) for b in blocks[j::columns]] + [ids[:0]])
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
@@ -81,13 +66,6 @@ def test_striped_sequence_is_the_column_major_deal_and_seeks(
     assert list(dict.fromkeys(striped.shards(start, stop).tolist())) == list(dict.fromkeys(in_spans))
 
 
-@PROPERTY
-@given(spread_cases())
-def test_exactly_once_equal_steps_pads_last(case: tuple[list[int], PlanParams]) -> None:
-    """P1-P4 with spreading: every real sample at most once, the rest is the reported drop."""
-    check_exactly_once_pads_last(*case)
-
-
 REPO = Path(__file__).resolve().parents[3]
 # Found by the property below: ranges of 3 samples cut blocks of 2 (37 consumers read a shard
 # of 67 samples), and one that an interrupted shrink of that failure reported as flaky.
@@ -102,7 +80,7 @@ SMALL_RANGES = (
 
 
 @PROPERTY
-@given(spread_cases())
+@given(ps.spread_cases())
 @example(SPLIT_BLOCKS)
 @example(SMALL_RANGES)
 def test_consumers_own_ranges_of_the_striped_source_and_share_shards_boundedly(
@@ -123,7 +101,7 @@ def test_consumers_own_ranges_of_the_striped_source_and_share_shards_boundedly(
     readers: dict[int, set[int]] = {}
     for consumer in range(plan.num_consumers):
         real_count = plan.num_real_samples(consumer)
-        ids = consumer_samples(plan, consumer).ids[:real_count]
+        ids = ps.consumer_samples(plan, consumer).ids[:real_count]
         where = np.sort(position[ids])
         assert len(where) == 0 or np.array_equal(where, np.arange(where[0], where[0] + len(where)))
         for shard in np.unique(offsets.searchsorted(ids, side="right") - 1):
@@ -142,7 +120,7 @@ def test_consumers_own_ranges_of_the_striped_source_and_share_shards_boundedly(
 
 @pytest.mark.slow
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(spread_cases(max_samples=3_000), max_size=3))
+@given(st.lists(ps.spread_cases(max_samples=3_000), max_size=3))
 @example([])
 @example([SPLIT_BLOCKS])
 def test_a_plan_is_the_same_in_a_fresh_process_and_after_other_plans(
@@ -162,43 +140,19 @@ def test_a_plan_is_the_same_in_a_fresh_process_and_after_other_plans(
     assert json.loads(fresh.stdout)[::-1] == here
 
 
-@PROPERTY
-@given(spread_cases(), st.integers(0, 2**32 - 1))
-def test_seek_and_same_topology_resume_are_exact(case: tuple[list[int], PlanParams], seed: int) -> None:
-    """P5/P9/R2: deterministic; a seek or a resume yields exactly the rest of each sequence."""
-    state = check_resume_exact(*case, seed)
-    assert state["params"]["spread"] == case[1].spread
-
-
-@PROPERTY
-@given(spread_cases(), st.integers(0, 2**32 - 1), st.data())
-def test_elastic_resume_is_exactly_once(case: tuple[list[int], PlanParams], seed: int, data: st.DataObject) -> None:
-    """R3-R5: killed mid-epoch and resumed on another topology (spread or not), every sample
-    is delivered once over both levels, except the new level's reported drop."""
-    sizes, params = case
-    other = data.draw(plan_params(sum(sizes), epoch=params.epoch, spread=data.draw(st.sampled_from([1, 5]))))
-    check_elastic_exactly_once(sizes, params, other, seed)
-
-
 def test_spread_1_is_the_plain_plan_and_old_states_still_load() -> None:
     """P19: spread=1 (PlanParams' default) leaves plans and saved states exactly as before; a
     state without the key is spread 1; unshuffled plans ignore spread (P7)."""
-    params = PlanParams(seed=3, world_size=2, num_workers=2, batch_size=4, shuffle_window=16)
-    assert "spread" not in params.to_dict()
-    assert PlanParams.from_dict(params.to_dict()) == params
-    sizes = [40, 7, 0, 90, 33]
-    plain = build_plan(sizes, params)
-    explicit = build_plan(sizes, PlanParams(**{**params.to_dict(), "spread": 1}))
+    sizes, params, plain = ps.check_default_is_plain("spread")
     spread = build_plan(sizes, PlanParams(**{**params.to_dict(), "spread": 4}))
     assert any(
-        not np.array_equal(consumer_samples(plain, c).ids, consumer_samples(spread, c).ids)
+        not np.array_equal(ps.consumer_samples(plain, c).ids, ps.consumer_samples(spread, c).ids)
         for c in range(plain.num_consumers)
     )
-    for consumer in range(plain.num_consumers):
-        assert np.array_equal(consumer_samples(plain, consumer).ids, consumer_samples(explicit, consumer).ids)
     unshuffled = PlanParams(shuffle=False, world_size=2, num_workers=2, batch_size=4)
     ids = [
-        consumer_samples(build_plan(sizes, PlanParams(**{**unshuffled.to_dict(), "spread": f})), 1).ids for f in (1, 12)
+        ps.consumer_samples(build_plan(sizes, PlanParams(**{**unshuffled.to_dict(), "spread": f})), 1).ids
+        for f in (1, 12)
     ]
     assert np.array_equal(ids[0], ids[1])
 
