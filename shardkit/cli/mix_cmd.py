@@ -11,6 +11,7 @@ import argparse
 from typing import Any
 
 from shardkit.cli.common import print_json, storage_options
+from shardkit.errors import PlanError
 from shardkit.plan import PlanParams
 from shardkit.plan.mixture import MixSpec
 from shardkit.plan.mixture_state import mixture_plan
@@ -24,8 +25,10 @@ def run(args: argparse.Namespace) -> int:
         opened = open_mixture(load_mixture(args.path), storage_options(args))
         spec = opened.spec()
     except (ValueError, OSError) as exc:
+        if isinstance(exc, PlanError) and args.path not in str(exc):  # found once the sources are open
+            exc = PlanError(f"{args.path}: {exc}")
         exc.exit_code = EXIT_USAGE  # type: ignore[union-attr]
-        raise
+        raise exc from None
     params = PlanParams(seed=args.seed, epoch=args.epoch, world_size=args.world_size, num_workers=args.workers,
                         batch_size=args.batch_size, tail=args.tail, shuffle=not args.no_shuffle,
                         shuffle_window=args.shuffle_window)

@@ -14,14 +14,7 @@ from shardkit.plan import PlanParams
 from shardkit.plan.mixture import MixSource, MixSpec, ScheduleStep, largest_remainder
 from shardkit.plan.mixture_sequence import Interleave
 from shardkit.plan.mixture_state import mixed_sequence, mixture_plan
-from tests.helpers.mixture_strategies import (
-    dropped_ids,
-    expected_multiset,
-    mix_params,
-    mix_specs,
-    pass_ids,
-    source_of,
-)
+from tests.helpers import mixture_strategies as ms
 from tests.helpers.plan_strategies import all_samples, assert_equal_steps
 
 PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -68,27 +61,27 @@ def test_interleave_prefixes_are_monotone_exact_and_close_to_the_ideal(counts: l
 
 
 @PROPERTY
-@given(mix_specs(), st.data())
+@given(ms.mix_specs(), st.data())
 def test_epoch_is_the_exact_multiset_delivered_exactly_once(spec: MixSpec, data: st.DataObject) -> None:
     """MX1/MX2 with P1-P4: consumers' real samples plus the dropped tail are exactly the
     epoch's multiset (source i: its count, stream range cursor..cursor+count); equal steps."""
-    params = data.draw(mix_params())
+    params = data.draw(ms.mix_params())
     plan = mixture_plan(spec, params)
     assert plan.num_source_samples == spec.samples_per_epoch
     assert_equal_steps(plan, spec.samples_per_epoch)
     outputs = all_samples(plan)
     real = [int(i) for out in outputs for i in out.ids[~out.padded]]
-    got = collections.Counter(real + dropped_ids(plan))
-    assert got == expected_multiset(spec, params)
-    assert len(dropped_ids(plan)) == plan.num_dropped
-    per_source = collections.Counter(source_of(spec, list(got.elements())).tolist())
+    got = collections.Counter(real + ms.dropped_ids(plan))
+    assert got == ms.expected_multiset(spec, params)
+    assert len(ms.dropped_ids(plan)) == plan.num_dropped
+    per_source = collections.Counter(ms.source_of(spec, list(got.elements())).tolist())
     assert [per_source.get(i, 0) for i in range(len(spec.sources))] == spec.counts(params.epoch).tolist()
     pads = [int(i) for out in outputs for i in out.ids[out.padded]]
     assert len(pads) == plan.num_padded and set(pads) <= set(got)
 
 
 @PROPERTY
-@given(mix_specs(max_epoch_samples=300), mix_params(epoch=0), st.integers(1, 6))
+@given(ms.mix_specs(max_epoch_samples=300), ms.mix_params(epoch=0), st.integers(1, 6))
 def test_a_source_repeats_only_whole_passes(spec: MixSpec, params: PlanParams, num_epochs: int) -> None:
     """MX2: within an epoch each sample of source i appears floor(k) or ceil(k) times
     (k = count / N); over epochs 0..e, counts never differ by more than one (every sample is
@@ -96,10 +89,10 @@ def test_a_source_repeats_only_whole_passes(spec: MixSpec, params: PlanParams, n
     seen: list[collections.Counter[int]] = [collections.Counter() for _ in spec.sources]
     for epoch in range(num_epochs):
         epoch_params = PlanParams(**(params.to_dict() | {"epoch": epoch}))
-        multiset = expected_multiset(spec, epoch_params)
-        sources = source_of(spec, list(multiset))
+        multiset = ms.expected_multiset(spec, epoch_params)
+        sources = ms.source_of(spec, list(multiset))
         for i, count in enumerate(spec.counts(epoch).tolist()):
-            ids = pass_ids(spec, i, epoch_params).tolist()
+            ids = ms.pass_ids(spec, i, epoch_params).tolist()
             if not ids:
                 continue
             times = [multiset.get(x, 0) for x in ids]
@@ -110,7 +103,7 @@ def test_a_source_repeats_only_whole_passes(spec: MixSpec, params: PlanParams, n
 
 
 @PROPERTY
-@given(mix_specs(), mix_params(tail="drop"))
+@given(ms.mix_specs(), ms.mix_params(tail="drop"))
 def test_stratified_batches_hold_the_interleave_counts(spec: MixSpec, params: PlanParams) -> None:
     """MX4: with stratified composition each level-0 batch holds, per source, exactly the
     counts of its B positions of the merged order; random keeps the window's multiset."""
@@ -124,7 +117,7 @@ def test_stratified_batches_hold_the_interleave_counts(spec: MixSpec, params: Pl
             if lo + batch > plan.num_source_samples or spec.composition != "stratified":
                 continue
             want = np.array(sequence.prefix(lo + batch)) - np.array(sequence.prefix(lo))
-            got = np.bincount(source_of(spec, out.ids[b * batch:(b + 1) * batch].tolist()),
+            got = np.bincount(ms.source_of(spec, out.ids[b * batch:(b + 1) * batch].tolist()),
                               minlength=len(spec.sources))
             assert got.tolist() == want.tolist()
 
@@ -179,7 +172,7 @@ def test_interleave_windows_of_large_counts_use_exact_keys(counts: list[int]) ->
 
 
 @PROPERTY
-@given(mix_specs(), mix_params(), st.integers(0, 2**32 - 1))
+@given(ms.mix_specs(), ms.mix_params(), st.integers(0, 2**32 - 1))
 def test_shards_of_lists_what_the_windows_read(spec: MixSpec, params: PlanParams, seed: int) -> None:
     """P8 for mixtures (the cache's prefetch list): from any batch-aligned start, shards_of(c)
     names exactly the global shards that c's remaining windows decode (non-empty spans)."""

@@ -16,15 +16,7 @@ from shardkit.errors import PlanError
 from shardkit.plan import Plan, PlanParams
 from shardkit.plan.mixture import MixSource, MixSpec, largest_remainder
 from shardkit.plan.mixture_state import mixture_plan, mixture_to_state, resume_epoch
-from tests.helpers.mixture_strategies import (
-    delivered,
-    dropped_ids,
-    mix_params,
-    mix_specs,
-    pass_ids,
-    source_of,
-    with_weights,
-)
+from tests.helpers import mixture_strategies as ms
 from tests.helpers.plan_strategies import all_samples, assert_equal_steps, kill_offsets
 
 PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -39,27 +31,27 @@ def rest_of(plan: Plan) -> list[int]:
     """Real samples the plan's consumers deliver from their start offsets, plus its dropped tail."""
     found = [int(i) for c, out in enumerate(all_samples(plan))
              for i in out.ids[plan.start_offsets[c]:][~out.padded[plan.start_offsets[c]:]]]
-    return found + dropped_ids(plan)
+    return found + ms.dropped_ids(plan)
 
 
 def stream(spec: MixSpec, index: int, params: PlanParams, lo: int, hi: int) -> collections.Counter[int]:
     """Global ids (in ``spec``'s numbering) at stream positions ``lo:hi`` of source ``index``."""
-    ids = pass_ids(spec, index, params)
+    ids = ms.pass_ids(spec, index, params)
     return collections.Counter(ids[np.arange(lo, hi) % len(ids)].tolist()) if hi > lo else collections.Counter()
 
 
 @st.composite
 def remixes(draw: st.DrawFn, /) -> tuple[MixSpec, MixSpec, PlanParams, PlanParams, int]:
     """A spec (maybe segmented), new weights plus maybe an added source, two params."""
-    spec = draw(mix_specs(max_epoch_samples=200, max_changes=1))
+    spec = draw(ms.mix_specs(max_epoch_samples=200, max_changes=1))
     weights = [0.0 if s.num_samples == 0 else draw(st.sampled_from([0.0, 0.01, 0.5, 3.0])) for s in spec.sources]
-    changed = with_weights(replace(spec, schedule=()), weights if any(weights) else [s.weight for s in spec.sources])
+    changed = ms.with_weights(replace(spec, schedule=()), weights if any(weights) else [s.weight for s in spec.sources])
     if draw(st.booleans()):
         sizes = np.array(draw(st.lists(st.integers(1, 30), min_size=1, max_size=3)))
         changed = replace(changed, sources=changed.sources + (MixSource("added", sizes, 1.0, "fp-added"),))
     changed = replace(changed, composition=draw(st.sampled_from(["random", "stratified"])))
-    first = draw(mix_params())
-    params = draw(mix_params(epoch=first.epoch, seed=first.seed, shuffle=first.shuffle))
+    first = draw(ms.mix_params())
+    params = draw(ms.mix_params(epoch=first.epoch, seed=first.seed, shuffle=first.shuffle))
     return spec, changed, first, params, draw(st.integers(0, 2**32 - 1))
 
 
@@ -74,7 +66,7 @@ def test_a_new_mix_now_keeps_the_consumed_and_replans_the_rest_exactly(
     spec, changed, first, params, seed = case
     plan = mixture_plan(spec, first)
     offsets = kill_offsets(plan, seed)
-    consumed = delivered(plan, offsets)
+    consumed = ms.delivered(plan, offsets)
     state = roundtrip(mixture_to_state(spec, plan, offsets))
     resumed = resume_epoch(changed, params, state, apply="now")
     remaining = spec.samples_per_epoch - len(consumed)
@@ -86,11 +78,11 @@ def test_a_new_mix_now_keeps_the_consumed_and_replans_the_rest_exactly(
     rest = rest_of(resumed.plan)
     # ids are numbered in the epoch's source order (the saved sources, then added ones)
     epoch_spec = replace(changed, sources=resumed.source.sources, schedule=())
-    got = np.bincount(source_of(epoch_spec, rest), minlength=len(names)) if rest else np.zeros(len(names))
+    got = np.bincount(ms.source_of(epoch_spec, rest), minlength=len(names)) if rest else np.zeros(len(names))
     assert got.tolist() == list(want)
     state_next = resumed.to_state([0] * resumed.plan.num_consumers)
     for i, entry in enumerate(state_next["sources"]):
-        taken = collections.Counter(x for x in consumed + rest if source_of(epoch_spec, [x])[0] == i)
+        taken = collections.Counter(x for x in consumed + rest if ms.source_of(epoch_spec, [x])[0] == i)
         allowed = stream(epoch_spec, i, first, entry["cursor"], entry["cursor"] + entry["count"])
         assert not taken - allowed, f"{entry['name']}: a sample taken twice within one pass"
     later = {s.name: c for s, c in zip(resumed.later.sources, resumed.later.cursors(first.epoch + 1), strict=True)}
@@ -102,20 +94,20 @@ def test_a_new_mix_now_keeps_the_consumed_and_replans_the_rest_exactly(
 def test_a_remixed_epoch_resumes_exactly_and_elastically_and_remixes_again(
         case: tuple[MixSpec, MixSpec, PlanParams, PlanParams, int], seeds: list[int], data: st.DataObject) -> None:
     """MX12 with MX5: a state saved from the remixed rest (JSON round trip) resumes it on the
-    same or another topology, or remixes it again; the remixed rest is delivered exactly."""
+    same or another topology, or remixes it again; the remixed rest is ms.delivered exactly."""
     spec, changed, first, params, seed = case
     plan = mixture_plan(spec, first)
     state = roundtrip(mixture_to_state(spec, plan, kill_offsets(plan, seed)))
     resumed = resume_epoch(changed, params, state, apply="now")
     expected = collections.Counter(rest_of(resumed.plan))
     offsets = kill_offsets(resumed.plan, seeds[0])
-    consumed = delivered(resumed.plan, offsets)
+    consumed = ms.delivered(resumed.plan, offsets)
     saved = roundtrip(resumed.to_state(offsets))
     assert saved["version"] == 2 and saved["remix"]["base"] == state
-    again = data.draw(mix_params(epoch=first.epoch, seed=first.seed, shuffle=first.shuffle))
+    again = data.draw(ms.mix_params(epoch=first.epoch, seed=first.seed, shuffle=first.shuffle))
     second = resume_epoch(changed, again, saved)
     assert collections.Counter(consumed + rest_of(second.plan)) == expected
-    even = with_weights(changed, [1.0 if s.num_samples else 0.0 for s in changed.sources])
+    even = ms.with_weights(changed, [1.0 if s.num_samples else 0.0 for s in changed.sources])
     third = resume_epoch(even, again, saved, apply="now")
     assert third.plan.num_source_samples == sum(expected.values()) - len(consumed)
 

@@ -16,16 +16,7 @@ from shardkit.errors import StateError
 from shardkit.plan import Plan, PlanParams
 from shardkit.plan.mixture import MixSource, MixSpec
 from shardkit.plan.mixture_state import mixture_plan, mixture_to_state, resume_mixture
-from tests.helpers.mixture_strategies import (
-    delivered,
-    dropped_ids,
-    expected_multiset,
-    mix_params,
-    mix_specs,
-    pass_ids,
-    source_of,
-    with_weights,
-)
+from tests.helpers import mixture_strategies as ms
 from tests.helpers.plan_strategies import all_samples, assert_equal_steps, kill_offsets
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -38,7 +29,7 @@ def roundtrip(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def per_source(spec: MixSpec, ids: list[int]) -> list[int]:
-    counts = np.bincount(source_of(spec, ids), minlength=len(spec.sources)) if ids else np.zeros(len(spec.sources))
+    counts = np.bincount(ms.source_of(spec, ids), minlength=len(spec.sources)) if ids else np.zeros(len(spec.sources))
     return [int(c) for c in counts]
 
 
@@ -48,7 +39,7 @@ def run_chain(spec: MixSpec, plan: Plan, chain: list[PlanParams], seeds: list[in
     later = spec
     for params, seed in zip(chain, seeds, strict=True):
         offsets = kill_offsets(plan, seed)
-        got = delivered(plan, offsets)
+        got = ms.delivered(plan, offsets)
         consumed.extend(got)
         state = roundtrip(mixture_to_state(spec, plan, offsets, per_source(spec, consumed)))
         assert [s["consumed"] for s in state["sources"]] == per_source(spec, consumed)  # MX9
@@ -63,12 +54,12 @@ def run_chain(spec: MixSpec, plan: Plan, chain: list[PlanParams], seeds: list[in
 
 @st.composite
 def chains(draw: st.DrawFn, /) -> tuple[MixSpec, list[PlanParams], list[int]]:
-    spec = draw(mix_specs(max_changes=2))  # some epochs change their mix inside (MX11)
-    first = draw(mix_params())
+    spec = draw(ms.mix_specs(max_changes=2))  # some epochs change their mix inside (MX11)
+    first = draw(ms.mix_params())
     chain = [first]
     for _ in range(draw(st.integers(1, 3))):
         same = draw(st.booleans())
-        chain.append(chain[-1] if same else draw(mix_params(epoch=first.epoch)))
+        chain.append(chain[-1] if same else draw(ms.mix_params(epoch=first.epoch)))
     seeds = draw(st.lists(st.integers(0, 2**32 - 1), min_size=len(chain) - 1, max_size=len(chain) - 1))
     return spec, chain, seeds
 
@@ -85,26 +76,26 @@ def test_any_chain_of_resumes_delivers_the_epoch_multiset(case: tuple[MixSpec, l
     plan, _ = run_chain(spec, plan, chain[1:], seeds, consumed)
     rest = [int(i) for c, out in enumerate(all_samples(plan))
             for i in out.ids[plan.start_offsets[c]:][~out.padded[plan.start_offsets[c]:]]]
-    got = collections.Counter(consumed + rest + dropped_ids(plan))
-    assert got == expected_multiset(spec, chain[0])
+    got = collections.Counter(consumed + rest + ms.dropped_ids(plan))
+    assert got == ms.expected_multiset(spec, chain[0])
 
 
 @st.composite
 def new_mixes(draw: st.DrawFn, /) -> tuple[MixSpec, MixSpec, PlanParams, PlanParams, int]:
     """A spec, the same sources under new weights plus maybe a new source, two params."""
-    spec = draw(mix_specs(max_epoch_samples=300))
+    spec = draw(ms.mix_specs(max_epoch_samples=300))
     weights = [0.0 if s.num_samples == 0 else draw(st.sampled_from([0.0, 0.01, 0.5, 3.0])) for s in spec.sources]
     if not any(weights):
         weights = [s.weight for s in spec.sources]
-    changed = with_weights(spec, weights)
+    changed = ms.with_weights(spec, weights)
     if draw(st.booleans()):
         sizes = np.array(draw(st.lists(st.integers(1, 30), min_size=1, max_size=3)))
         changed = replace(changed, sources=changed.sources + (MixSource("added", sizes, 1.0, "fp-added"),))
     changed = replace(changed, samples_per_epoch=draw(st.integers(0, 300)),
                       composition=draw(st.sampled_from(["random", "stratified"])))
-    first = draw(mix_params(tail="pad"))
+    first = draw(ms.mix_params(tail="pad"))
     # the seed and the shuffle flag define each source's order: they stay (MX2)
-    params = draw(mix_params(epoch=first.epoch, tail="pad", seed=first.seed, shuffle=first.shuffle))
+    params = draw(ms.mix_params(epoch=first.epoch, tail="pad", seed=first.seed, shuffle=first.shuffle))
     return spec, changed, first, params, draw(st.integers(0, 2**32 - 1))
 
 
@@ -119,27 +110,27 @@ def test_a_new_mix_keeps_the_started_epoch_and_every_pass(
     spec, changed, first, params, seed = case
     plan = mixture_plan(spec, first)
     offsets = kill_offsets(plan, seed)
-    consumed = delivered(plan, offsets)
+    consumed = ms.delivered(plan, offsets)
     state = roundtrip(mixture_to_state(spec, plan, offsets))
     resumed, later = resume_mixture(changed, params, state)
     rest = [int(i) for c, out in enumerate(all_samples(resumed))
             for i in out.ids[resumed.start_offsets[c]:][~out.padded[resumed.start_offsets[c]:]]]
-    assert collections.Counter(consumed + rest) == expected_multiset(spec, first)  # tail="pad"
+    assert collections.Counter(consumed + rest) == ms.expected_multiset(spec, first)  # tail="pad"
     taken: dict[str, collections.Counter[int]] = {s.name: collections.Counter() for s in later.sources}
     for name, count in zip(spec.names, expected_multiset_by_source(spec, first), strict=True):
         taken[name].update(count)
     for epoch in range(first.epoch + 1, first.epoch + 1 + num_later):
         epoch_params = replace(params, epoch=epoch)
-        multiset = expected_multiset(later, epoch_params)
+        multiset = ms.expected_multiset(later, epoch_params)
         plan_now = mixture_plan(later, epoch_params)
         got = collections.Counter(int(i) for out in all_samples(plan_now) for i in out.ids[~out.padded])
-        assert got == multiset  # tail="pad": every planned sample is delivered
+        assert got == multiset  # tail="pad": every planned sample is ms.delivered
         for name, count in zip(later.names, expected_multiset_by_source(later, epoch_params), strict=True):
             taken[name].update(count)
     for i, source in enumerate(later.sources):
-        ids = pass_ids(later, i, params).tolist()
+        ids = ms.pass_ids(later, i, params).tolist()
         old = spec.names.index(source.name) if source.name in spec.names else None
-        local = [x - pass_ids(later, i, params).min() for x in ids] if ids else []
+        local = [x - ms.pass_ids(later, i, params).min() for x in ids] if ids else []
         counts = [taken[source.name].get(x, 0) for x in local]
         if old is not None and ids:
             assert max(counts) - min(counts) <= 1, f"{source.name}: a sample repeated before its pass ended"
@@ -149,7 +140,7 @@ def expected_multiset_by_source(spec: MixSpec, params: PlanParams) -> list[colle
     """Per source, the epoch's multiset as local (in-source) sample positions."""
     found = []
     for i, (count, cursor) in enumerate(zip(spec.counts(params.epoch), spec.cursors(params.epoch), strict=True)):
-        ids = pass_ids(spec, i, params)
+        ids = ms.pass_ids(spec, i, params)
         local = ids - (ids.min() if len(ids) else 0)
         found.append(collections.Counter(local[np.arange(cursor, cursor + count) % len(ids)].tolist()) if count
                      else collections.Counter())
