@@ -14,7 +14,7 @@ from shardkit.cli.common import add_storage_options, dataset_path, int_at_least,
 from shardkit.cli.dataset_cmds import load
 from shardkit.errors import ShardkitError
 from shardkit.plan import Plan, PlanParams, build_plan
-from shardkit.plan.params import DEFAULT_SPREAD
+from shardkit.plan.params import DEFAULT_SPREAD, default_spread
 from shardkit.plan.quality import LabelQuality, label_quality, quality_advice
 from shardkit.read import StoredDataset
 from shardkit.read.mixture import is_mixture_file
@@ -36,9 +36,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shuffle-window", type=int_at_least(1), default=8192)
     p.add_argument("--interleave", type=int_at_least(1), default=1,
                    help="lanes each consumer reads at once (read-time mixing; default 1: off)")
-    p.add_argument("--spread", type=int_at_least(1), default=DEFAULT_SPREAD,
+    p.add_argument("--spread", type=int_at_least(1), default=None,
                    help=f"consumers each shard is split among when shuffling (read-time mixing; "
-                   f"default {DEFAULT_SPREAD}, 1: off, as the loader)")
+                   f"default, as the loader: {DEFAULT_SPREAD} unless the dataset was shuffled at pack "
+                   f"time, then 1)")
     p.add_argument("--quality", metavar="FIELD", default=None,
                    help="measure distinct FIELD values per local batch against a uniform shuffle "
                    "(reads FIELD from every sample)")
@@ -61,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     params = PlanParams(
         seed=args.seed, epoch=args.epoch, world_size=args.world_size, num_workers=args.workers,
         batch_size=args.batch_size, tail=args.tail, shuffle=not args.no_shuffle,
-        shuffle_window=args.shuffle_window, interleave=args.interleave, spread=args.spread,
+        shuffle_window=args.shuffle_window, interleave=args.interleave,
+        spread=args.spread or default_spread(dataset.manifest.order),
     )
     plan = build_plan(dataset.manifest.shard_sizes, params)
     summary = plan.summary()

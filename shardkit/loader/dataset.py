@@ -39,7 +39,7 @@ from shardkit.loader.transfer.packed import in_groups
 from shardkit.loader.transfer.ring import Ring, find
 from shardkit.loader.transforms import Transform, takes_context, transformed
 from shardkit.plan import Plan, PlanParams, build_plan, plan_to_state, worker_consumer
-from shardkit.plan.params import DEFAULT_SPREAD
+from shardkit.plan.params import default_spread
 from shardkit.plan.plan import base_plan
 from shardkit.plan.quality import warn_if_unshuffled
 from shardkit.plan.rotation import StepPlan
@@ -83,8 +83,9 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     ``tokens=sk.TokenBlocks(seq_len, ...)``: batches of ``batch_size`` fixed-length token blocks
     instead of samples (a ``TokenDataset``, specs/token-blocks.md).
     ``spread``: when shuffling, each shard is split among about this many consumers, so a window
-    mixes that many times more shards (specs/partition.md P18; 1 = each consumer reads one
-    contiguous run of shards, as before).
+    mixes that many times more shards; by default 12 for a dataset not shuffled at pack time and
+    1 for one that was (specs/partition.md P18-P19; 1 = each consumer reads one contiguous run
+    of shards).
     """
 
     def __new__(cls, path: Any = None, *args: Any, **kwargs: Any) -> StreamingDataset:
@@ -115,7 +116,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         tail: str = "drop",
         shuffle_window: int = 8192,
         interleave: int = 1,
-        spread: int = DEFAULT_SPREAD,
+        spread: int | None = None,
         with_index: bool = False,
         cache_dir: str | None = None,
         cache_limit: int | str | None = None,  # None: $SHARDKIT_CACHE_LIMIT or 200GiB (loader/env.py)
@@ -131,7 +132,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
                             "sample_weights= are not supported yet")
         self.path = path
         self.params = PlanParams(seed=seed, batch_size=batch_size, tail=tail, shuffle=shuffle,
-                                 shuffle_window=shuffle_window, interleave=interleave, spread=spread)
+                                 shuffle_window=shuffle_window, interleave=interleave)
         cache_dir, limit = cache_settings(cache_dir, cache_limit)  # None: $SHARDKIT_CACHE_DIR
         self.options = StreamOptions(with_index=with_index, cache_dir=cache_dir,
                                      cache_limit=limit, storage_options=storage_options)
@@ -143,6 +144,9 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         remote = split_protocol(split_manifest_path(path))[0] != "file"
         manifest_cache = ShardCache(cache_dir, limit) if cache_dir and remote else None
         self.dataset: StoredDataset = open_dataset(path, storage_options, manifest_cache)
+        if spread is None:  # P19: spread only what was not shuffled at pack time
+            spread = default_spread(self.dataset.manifest.order)
+        self.params = replace(self.params, spread=spread)
         if tokens is None:  # a batch of token blocks may come from fewer documents
             check_dataset(self.dataset.manifest.num_samples, self.params)  # fewer samples than a batch (P16)
         self.control = Control()

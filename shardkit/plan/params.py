@@ -33,6 +33,13 @@ _OPTIONAL_DEFAULTS = {"interleave": 1, "spread": 1}
 DEFAULT_SPREAD = 12
 
 
+def default_spread(order: dict[str, Any] | None) -> int:
+    """The loader's ``spread`` when the user gives none (P19): ``DEFAULT_SPREAD`` for a dataset
+    not shuffled at pack time (its manifest's ``order``, M9, says so or says nothing), 1 for one
+    that was: a pack-shuffled dataset is already mixed, and spreading would only cost reads."""
+    return 1 if order is not None and order.get("shuffled") is True else DEFAULT_SPREAD
+
+
 @dataclass(frozen=True)
 class PlanParams:
     """The knobs of one epoch's plan.

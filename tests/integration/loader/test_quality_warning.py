@@ -31,3 +31,15 @@ def test_loader_warns_once_when_batches_draw_from_few_shards(tmp_path: Path, cap
     wide = sk.StreamingDataset(sorted_dataset(tmp_path / "b", 1), batch_size=64, shuffle_window=2048)
     wide.plan(0, 1, 0)  # every window mixes the whole dataset: nothing to say
     assert len(caplog.records) == 1
+
+
+def test_the_loader_spreads_only_datasets_not_shuffled_at_pack_time(tmp_path: Path) -> None:
+    """P19: source order → spread 12; a recorded pack-time shuffle → 1; an explicit value wins."""
+    source_order = sorted_dataset(tmp_path / "a", 0)
+    with sk.ShardWriter(str(tmp_path / "b"), shard_size="4KiB", block_size="1KiB") as writer:
+        writer.order = {"shuffled": True, "seed": 0}
+        for index in range(200):
+            writer.write({"label": index, "payload": bytes(40)})
+    assert sk.StreamingDataset(source_order, batch_size=8).params.spread == 12
+    assert sk.StreamingDataset(str(tmp_path / "b"), batch_size=8).params.spread == 1
+    assert sk.StreamingDataset(str(tmp_path / "b"), batch_size=8, spread=5).params.spread == 5

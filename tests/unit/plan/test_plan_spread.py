@@ -179,3 +179,13 @@ def test_default_spread_doubles_the_classes_of_a_sorted_dataset() -> None:
         for f in (1, DEFAULT_SPREAD)
     )
     assert spread >= 132 and spread >= 2 * plain
+
+
+def test_the_default_spreads_only_what_was_not_shuffled_at_pack_time() -> None:
+    """P19: 12 for a dataset packed in source order or by a writer that did not say, 1 for a
+    pack-shuffled one (already mixed: spreading it would only cost reads)."""
+    from shardkit.plan.params import default_spread
+
+    assert default_spread(None) == DEFAULT_SPREAD
+    assert default_spread({"shuffled": False}) == DEFAULT_SPREAD
+    assert default_spread({"shuffled": True, "seed": 0}) == 1
