@@ -1,4 +1,4 @@
-"""Resume cost (issue 5 benchmarks): time to the first batch after a resume at 10%, 50% and 90%
+"""Resume cost (target T4, benchmarks/RESUME.md): time to the first batch after a resume at 10%, 50% and 90%
 of an epoch against a fresh start (no replay), and plan/re-plan cost at the P4 scale.
 
     python -m benchmarks.resume [--samples 200000] [--workers 2] [--out benchmarks/results/resume.jsonl]

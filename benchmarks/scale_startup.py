@@ -1,4 +1,4 @@
-"""Startup at scale (issue 21): open a dataset of 1e5 shards / 1e9 samples and plan it.
+"""Startup at scale (target T4, benchmarks/README.md): open a dataset of 1e5 shards / 1e9 samples and plan it.
 
     python -m benchmarks.scale_startup [--shards 100000] [--samples 1000000000] [--ranks 512] \
         [--workers 8] [--out benchmarks/results/scale_startup.jsonl]
