@@ -173,7 +173,10 @@ class ShardCache:
                 return lock
             lock.release()
             with self._thread_lock(entry.name, what):
-                lock.acquire(True, opts.lock_timeout, opts.warn_after, what)
+                if not lock.acquire_to_write(lambda: self._present(entry, num_bytes, verify, what),
+                                             opts.lock_timeout, opts.warn_after, what):
+                    self.stats.add(hits=1)  # filled by another process while we waited
+                    return lock
                 try:
                     if not self._valid(entry, num_bytes, verify, what):
                         self.stats.add(misses=1)
@@ -188,6 +191,11 @@ class ShardCache:
             lock.release()
         raise CacheError(f"{what}: evicted repeatedly while opening; cache {self.cache_dir} "
                          f"(limit {self.limit_bytes} bytes) is too small for the working set")
+
+    def _present(self, entry: Entry, num_bytes: int, verify: Verify | None, what: str) -> bool:
+        """``_valid`` without its warnings for a file not yet there or still the wrong size."""
+        st = regular_stat(entry.data)
+        return st is not None and st.st_size == num_bytes and self._valid(entry, num_bytes, verify, what)
 
     def _valid(self, entry: Entry, num_bytes: int, verify: Verify | None, what: str) -> bool:
         """Published with the right size and (once per process) passing ``verify`` (K2)."""

@@ -20,6 +20,7 @@ import fcntl
 import logging
 import os
 import time
+from collections.abc import Callable
 
 from shardkit.errors import StorageTimeoutError
 from shardkit.storage.cache_files import open_regular, sole_link
@@ -62,15 +63,38 @@ class FileLock:
 
     def acquire(self, exclusive: bool, timeout: float, warn_after: float, what: str) -> None:
         """Wait up to ``timeout`` seconds; ``what`` names the entry in warnings and errors."""
+        self._wait(lambda: self.try_acquire(exclusive), "exclusive" if exclusive else "shared",
+                   timeout, warn_after, what)
+
+    def acquire_to_write(self, ready: Callable[[], bool], timeout: float, warn_after: float, what: str) -> bool:
+        """The exclusive lock, to fill what it guards (True); or, as soon as ``ready()`` holds under
+        the shared lock, that shared lock (False): another process filled it meanwhile, and its
+        lease would block the exclusive lock for as long as it reads (K1)."""
+        filled = False
+
+        def attempt() -> bool:
+            nonlocal filled
+            if self.try_acquire(True):
+                return True
+            if self.try_acquire(False):
+                if ready():
+                    filled = True
+                    return True
+                self.release()
+            return False
+
+        self._wait(attempt, "exclusive", timeout, warn_after, what)
+        return not filled
+
+    def _wait(self, attempt: Callable[[], bool], kind: str, timeout: float, warn_after: float, what: str) -> None:
         started = time.monotonic()
         pause = _MIN_POLL
         warned = False
-        while not self.try_acquire(exclusive):
+        while not attempt():
             waited = time.monotonic() - started
             if waited > timeout:
                 raise StorageTimeoutError(
-                    f"timed out after {waited:.0f}s waiting for the "
-                    f"{'exclusive' if exclusive else 'shared'} lock of {what} ({self.path}); "
+                    f"timed out after {waited:.0f}s waiting for the {kind} lock of {what} ({self.path}); "
                     f"holder pid: {self.holder_pid() or 'unknown'}"
                 )
             if not warned and waited > warn_after:
