@@ -173,7 +173,7 @@ class ShardCache:
                 return lock
             lock.release()
             with self._thread_lock(entry.name, what):
-                if not lock.acquire_to_write(lambda: self._present(entry, num_bytes, verify, what),
+                if not lock.acquire_to_write(lambda: self._valid(entry, num_bytes, verify, what, quiet=True),
                                              opts.lock_timeout, opts.warn_after, what):
                     self.stats.add(hits=1)  # filled by another process while we waited
                     return lock
@@ -192,17 +192,15 @@ class ShardCache:
         raise CacheError(f"{what}: evicted repeatedly while opening; cache {self.cache_dir} "
                          f"(limit {self.limit_bytes} bytes) is too small for the working set")
 
-    def _present(self, entry: Entry, num_bytes: int, verify: Verify | None, what: str) -> bool:
-        """``_valid`` without its warnings for a file not yet there or still the wrong size."""
-        st = regular_stat(entry.data)
-        return st is not None and st.st_size == num_bytes and self._valid(entry, num_bytes, verify, what)
-
-    def _valid(self, entry: Entry, num_bytes: int, verify: Verify | None, what: str) -> bool:
-        """Published with the right size and (once per process) passing ``verify`` (K2)."""
+    def _valid(self, entry: Entry, num_bytes: int, verify: Verify | None, what: str, quiet: bool = False) -> bool:
+        """Published with the right size and (once per process) passing ``verify`` (K2); ``quiet``: no
+        warning for a file still being filled (wrong size), as a waiter polls it."""
         st = regular_stat(entry.data)
         if st is None:  # missing, or a link/special file planted there: replaced by _fill (K13)
             return False
         if st.st_size != num_bytes:
+            if quiet:
+                return False
             logger.warning("%s: cached file %s has %d bytes, expected %d; downloading again",
                            what, entry.data, st.st_size, num_bytes)
             return False
