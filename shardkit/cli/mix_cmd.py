@@ -11,7 +11,7 @@ import argparse
 from typing import Any
 
 from shardkit.cli.common import print_json, storage_options
-from shardkit.errors import PlanError
+from shardkit.errors import CorruptShardError, PlanError
 from shardkit.plan import PlanParams
 from shardkit.plan.mixture import MixSpec
 from shardkit.plan.mixture_state import mixture_plan
@@ -24,6 +24,8 @@ def run(args: argparse.Namespace) -> int:
     try:  # an unusable description or an unreadable source: exit 2 like an unreadable dataset
         opened = open_mixture(load_mixture(args.path), storage_options(args))
         spec = opened.spec()
+    except CorruptShardError:  # bad bytes in a source (e.g. met counting its tokens): exit 1
+        raise
     except (ValueError, OSError) as exc:
         if isinstance(exc, PlanError) and args.path not in str(exc):  # found once the sources are open
             exc = PlanError(f"{args.path}: {exc}")

@@ -127,3 +127,18 @@ def test_plan_explains_each_segment_of_an_epoch(mixture_dir: Path, capsys: pytes
     assert [row["samples_per_epoch"] for row in report["sources"]] == [21, 39]
     assert main(["plan", str(mixture_dir / "steps.toml"), "--batch-size", "3", "--world-size", "2"]) == 0
     assert "samples 30..59 (from step 5): web 0, code 30" in capsys.readouterr().out
+
+
+def test_corrupt_bytes_met_counting_tokens_exit_1_naming_the_file(mixture_dir: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A token-weighted mixture counts each source's tokens; a damaged length index there is corrupt
+    data (exit 1, the file named), not an unreadable description (exit 2)."""
+    index = mixture_dir / "code" / "shards" / "lengths-000.u32"
+    damaged = bytearray(index.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF
+    index.write_bytes(bytes(damaged))
+    (mixture_dir / "tokens.toml").write_text(
+        'samples_per_epoch = 30\nweight_unit = "tokens"\n'
+        '[[sources]]\npath = "web"\nweight = 0.5\n[[sources]]\npath = "code"\nweight = 0.5\n')
+    assert main(["plan", str(mixture_dir / "tokens.toml"), "--batch-size", "2"]) == 1
+    assert "lengths-000.u32" in capsys.readouterr().err
