@@ -15,6 +15,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import shardkit as sk
+from shardkit.plan.token_plan import epoch_order
 from tests.helpers.token_data import (
     consumed_pairs,
     dropped_pairs,
@@ -135,3 +136,17 @@ def test_a_token_mixture_through_workers_killed_then_resumed_elastically(tmp_pat
     final = resumed.state_dict()["mixture"]["sources"]
     assert [e["consumed_tokens"] for e in final] == [
         sum(c for (s, _), c in got.items() if lo <= s < hi) for lo, hi in ((0, 50), (50, 80), (80, 84))]
+
+
+def test_a_token_mixture_on_persistent_workers_cuts_each_epochs_multiset(tmp_path):
+    """TB15, MX2: epoch 1 continues every source's stream (the sample mixture's plan of epoch 1
+    is the reference), pack mode, on the same persistent workers."""
+    mix, lengths = write_token_mixture(str(tmp_path), [(LENGTHS[:30], 0.6), (LENGTHS[30:39], 0.4)],
+                                       samples_per_epoch=40)
+    tokens = sk.TokenBlocks(16, mode="pack", eos_id=2)
+    loader = sk.ShardLoader(_dataset(mix, 2, tokens), num_workers=2, persistent_workers=True)
+    reference = sk.StreamingDataset(mix, batch_size=1, seed=5, tail="drop")  # the sample mixture's plan
+    for epoch in range(2):
+        got = Counter(_take(loader, None))
+        order = [int(i) for i in epoch_order(reference.plan(epoch, 1, 0))]
+        assert got == order_pairs(order, lengths, tokens)
