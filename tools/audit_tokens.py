@@ -102,7 +102,7 @@ def audit(audit_dir: str, data: str, epochs: int) -> dict[str, Any]:
         mine = [line for line in lines if line["epoch"] == epoch]
         pairs = collections.Counter(tuple(p) for line in mine for p in line["pairs"])
         expected = want.pairs(epoch)
-        entry = {"epoch": epoch, **_counts(pairs, expected)}  # type: ignore[arg-type]
+        entry: dict[str, Any] = {"epoch": epoch, **_counts(pairs, expected)}
         if want.mixture is not None:
             logged = np.sum([line.get("sources", [0] * len(want.names)) for line in mine] or [[0] * len(want.names)],
                             axis=0)

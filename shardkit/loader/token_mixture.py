@@ -58,6 +58,7 @@ class TokenMixtureDataset(MixtureDataset, TokenDataset):
         if self._lengths is None:  # weights in samples: read each source's lengths here (TB6)
             self._lengths = tuple(source_lengths(source, dataset, tokens.field)
                                   for source, dataset in zip(self.mixture.sources, self.opened.datasets, strict=True))
+        self._source_lengths: tuple[np.ndarray, ...] = self._lengths  # per source (also tallies tokens, MX10)
 
     # ---- plan: the mixed sequence of one consumer is the epoch order (TB15) -------------------
     def lengths(self) -> np.ndarray:
@@ -65,8 +66,7 @@ class TokenMixtureDataset(MixtureDataset, TokenDataset):
         return self._plan_lengths(tuple(range(len(self.spec.sources))))
 
     def _plan_lengths(self, order: tuple[int, ...]) -> np.ndarray:
-        assert self._lengths is not None
-        parts = [np.asarray(self._lengths[i], dtype=np.int64) for i in order]
+        parts = [np.asarray(self._source_lengths[i], dtype=np.int64) for i in order]
         return np.concatenate(parts + [np.zeros(0, dtype=np.int64)])
 
     def _build_token_plan(self, params: PlanParams, tokens: TokenBlocks, resume: dict[str, Any] | None,
