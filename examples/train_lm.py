@@ -8,6 +8,12 @@ Run on a dataset whose samples hold an integer array ``tokens``::
         --ckpt-dir ckpt/ --ckpt-every 10 --audit-dir audit/ --resume # other ranks, seq_len, batch
     python tools/audit_tokens.py audit/ --data out/                   # every token trained once?
 
+``--data`` may also be a mixture file (``mix.toml``: sources, weights — in tokens with
+``weight_unit = "tokens"`` — and ``samples_per_epoch``; specs/mixture.md): the blocks are then
+cut from the mixture's epoch documents (specs/token-blocks.md TB15), each batch carries the
+source of every slot (``_source``), rank 0 prints the tokens trained per source, and the audit
+checks every token of every source's share of the epoch.
+
 Batches are ``sk.TokenBlocks`` blocks (specs/token-blocks.md): ``input_ids``, shifted ``labels``
 (-100: no loss), ``position_ids`` restarting at every document — used here both as position
 embeddings and to keep attention inside a document. Token ids are taken modulo ``--vocab`` so
@@ -34,7 +40,7 @@ import shardkit as sk
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", required=True, help="dataset folder or URL")
+    p.add_argument("--data", required=True, help="dataset folder or URL, or a mixture file (.toml/.json)")
     p.add_argument("--field", default="tokens")
     p.add_argument("--mode", default="concat", choices=("concat", "pack"))
     p.add_argument("--seq-len", type=int, default=64)
@@ -95,7 +101,7 @@ def open_audit(args: argparse.Namespace, run: int, rank: int, world: int, meta: 
     if rank == 0:
         with open(os.path.join(args.audit_dir, f"run{run:03d}.json"), "w") as fh:
             json.dump({"resumed_from_step": meta["global_step"], "world_size": world, "workers": args.workers,
-                       "batch_size": args.batch_size, "seq_len": args.seq_len, "data": args.data,
+                       "batch_size": args.batch_size, "seq_len": args.seq_len, "data": args.data, "seed": args.seed,
                        "tokens": {"field": tokens.field, "mode": tokens.mode, "bos_id": tokens.bos_id,
                                   "eos_id": tokens.eos_id}}, fh)
     return open(os.path.join(args.audit_dir, f"run{run:03d}-rank{rank}.jsonl"), "a")
@@ -107,9 +113,11 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)
     tokens = sk.TokenBlocks(args.seq_len, field=args.field, mode=args.mode, eos_id=args.eos_id)
+    mixture = args.data.endswith((".toml", ".json")) and not args.data.endswith("manifest.json")  # a mixture file
     dataset = sk.StreamingDataset(args.data, batch_size=args.batch_size, seed=args.seed, tail="pad",
-                                  tokens=tokens, with_index=True)
+                                  tokens=tokens, with_index=True, **({"with_source": True} if mixture else {}))
     loader = sk.ShardLoader(dataset, num_workers=args.workers)
+    sources = len(dataset.mixture.sources) if isinstance(dataset, sk.MixtureDataset) else 0
     model = DistributedDataParallel(TinyGPT(args.vocab, max_positions=1024))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     meta: dict[str, Any] = {"epoch": 0, "global_step": 0, "run": 0}
@@ -130,6 +138,9 @@ def main() -> None:
             step += 1
             if audit is not None:
                 line = {"run": run, "epoch": epoch, "step": step, "pairs": trained_pairs(batch)}
+                if "_source" in batch:  # tokens trained per source this step (a mixture)
+                    slots = batch["_source"][batch["_source"] >= 0]
+                    line["sources"] = torch.bincount(slots, minlength=sources).tolist()
                 audit.write(json.dumps(line) + "\n")
                 audit.flush()
             end_step(args, loader, model, opt, {"epoch": epoch, "global_step": step, "run": run}, rank)
@@ -137,6 +148,8 @@ def main() -> None:
         stats = loader.stats()
         print(f"rank 0 done: {step} steps, loss {loss.item():.4f}, "
               f"{stats.get('tokens_per_s', 0.0):.0f} effective tokens/s", flush=True)
+        if "sources" in stats:  # this rank, this iteration: documents started and tokens per source
+            print(f"rank 0 per source: {json.dumps(stats['sources'])}", flush=True)
     dist.barrier()
     dist.destroy_process_group()
 

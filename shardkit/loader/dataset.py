@@ -96,6 +96,10 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
             from shardkit.loader.weighted_dataset import weighted_class  # a subclass: imported late
 
             return super().__new__(weighted_class(mixture))
+        if cls is StreamingDataset and mixture and kwargs.get("tokens") is not None:
+            from shardkit.loader.token_mixture import TokenMixtureDataset  # a subclass: imported late
+
+            return super().__new__(TokenMixtureDataset)  # token blocks over a mixture (TB15)
         if cls is StreamingDataset and mixture:
             from shardkit.loader.mixture_dataset import MixtureDataset  # a subclass: imported late
 
@@ -127,9 +131,9 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     ) -> None:
         if not isinstance(path, str):
             raise TypeError(f"StreamingDataset: expected a dataset path or a Mixture, got {type(path).__name__}")
-        if tokens is not None and not self.yields_tokens:  # a mixture: token mixtures are planned
-            raise TypeError("StreamingDataset(..., tokens=...): token blocks over a mixture or with "
-                            "sample_weights= are not supported yet")
+        if tokens is not None and not self.yields_tokens:
+            raise TypeError(f"{type(self).__name__}(..., tokens=...): token blocks with sample_weights= are not "
+                            f"supported; over a mixture, use sk.StreamingDataset(mixture, tokens=...)")
         self.path = path
         self.params = PlanParams(seed=seed, batch_size=batch_size, tail=tail, shuffle=shuffle,
                                  shuffle_window=shuffle_window, interleave=interleave)

@@ -136,6 +136,9 @@ class MixtureDataset(StreamingDataset):
 
     def load_state_part(self, state: dict[str, Any]) -> str:
         """Apply a loader state's mixture part; returns the fingerprint its plan must carry."""
+        if "tokens" in state and not self.yields_tokens:  # its offsets count blocks (TB15)
+            raise StateError("loader state: saved by token blocks over a mixture (it has a 'tokens' key); resume "
+                             "it with the same tokens=sk.TokenBlocks(...)")
         mixture_state = mixture_of(state)
         if mixture_state is None:  # a state saved before loader states carried the mixture
             return self.spec.fingerprint()

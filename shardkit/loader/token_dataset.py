@@ -55,7 +55,7 @@ class TokenDataset(StreamingDataset):
                 raise TypeError(f"StreamingDataset(tokens=...): {name} does not apply to token blocks")
         super().__init__(path, batch_size=batch_size, tokens=tokens, **kwargs)
         self.tokens = tokens
-        self._lengths: np.ndarray | None = None  # tokens per sample, manifest order (TB6)
+        self._sample_lengths: np.ndarray | None = None  # tokens per sample, manifest order (TB6)
         self._cuts: list[dict[str, Any]] = []  # the loaded state's token levels (with consumer states)
         self._cuts_epoch: int | None = None  # ... which belong to this epoch's chains only
         self._token_plans: dict[str, TokenPlan] = {}
@@ -67,9 +67,9 @@ class TokenDataset(StreamingDataset):
     # ---- plan -----------------------------------------------------------------------------------
     def lengths(self) -> np.ndarray:
         """Tokens per sample of the token field, manifest order (read once, then kept)."""
-        if self._lengths is None:
-            self._lengths = np.asarray(document_lengths(self.dataset, self.tokens.field), dtype=np.int64)
-        return self._lengths
+        if self._sample_lengths is None:
+            self._sample_lengths = np.asarray(document_lengths(self.dataset, self.tokens.field), dtype=np.int64)
+        return self._sample_lengths
 
     def step_plan(self, epoch: int, world_size: int, num_workers: int,
                   resume: dict[str, Any] | None = None) -> TokenPlan:
@@ -78,10 +78,14 @@ class TokenDataset(StreamingDataset):
         key = repr((params, resume, cuts))
         plan = self._token_plans.get(key)
         if plan is None:
-            plan = build_token_plan(self.dataset.manifest.shard_sizes, self.lengths(), params, self.tokens,
-                                    resume, cuts)
+            plan = self._build_token_plan(params, self.tokens, resume, cuts)
             self._token_plans = {key: plan}
         return plan
+
+    def _build_token_plan(self, params: PlanParams, tokens: TokenBlocks, resume: dict[str, Any] | None,
+                          cuts: list[dict[str, Any]]) -> TokenPlan:
+        """The token plan over this dataset's documents (a token mixture plans its mixed order)."""
+        return build_token_plan(self.dataset.manifest.shard_sizes, self.lengths(), params, tokens, resume, cuts)
 
     def _loaded_cuts(self, epoch: int) -> list[dict[str, Any]]:
         """The loaded state's token levels when ``epoch`` is its epoch (later epochs start fresh)."""
@@ -120,7 +124,7 @@ class TokenDataset(StreamingDataset):
         saved = PlanParams.from_dict(plan_state["params"])
         cut = self._cuts[-1]
         tokens = replace(self.tokens, **{k: cut[k] for k in ("seq_len", "long_docs", "open_blocks")})
-        build_token_plan(self.dataset.manifest.shard_sizes, self.lengths(), saved, tokens, plan_state, self._cuts)
+        self._build_token_plan(saved, tokens, plan_state, self._cuts)
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -153,10 +157,10 @@ class TokenDataset(StreamingDataset):
         docs = self._documents(plan, work, stats)
         rows = TokenDocs.from_lengths(docs, plan.segments, self.tokens.token_options(),
                                       docs.masks if self.tokens.loss_mask_field is not None else None)
-        order = epoch_order(plan.order) if self.options.with_index else None
+        slots = self._slot_arrays(plan)
         for arrays, cutter in token_arrays(work, rows, plan.level.options, self.params.batch_size,
                                            plan.start_state(consumer)):
-            yield emitter.emit_made(functools.partial(_in_arena, arrays, order), len(arrays["input_ids"]))
+            yield emitter.emit_made(functools.partial(self._in_arena, arrays, slots), len(arrays["input_ids"]))
             docs.release(cutter.piece_index, {p.doc_index for b in cutter.bins for p in b})
 
     def _documents(self, plan: TokenPlan, work: ConsumerWork, stats: WorkerStats) -> EpochDocuments:
@@ -167,9 +171,26 @@ class TokenDataset(StreamingDataset):
             needs[piece.doc_index] = i
             if nxt is not None and piece.stop == plan.positions[piece.doc_index] and nxt[piece.doc_index] >= 0:
                 needs[int(nxt[piece.doc_index])] = i
+        return self._document_reader(plan, list(needs.items()), stats)
+
+    def _document_reader(self, plan: TokenPlan, needs: list[tuple[int, int]], stats: WorkerStats) -> EpochDocuments:
         options = ReadOptions(read_ahead=False)
         return EpochDocuments(self.dataset, plan.order, (self.tokens.field, self.tokens.loss_mask_field),
-                              list(needs.items()), self._shard_cache(), stats.read, options)
+                              needs, self._shard_cache(), stats.read, options)
+
+    # ---- provenance per slot (TB14) ---------------------------------------------------------------
+    def _slot_arrays(self, plan: TokenPlan) -> dict[str, np.ndarray]:
+        """Per-slot keys a batch adds, each given per document index (-1 at padding)."""
+        return {"_index": epoch_order(plan.order)} if self.options.with_index else {}
+
+    def _in_arena(self, arrays: dict[str, Any], slots: dict[str, np.ndarray]) -> dict[str, Any]:
+        batch = to_tensors(arrays, tensor=_tensor)
+        doc = arrays["doc_index"]
+        for key, per_document in slots.items():
+            batch[key] = _tensor(np.where(doc >= 0, per_document[np.maximum(doc, 0)], -1))
+        if self.options.with_index:
+            batch["_token_offset"] = _tensor(arrays["token_offset"])
+        return batch
 
 
 def _tensor(values: np.ndarray) -> torch.Tensor:
@@ -177,15 +198,6 @@ def _tensor(values: np.ndarray) -> torch.Tensor:
     out = alloc(values.shape, _torch_dtype(values))
     out.numpy()[...] = values
     return out
-
-
-def _in_arena(arrays: dict[str, Any], order: np.ndarray | None) -> dict[str, Any]:
-    batch = to_tensors(arrays, tensor=_tensor)
-    if order is not None:  # provenance per slot (with_index)
-        doc = arrays["doc_index"]
-        batch["_index"] = _tensor(np.where(doc >= 0, order[np.maximum(doc, 0)], -1))
-        batch["_token_offset"] = _tensor(arrays["token_offset"])
-    return batch
 
 
 def _torch_dtype(values: np.ndarray) -> torch.dtype:

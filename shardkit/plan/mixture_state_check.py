@@ -40,6 +40,9 @@ def check_state(state: Any) -> None:
     if not isinstance(sources, list) or not sources:
         raise StateError(f"state.sources: expected a non-empty list, got {type(sources).__name__}")
     keys = SOURCE_KEYS + (TOKEN_KEYS if state.get("unit", "samples") != "samples" else ())
+    if version >= 2 and "consumed_tokens" not in keys and any(
+            isinstance(entry, dict) and "consumed_tokens" in entry for entry in sources):
+        keys += ("consumed_tokens",)  # token blocks over weights in samples count tokens too (MX14)
     for i, entry in enumerate(sources):
         if not isinstance(entry, dict) or sorted(entry) != sorted(keys):
             raise StateError(f"state.sources[{i}]: expected keys {sorted(keys)}")

@@ -14,7 +14,7 @@ cut (seq_len, long_docs, open_blocks) and each consumer's cutter state at its of
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -29,10 +29,14 @@ from shardkit.plan.token_config import LEVEL_KEYS, TokenBlocks
 from shardkit.plan.token_pool import WorkSplit, remainder_pool, split_work
 
 
+def single_params(params: PlanParams) -> PlanParams:
+    """``params`` for one consumer, batch 1, no tail: what the epoch order is planned with (TB11)."""
+    return replace(params, world_size=1, num_workers=0, batch_size=1, tail="drop")
+
+
 def order_plan(shard_sizes: Sequence[int] | np.ndarray, params: PlanParams) -> Plan:
     """The one-consumer sample plan whose sequence is the epoch order of documents (TB11)."""
-    single = replace(params, world_size=1, num_workers=0, batch_size=1, tail="drop")
-    return base_plan(np.asarray(shard_sizes, dtype=np.int64), single)
+    return base_plan(np.asarray(shard_sizes, dtype=np.int64), single_params(params))
 
 
 def epoch_order(plan: Plan) -> np.ndarray:
@@ -131,7 +135,8 @@ def _chain(resume: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarray, params: PlanParams,
                      blocks: TokenBlocks, resume: dict[str, Any] | None = None,
-                     cuts: Sequence[dict[str, Any]] = ()) -> TokenPlan:
+                     cuts: Sequence[dict[str, Any]] = (),
+                     order_of: Callable[[PlanParams], Plan] | None = None) -> TokenPlan:
     """The token plan of ``params.epoch`` (``lengths``: tokens per sample, manifest order).
 
     ``resume``: a plan state (already validated) whose level ``i`` cut is ``cuts[i]`` (this
@@ -139,6 +144,8 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
     when loaded, its ``consumers`` states: checked against a replay of its offsets); like
     ``build_plan`` (R2-R5): when its last level has the same params and cut as now, the same
     plan resumes at its offsets; otherwise a new level splits the remainder (TB7, TB8).
+    ``order_of(root params)``: the one-consumer plan of the epoch order (default
+    :func:`order_plan` of ``shard_sizes``; a mixture's mixed sequence, TB15).
     """
     chain = _chain(resume)
     # levels past the given cuts were cut with this config (a continuation of this process, R10)
@@ -146,7 +153,7 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
     root = PlanParams.from_dict(chain[0]["params"]) if chain else params
     if chain and root.epoch != params.epoch:
         raise StateError(f"resume state is for epoch {root.epoch}, but the plan asked for epoch {params.epoch}")
-    order = order_plan(shard_sizes, root)
+    order = order_plan(shard_sizes, root) if order_of is None else order_of(single_params(root))
     doc_lengths = np.asarray(lengths, dtype=np.int64)[epoch_order(order)]
     segments = segment_lengths(doc_lengths, blocks.extra_tokens)
     positions = num_positions(segments, blocks.mode)

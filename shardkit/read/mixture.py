@@ -118,7 +118,7 @@ class OpenMixture:
 
     def __post_init__(self) -> None:
         if self.lengths is None and self.mixture.weight_unit == "tokens":
-            self.lengths = tuple(_lengths(s, ds, self.mixture.token_field)
+            self.lengths = tuple(source_lengths(s, ds, self.mixture.token_field)
                                  for s, ds in zip(self.mixture.sources, self.datasets, strict=True))
 
     def spec(self) -> MixSpec:
@@ -135,7 +135,8 @@ class OpenMixture:
         return MixSpec(sources, size, self.mixture.composition, schedule, unit=self.mixture.weight_unit)
 
 
-def _lengths(source: Source, dataset: StoredDataset, field: str) -> np.ndarray:
+def source_lengths(source: Source, dataset: StoredDataset, field: str) -> np.ndarray:
+    """Tokens per sample of ``field`` in ``source`` (errors name the source)."""
     try:
         return document_lengths(dataset, field)
     except Exception as exc:

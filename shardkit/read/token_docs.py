@@ -71,8 +71,7 @@ class EpochDocuments:
 
     def _read_run(self, lo: int, hi: int) -> Iterator[tuple[int, dict[str, Any]]]:
         d = lo
-        windows: Generator[WindowSamples, None, None] = iter_consumer(
-            self.dataset, self.order, 0, lo, self.cache, self.stats, self.options)  # type: ignore[assignment]
+        windows = self._windows(lo)
         try:
             for window in windows:
                 for sample in as_samples(window.samples):
@@ -82,6 +81,12 @@ class EpochDocuments:
                         return
         finally:
             windows.close()
+
+    def _windows(self, lo: int) -> Generator[WindowSamples, None, None]:
+        """The one-consumer order plan's samples from epoch index ``lo`` on (a mixture's reader
+        overrides this)."""
+        return iter_consumer(self.dataset, self.order, 0, lo, self.cache, self.stats,  # type: ignore[return-value]
+                             self.options)
 
     def _fields(self, d: int, sample: dict[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:
         tokens = np.asarray(sample.get(self.field))

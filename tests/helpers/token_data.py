@@ -29,14 +29,35 @@ def loss_mask(sample: int, length: int) -> np.ndarray:
 
 
 def write_token_dataset(root: str, lengths: Sequence[int], dtype: Any = np.int32, masks: bool = False,
-                        shard_size: int = 1500) -> str:
+                        shard_size: int = 1500, first: int = 0) -> str:
+    """Sample ``s`` holds document ``first + s`` (``first``: where a mixture source starts in the
+    mixture's global numbering, so the references apply to ``_index``)."""
     with sk.ShardWriter(root, shard_size=shard_size, block_size=256) as writer:
         for s, n in enumerate(lengths):
-            sample: dict[str, Any] = {"tokens": token_doc(s, n, dtype)}
+            sample: dict[str, Any] = {"tokens": token_doc(first + s, n, dtype)}
             if masks:
-                sample["loss_mask"] = loss_mask(s, n)
+                sample["loss_mask"] = loss_mask(first + s, n)
             writer.write(sample)
     return root
+
+
+def write_token_mixture(root: str, sources: Sequence[tuple[Sequence[int], float]], shard_size: int = 1500,
+                        **mixture: Any) -> tuple[sk.Mixture, list[int]]:
+    """Sources ``s0, s1, …`` (their document lengths and weight) numbered one after another like
+    the mixture's ``_index``; returns the mixture and the lengths in that global numbering."""
+    lengths: list[int] = []
+    found = []
+    for i, (sizes, weight) in enumerate(sources):
+        path = write_token_dataset(f"{root}/s{i}", sizes, shard_size=shard_size, first=len(lengths))
+        found.append(sk.Source(path, weight=weight, name=f"s{i}"))
+        lengths += list(sizes)
+    return sk.Mixture(found, **mixture), lengths
+
+
+def order_pairs(order: Sequence[int], lengths: Sequence[int], tokens: sk.TokenBlocks) -> Counter[Pair]:
+    """The epoch's (sample, position) pairs when the epoch lists ``order`` (a mixture's epoch may
+    list a sample more than once: each occurrence is a document of its own)."""
+    return Counter((s, o) for s in order for o in range(num_positions(lengths[s], tokens)))
 
 
 def segment(sample: int, length: int, tokens: sk.TokenBlocks) -> list[int]:
@@ -124,13 +145,16 @@ def consumed_pairs(batch: dict[str, Any]) -> list[Pair]:
     return [(s, o) for s, o in zip(index, offset, strict=True) if s >= 0]
 
 
-def run_level(path: str, tokens: sk.TokenBlocks, batch_size: int, world: int, tail: str,
-              state: dict[str, Any] | None, kills: Sequence[int] | None) -> tuple[list[Pair], dict[str, Any], Any]:
+def run_level(path: str | sk.Mixture, tokens: sk.TokenBlocks, batch_size: int, world: int, tail: str,
+              state: dict[str, Any] | None, kills: Sequence[int] | None,
+              steps: list[int] | None = None) -> tuple[list[Pair], dict[str, Any], Any]:
     """Consume one level on ``world`` ranks (in this process, no workers): rank ``r`` stops after
     ``kills[r]`` batches (all with ``kills=None``). Returns the pairs consumed, the global
-    state at the boundary (as ``state_dict`` builds it after its gather), and the last plan."""
+    state at the boundary (as ``state_dict`` builds it after its gather, a mixture's per-source
+    counts summed over ranks), and the last plan; ``steps`` gets each rank's batches."""
     pairs: list[Pair] = []
     offsets: dict[int, int] = {}
+    received: Counter[int] = Counter()
     ds = None
     for rank in range(world):
         ds = sk.StreamingDataset(path, batch_size=batch_size, tokens=tokens, tail=tail, with_index=True, seed=3)
@@ -145,14 +169,22 @@ def run_level(path: str, tokens: sk.TokenBlocks, batch_size: int, world: int, ta
                 break  # (a state with nothing left moves on to epoch 1: not this test's)
             pairs += consumed_pairs(batch)
             stop = None if stop is None else stop - 1
+            if steps is not None:
+                steps[rank] += 1
         if loader.epoch == 0:  # this rank's own consumer (W=0: consumer = rank)
             offsets[rank] = loader.consumed_snapshot()[0][rank]
+            sources = loader.stats().get("sources", {})  # a mixture: samples then tokens per source
+            received.update(dict(enumerate([v["samples"] for v in sources.values()] +
+                                           [v["tokens"] for v in sources.values()])))
     assert ds is not None
-    epoch = 0
-    plan = ds.step_plan(epoch, world, 0, state["plan"] if state else None)
+    epoch, resume = 0, state["plan"] if state else None
+    plan = ds.step_plan(epoch, world, 0, resume)
     merged = [offsets.get(c, start) for c, start in enumerate(plan.start_offsets)]
+    width = 2 * len(ds.spec.sources) if isinstance(path, sk.Mixture) else 0
+    counts = np.array([received[i] for i in range(width)], dtype=np.int64)
     new_state = {"version": 1, "kind": "shardkit.loader", "epoch": epoch, "steps": 0,
-                 "plan": ds.plan_state(plan, merged, epoch), **ds.extra_state(plan, merged)}
+                 "plan": ds.plan_state(plan, merged, epoch), **ds.state_part(epoch, resume, counts),
+                 **ds.extra_state(plan, merged)}
     return pairs, new_state, plan
 
 

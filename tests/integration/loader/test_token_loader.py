@@ -15,14 +15,23 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import shardkit as sk
-from tests.helpers.token_data import consumed_pairs, dropped_pairs, epoch_pairs, write_token_dataset
+from shardkit.plan.token_plan import epoch_order
+from tests.helpers.token_data import (
+    consumed_pairs,
+    dropped_pairs,
+    epoch_pairs,
+    order_of,
+    order_pairs,
+    write_token_dataset,
+    write_token_mixture,
+)
 
 pytestmark = pytest.mark.slow
 LENGTHS = [(i * 37) % 61 for i in range(90)]  # 0 … 60 tokens, empty documents included
 TOKENS = sk.TokenBlocks(16, eos_id=2, bos_id=1)
 
 
-def _dataset(path: str, batch_size: int, tokens: sk.TokenBlocks, **kwargs) -> sk.StreamingDataset:
+def _dataset(path: str | sk.Mixture, batch_size: int, tokens: sk.TokenBlocks, **kwargs) -> sk.StreamingDataset:
     return sk.StreamingDataset(path, batch_size=batch_size, tokens=tokens, with_index=True, seed=5, tail="pad",
                                **kwargs)
 
@@ -110,7 +119,34 @@ def test_persistent_workers_read_every_position_once_in_each_epoch(tmp_path):
     assert orders[0] != orders[1]  # each epoch its own order (TB11)
 
 
-def test_a_mixture_with_token_blocks_is_refused(tmp_path):
-    path = write_token_dataset(str(tmp_path / "ds"), LENGTHS)
-    with pytest.raises(TypeError, match="mixture"):
-        sk.StreamingDataset(sk.Mixture([sk.Source(path, weight=1.0)]), batch_size=2, tokens=TOKENS)
+def test_a_token_mixture_through_workers_killed_then_resumed_elastically(tmp_path):
+    """TB15-TB17: token blocks over a 3-source mixture (a source repeated within the epoch) from
+    W=2 workers, killed, resumed with W=0, another batch size and seq_len: every (sample,
+    position) of the epoch multiset once; the per-source counts of the state add up."""
+    mix, lengths = write_token_mixture(str(tmp_path), [(LENGTHS[:50], 0.6), (LENGTHS[50:80], 0.3),
+                                                       (LENGTHS[80:84], 0.1)], samples_per_epoch=90)
+    loader = sk.ShardLoader(_dataset(mix, 2, TOKENS), num_workers=2, batches_per_transfer=2)
+    first = _take(loader, 5)
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert sum(e["consumed_tokens"] for e in state["mixture"]["sources"]) == len(first)
+    resumed = sk.ShardLoader(_dataset(mix, 3, sk.TokenBlocks(7, eos_id=2, bos_id=1)))
+    resumed.load_state_dict(state)
+    got = Counter(first) + Counter(_take(resumed, None))
+    assert got == order_pairs(order_of(resumed.streaming), lengths, TOKENS)  # pad tail: nothing dropped
+    final = resumed.state_dict()["mixture"]["sources"]
+    assert [e["consumed_tokens"] for e in final] == [
+        sum(c for (s, _), c in got.items() if lo <= s < hi) for lo, hi in ((0, 50), (50, 80), (80, 84))]
+
+
+def test_a_token_mixture_on_persistent_workers_cuts_each_epochs_multiset(tmp_path):
+    """TB15, MX2: epoch 1 continues every source's stream (the sample mixture's plan of epoch 1
+    is the reference), pack mode, on the same persistent workers."""
+    mix, lengths = write_token_mixture(str(tmp_path), [(LENGTHS[:30], 0.6), (LENGTHS[30:39], 0.4)],
+                                       samples_per_epoch=40)
+    tokens = sk.TokenBlocks(16, mode="pack", eos_id=2)
+    loader = sk.ShardLoader(_dataset(mix, 2, tokens), num_workers=2, persistent_workers=True)
+    reference = sk.StreamingDataset(mix, batch_size=1, seed=5, tail="drop")  # the sample mixture's plan
+    for epoch in range(2):
+        got = Counter(_take(loader, None))
+        order = [int(i) for i in epoch_order(reference.plan(epoch, 1, 0))]
+        assert got == order_pairs(order, lengths, tokens)

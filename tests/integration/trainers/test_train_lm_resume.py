@@ -1,7 +1,8 @@
-"""G12 under real preemption: ``examples/train_lm.py`` (a tiny GPT on token blocks) under
+"""G12 under real preemption: ``examples/train_lm.py`` (a tiny GPT on token blocks) on a
+3-source token mixture (weights in tokens, one source repeated within the epoch) under
 ``torchrun`` with 2 ranks is SIGKILLed mid-epoch, resumed on 1 rank with another ``seq_len``
-and batch size (specs/token-blocks.md TB7, TB8), and ``tools/audit_tokens.py`` proves that
-every (document, position) of the epoch was trained exactly once."""
+and batch size (specs/token-blocks.md TB7, TB8, TB15), and ``tools/audit_tokens.py`` proves
+that every (document, position) of the epoch multiset was trained exactly once, per source."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.token_data import write_token_dataset
+from tests.helpers.token_data import write_token_mixture
 from tests.helpers.trainer_jobs import HANG_S, REPO, kill_job, last_audit_step, load_audit, start_job, tail, wait_for
 
 pytestmark = pytest.mark.slow
 LENGTHS = [(i * 37) % 61 for i in range(120)]  # 0 … 60 tokens, empty documents included
+SOURCES = [(LENGTHS[:70], 0.6), (LENGTHS[70:110], 0.3), (LENGTHS[110:], 0.1)]  # s0, s1, s2 (s2 repeats)
 
 
 def _cmd(data: str, root: Path, nproc: int, workers: int, seq_len: int, batch: int, resume: bool) -> list[str]:
@@ -26,8 +28,16 @@ def _cmd(data: str, root: Path, nproc: int, workers: int, seq_len: int, batch: i
     return cmd + (["--resume"] if resume else [])
 
 
-def test_killed_lm_run_resumed_elastically_trains_every_token_once(tmp_path):
-    data = write_token_dataset(str(tmp_path / "ds"), LENGTHS)
+def _mixture_file(root: Path) -> str:
+    write_token_mixture(str(root), SOURCES)
+    body = 'samples_per_epoch = 120\nweight_unit = "tokens"\n' + "".join(
+        f'[[sources]]\npath = "s{i}"\nweight = {w}\n' for i, (_, w) in enumerate(SOURCES))
+    (root / "mix.toml").write_text(body)
+    return str(root / "mix.toml")
+
+
+def test_killed_lm_run_on_a_mixture_resumed_elastically_trains_every_token_once(tmp_path):
+    data = _mixture_file(tmp_path / "data")
     first_log, second_log = tmp_path / "launch0.log", tmp_path / "launch1.log"
     job = start_job(_cmd(data, tmp_path, 2, 1, 16, 2, resume=False), first_log)
     wait_for(job, lambda: last_audit_step(tmp_path / "audit", 0) >= 8, "step 8", first_log)
@@ -38,4 +48,8 @@ def test_killed_lm_run_resumed_elastically_trains_every_token_once(tmp_path):
     assert resumed["resumed_from_step"] >= 6 and resumed["world_size"] == 1
     report = load_audit("audit_tokens").audit(str(tmp_path / "audit"), data, 1)
     assert report["ok"], report
-    assert report["epochs"][0]["expected"] == sum(n + 1 for n in LENGTHS if n)  # + one EOS per document
+    per_source = report["epochs"][0]["sources"]
+    assert sorted(per_source) == ["s0", "s1", "s2"]
+    assert all(s["pairs"] == s["expected"] == s["logged"] > 0 for s in per_source.values()), per_source
+    assert per_source["s2"]["expected"] > sum(n + 1 for n in LENGTHS[110:] if n)  # s2 repeats in the epoch
+    assert "per source" in second_log.read_text()
