@@ -11,7 +11,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import shardkit as sk
@@ -55,6 +55,8 @@ levels = st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 10),
 
 
 @examples(12)
+@example(sources=[([1], 0.001), ([0], 0.001)], size=1, unit="samples", composition="random", mode="concat",
+         tail="pad", chain=[(2, 1, 1, [0, 1]), (2, 1, 1, [0])])  # an exact resume after unequal kills
 @given(sources=token_sources(), size=st.integers(1, 24), unit=st.sampled_from(["samples", "tokens"]),
        composition=st.sampled_from(["random", "stratified"]), mode=st.sampled_from(["concat", "pack"]),
        tail=st.sampled_from(["pad", "drop"]), chain=st.lists(levels, min_size=1, max_size=3))
@@ -70,16 +72,17 @@ def test_every_position_of_the_epoch_multiset_once_across_kills_and_elastic_resu
     mix, lengths = write_token_mixture(str(tmp_path_factory.mktemp("mix")), sources, samples_per_epoch=size,
                                        weight_unit=unit, composition=composition)
     consumed: Counter = Counter()
-    state, plan = None, None
+    state, plan, topology, steps = None, None, None, [0]
     for i, (world, batch_size, seq_len, kills) in enumerate(chain):
         tokens = sk.TokenBlocks(seq_len, mode=mode, eos_id=EOS)
         last = i == len(chain) - 1
-        steps = [0] * world
+        if (world, batch_size, seq_len) != topology:  # a re-plan: steps count from here (an exact
+            topology, steps = (world, batch_size, seq_len), [0] * world  # resume continues them)
         pairs, state, plan = run_level(mix, tokens, batch_size, world, tail, state, None if last else kills, steps)
         consumed.update(pairs)
         state = json.loads(json.dumps(state))
         if last:
-            assert len(set(steps)) == 1  # equal steps
+            assert len(set(steps)) == 1, steps  # equal steps over the plan's level
     tokens = sk.TokenBlocks(1, mode=mode, eos_id=EOS)
     order = [int(g) for g in _epoch_order(mix, tail)]
     expected = order_pairs(order, lengths, tokens)
