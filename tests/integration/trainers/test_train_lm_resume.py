@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.token_data import write_token_mixture
+from tests.helpers.token_data import write_token_dataset, write_token_mixture
 from tests.helpers.trainer_jobs import HANG_S, REPO, kill_job, last_audit_step, load_audit, start_job, tail, wait_for
 
 pytestmark = pytest.mark.slow
@@ -48,8 +48,23 @@ def test_killed_lm_run_on_a_mixture_resumed_elastically_trains_every_token_once(
     assert resumed["resumed_from_step"] >= 6 and resumed["world_size"] == 1
     report = load_audit("audit_tokens").audit(str(tmp_path / "audit"), data, 1)
     assert report["ok"], report
+    epoch = report["epochs"][0]
+    assert epoch["pairs"] == epoch["expected"] == sum(n + 1 for n in LENGTHS if n), epoch  # + EOS each
     per_source = report["epochs"][0]["sources"]
     assert sorted(per_source) == ["s0", "s1", "s2"]
     assert all(s["pairs"] == s["expected"] == s["logged"] > 0 for s in per_source.values()), per_source
     assert per_source["s2"]["expected"] > sum(n + 1 for n in LENGTHS[110:] if n)  # s2 repeats in the epoch
     assert "per source" in second_log.read_text()
+
+
+def test_lm_run_on_one_token_dataset_trains_every_token_once(tmp_path):
+    """The single-dataset path of the example (a folder, not a mixture file): one rank, two
+    workers, run to the end; the audit finds every position of the epoch exactly once."""
+    data = write_token_dataset(str(tmp_path / "data"), LENGTHS)
+    log = tmp_path / "launch0.log"
+    job = start_job(_cmd(data, tmp_path, 1, 2, 16, 2, resume=False), log)
+    assert job.wait(HANG_S) == 0, tail(log)
+    report = load_audit("audit_tokens").audit(str(tmp_path / "audit"), data, 1)
+    assert report["ok"], report
+    epoch = report["epochs"][0]
+    assert epoch["pairs"] == epoch["expected"] == sum(n + 1 for n in LENGTHS if n), epoch  # + EOS each
