@@ -24,16 +24,17 @@ from shardkit.loader.dataset import StreamingDataset
 from shardkit.loader.emitter import Emitter
 from shardkit.loader.guard import check_caller
 from shardkit.loader.loader_stats import WorkerStats
-from shardkit.loader.token_batch import to_tensors, token_arrays
+from shardkit.loader.token_batch import batch_blocks, to_tensors
 from shardkit.loader.topology import Topology
 from shardkit.loader.transfer.arena import alloc
 from shardkit.loader.transfer.packed import in_groups
 from shardkit.loader.transfer.ring import Ring
 from shardkit.plan import PlanParams
+from shardkit.plan.token_blocks import Block, BlockOptions
 from shardkit.plan.token_config import IDENTITY_KEYS, TokenBlocks
 from shardkit.plan.token_plan import TokenPlan, build_token_plan, epoch_order
 from shardkit.plan.token_pool import ConsumerWork
-from shardkit.plan.token_rows import TokenDocs, next_nonempty
+from shardkit.plan.token_rows import TokenDocs, assemble, next_nonempty
 from shardkit.read.options import ReadOptions
 from shardkit.read.token_docs import EpochDocuments
 from shardkit.read.token_lengths import document_lengths
@@ -154,9 +155,9 @@ class TokenDataset(StreamingDataset):
         rows = TokenDocs.from_lengths(docs, plan.segments, self.tokens.token_options(),
                                       docs.masks if self.tokens.loss_mask_field is not None else None)
         order = epoch_order(plan.order) if self.options.with_index else None
-        for arrays, cutter in token_arrays(work, rows, plan.level.options, self.params.batch_size,
-                                           plan.start_state(consumer)):
-            yield emitter.emit_made(functools.partial(_in_arena, arrays, order), len(arrays["input_ids"]))
+        options = plan.level.options
+        for blocks, cutter in batch_blocks(work, options, self.params.batch_size, plan.start_state(consumer)):
+            yield emitter.emit_made(functools.partial(_in_arena, blocks, rows, options, order), len(blocks))
             docs.release(cutter.piece_index, {p.doc_index for b in cutter.bins for p in b})
 
     def _documents(self, plan: TokenPlan, work: ConsumerWork, stats: WorkerStats) -> EpochDocuments:
@@ -167,7 +168,7 @@ class TokenDataset(StreamingDataset):
             needs[piece.doc_index] = i
             if nxt is not None and piece.stop == plan.positions[piece.doc_index] and nxt[piece.doc_index] >= 0:
                 needs[int(nxt[piece.doc_index])] = i
-        options = ReadOptions(read_ahead=False)
+        options = ReadOptions(read_ahead=False, views=True)  # column blocks as column views (TB12)
         return EpochDocuments(self.dataset, plan.order, (self.tokens.field, self.tokens.loss_mask_field),
                               list(needs.items()), self._shard_cache(), stats.read, options)
 
@@ -179,8 +180,15 @@ def _tensor(values: np.ndarray) -> torch.Tensor:
     return out
 
 
-def _in_arena(arrays: dict[str, Any], order: np.ndarray | None) -> dict[str, Any]:
-    batch = to_tensors(arrays, tensor=_tensor)
+def _arena_rows(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """(B, L) int64 rows allocated where the emitter wants them: ``assemble`` writes in place."""
+    return alloc(shape, torch.int64).numpy()
+
+
+def _in_arena(blocks: list[Block], rows: TokenDocs, options: BlockOptions, order: np.ndarray | None) -> dict[str, Any]:
+    arrays = assemble(blocks, rows, options.seq_len, options.mode, order is not None, _arena_rows)
+    placed = {id(arrays[key]) for key in ("input_ids", "labels", "position_ids")}  # already in the arena
+    batch = to_tensors(arrays, tensor=lambda a: torch.from_numpy(a) if id(a) in placed else _tensor(a))
     if order is not None:  # provenance per slot (with_index)
         doc = arrays["doc_index"]
         batch["_index"] = _tensor(np.where(doc >= 0, order[np.maximum(doc, 0)], -1))

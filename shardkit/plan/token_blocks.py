@@ -13,6 +13,8 @@ pack mode, the open blocks (the carry) — everything needed to continue exactly
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -94,6 +96,7 @@ class BlockCutter:
         self.offset = 0  # positions of pieces[piece_index] already taken
         self.bins: list[list[Piece]] = []  # pack mode: the open blocks (carry)
         self.used: list[int] = []  # positions in each open block
+        self._ends: list[int] | None = None  # concat: positions up to the end of each piece
 
     # ---- state (TB5) -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -140,16 +143,32 @@ class BlockCutter:
         return Piece(head.doc_index, start, stop)
 
     def _next_concat(self) -> Block | None:
-        seq_len, used = self.options.seq_len, 0
+        """The next ``seq_len`` positions: two binary searches over the pieces' running ends,
+        then one ``Piece`` per piece the block touches (contiguous ones of a document merged)."""
+        index, count = self.piece_index, len(self.pieces)
+        if index >= count:
+            return None
+        if self._ends is None:
+            self._ends = list(itertools.accumulate(p.stop - p.start for p in self.pieces))
+        ends = self._ends
+        begin = (ends[index - 1] if index else 0) + self.offset
+        last = bisect.bisect_left(ends, begin + self.options.seq_len, lo=index)  # the piece the block ends in
+        stop_at = min(begin + self.options.seq_len, ends[-1])
         taken: list[Piece] = []
-        while used < seq_len and self.piece_index < len(self.pieces):
-            piece = self._take(seq_len - used)
-            used += piece.length
-            if taken and taken[-1].doc_index == piece.doc_index and taken[-1].stop == piece.start:
-                taken[-1] = Piece(piece.doc_index, taken[-1].start, piece.stop)
+        for i in range(index, min(last, count - 1) + 1):
+            d, start, stop = self.pieces[i]
+            lo = start + (self.offset if i == index else 0)
+            hi = stop - (ends[i] - stop_at if ends[i] > stop_at else 0)
+            if taken and taken[-1].doc_index == d and taken[-1].stop == lo:
+                taken[-1] = Piece(d, taken[-1].start, hi)
             else:
-                taken.append(piece)
-        return Block(tuple(taken), seq_len - used) if taken else None
+                taken.append(Piece(d, lo, hi))
+        if ends[min(last, count - 1)] == stop_at:  # the block ends where a piece ends
+            self.piece_index, self.offset = min(last, count - 1) + 1, 0
+        else:
+            self.piece_index = last
+            self.offset = stop_at - (ends[last - 1] if last else 0)
+        return Block(tuple(taken), self.options.seq_len - (stop_at - begin))
 
     def _next_pack(self) -> Block | None:
         seq_len = self.options.seq_len
