@@ -33,7 +33,7 @@ from shardkit.plan import PlanParams
 from shardkit.plan.token_blocks import Block, BlockOptions
 from shardkit.plan.token_config import IDENTITY_KEYS, TokenBlocks
 from shardkit.plan.token_plan import TokenPlan, build_token_plan, epoch_order
-from shardkit.plan.token_pool import ConsumerWork
+from shardkit.plan.token_pool import ConsumerWork, document_needs
 from shardkit.plan.token_rows import TokenDocs, assemble, next_nonempty
 from shardkit.read.options import ReadOptions
 from shardkit.read.token_docs import EpochDocuments
@@ -162,15 +162,11 @@ class TokenDataset(StreamingDataset):
 
     def _documents(self, plan: TokenPlan, work: ConsumerWork, stats: WorkerStats) -> EpochDocuments:
         """The documents ``work`` needs, with the index of the last piece that needs each."""
-        needs: dict[int, int] = {}
         nxt = next_nonempty(plan.segments) if plan.level.options.mode == "concat" else None
-        for i, piece in enumerate(work.pieces):
-            needs[piece.doc_index] = i
-            if nxt is not None and piece.stop == plan.positions[piece.doc_index] and nxt[piece.doc_index] >= 0:
-                needs[int(nxt[piece.doc_index])] = i
         options = ReadOptions(read_ahead=False, views=True)  # column blocks as column views (TB12)
         return EpochDocuments(self.dataset, plan.order, (self.tokens.field, self.tokens.loss_mask_field),
-                              list(needs.items()), self._shard_cache(), stats.read, options)
+                              document_needs(work.pieces, plan.positions, nxt), self._shard_cache(), stats.read,
+                              options)
 
 
 def _tensor(values: np.ndarray) -> torch.Tensor:

@@ -14,7 +14,6 @@ pack mode, the open blocks (the carry) — everything needed to continue exactly
 from __future__ import annotations
 
 import bisect
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -22,6 +21,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from shardkit.errors import PlanError, StateError
+from shardkit.plan.token_pieces import Piece, Pieces
+
+__all__ = ["MODES", "Block", "BlockCutter", "BlockOptions", "Piece", "Pieces", "epoch_pieces", "num_positions"]
 
 MODES = ("concat", "pack")
 
@@ -49,18 +51,6 @@ class BlockOptions:
             raise PlanError(f"open_blocks must be >= 1, got {self.open_blocks}")
 
 
-class Piece(NamedTuple):
-    """Positions ``start … stop-1`` of document ``doc_index`` (epoch order)."""
-
-    doc_index: int
-    start: int
-    stop: int
-
-    @property
-    def length(self) -> int:
-        return self.stop - self.start
-
-
 class Block(NamedTuple):
     """One row: ``pieces`` in order, then ``num_padding`` pad positions; ``truncated`` are the
     positions dropped (pack mode, ``long_docs='truncate'``) when this block was cut."""
@@ -80,9 +70,9 @@ def num_positions(segment_lengths: np.ndarray, mode: str) -> np.ndarray:
     return lengths if mode == "concat" else np.maximum(lengths - 1, 0)
 
 
-def epoch_pieces(positions: Sequence[int] | np.ndarray) -> list[Piece]:
+def epoch_pieces(positions: Sequence[int] | np.ndarray) -> Pieces:
     """The whole epoch as work: every document with at least one position, in order."""
-    return [Piece(d, 0, int(n)) for d, n in enumerate(positions) if n > 0]
+    return Pieces.whole(positions)
 
 
 class BlockCutter:
@@ -90,7 +80,7 @@ class BlockCutter:
     ``None`` when the work is exhausted. Deterministic; not thread-safe."""
 
     def __init__(self, pieces: Sequence[Piece], options: BlockOptions) -> None:
-        self.pieces = list(pieces)
+        self.pieces = Pieces.of(pieces)
         self.options = options
         self.piece_index = 0
         self.offset = 0  # positions of pieces[piece_index] already taken
@@ -149,7 +139,7 @@ class BlockCutter:
         if index >= count:
             return None
         if self._ends is None:
-            self._ends = list(itertools.accumulate(p.stop - p.start for p in self.pieces))
+            self._ends = self.pieces.ends.tolist()
         ends = self._ends
         begin = (ends[index - 1] if index else 0) + self.offset
         last = bisect.bisect_left(ends, begin + self.options.seq_len, lo=index)  # the piece the block ends in

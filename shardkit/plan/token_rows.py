@@ -197,7 +197,7 @@ class _Parts:
 
     def _mask(self, d: int, values: np.ndarray, start: int, stop: int) -> list[np.ndarray]:
         """The ``loss_mask`` of segment tokens ``start … stop-1`` (BOS/EOS count as 1)."""
-        mask = np.asarray(self.docs.loss_masks[d], dtype=bool)  # type: ignore[index]
+        mask = np.asarray(self.docs.loss_masks[d], dtype=bool)
         if len(mask) != len(values):
             raise PlanError(f"document {d}: loss_mask has {len(mask)} entries for {len(values)} tokens")
         true = _constant(True, 1, bool)
@@ -222,8 +222,9 @@ class _Parts:
             out[key] = empty((num_rows, seq_len), np.int64)
             if pieces:
                 np.concatenate(pieces, out=out[key].reshape(-1), casting="unsafe")
-        if self.keep:
-            np.putmask(out["labels"], ~np.concatenate(self.keep).reshape(num_rows, seq_len), self.docs.options.ignore_index)
+        if self.keep:  # a label whose target's loss_mask is 0 is ignored (TB4)
+            keep = np.concatenate(self.keep).reshape(num_rows, seq_len)
+            np.putmask(out["labels"], ~keep, self.docs.options.ignore_index)
         return out
 
 

@@ -53,7 +53,7 @@ class EpochDocuments:
         self.cache, self.stats = cache, stats
         self.last_use = dict(needs)
         self._runs = iter(runs([d for d, _ in needs]))
-        self._stream: Iterator[tuple[int, dict[str, Any]]] = iter(())
+        self._stream: Iterator[tuple[int, np.ndarray, np.ndarray | None]] = iter(())
         self.loaded: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
         self.masks = _Masks(self)
 
@@ -93,11 +93,11 @@ class EpochDocuments:
                 tokens = self._checked(d + i, sample.get(self.field))
                 yield tokens, None if self.mask_field is None else np.asarray(sample.get(self.mask_field)).astype(bool)
             return
-        tokens = _column_rows(chunk, self.field, lambda a: self._checked(d, a))
+        rows = _column_rows(chunk, self.field, lambda a: self._checked(d, a))
         if self.mask_field is None:
-            yield from zip(tokens, itertools.repeat(None))
+            yield from zip(rows, itertools.repeat(None), strict=False)
             return
-        yield from zip(tokens, _column_rows(chunk, self.mask_field, lambda a: np.asarray(a).astype(bool)))
+        yield from zip(rows, _column_rows(chunk, self.mask_field, lambda a: np.asarray(a).astype(bool)), strict=True)
 
     def _checked(self, d: int, value: Any) -> np.ndarray:
         tokens = np.asarray(value)
