@@ -145,7 +145,9 @@ def reference_cut(pool: Sequence[Piece], begin: int, end: int) -> list[Piece]:
     return out
 
 
-def reference_needs(pieces: Sequence[Piece], positions: np.ndarray, next_doc: np.ndarray | None) -> list[tuple[int, int]]:
+def reference_needs(pieces: Sequence[Piece], positions: np.ndarray,
+                    next_doc: np.ndarray | None) -> list[tuple[int, int]]:
+    """Documents in first-need order with the last piece needing each, one piece at a time."""
     needs: dict[int, int] = {}
     for i, piece in enumerate(pieces):
         needs[piece.doc_index] = i
