@@ -87,6 +87,7 @@ class BlockCutter:
         self.bins: list[list[Piece]] = []  # pack mode: the open blocks (carry)
         self.used: list[int] = []  # positions in each open block
         self._ends: list[int] | None = None  # concat: positions up to the end of each piece
+        self._items: list[Piece] | None = None  # pack: the pieces as tuples (one visit each)
 
     # ---- state (TB5) -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -122,9 +123,14 @@ class BlockCutter:
     def next_block(self) -> Block | None:
         return self._next_concat() if self.options.mode == "concat" else self._next_pack()
 
+    def _piece(self, index: int) -> Piece:
+        if self._items is None:
+            self._items = list(self.pieces)
+        return self._items[index]
+
     def _take(self, limit: int) -> Piece:
         """Take up to ``limit`` positions of the current piece, advancing the cursor."""
-        head = self.pieces[self.piece_index]
+        head = self._piece(self.piece_index)
         start = head.start + self.offset
         stop = min(head.stop, start + limit)
         self.offset += stop - start
@@ -163,7 +169,7 @@ class BlockCutter:
     def _next_pack(self) -> Block | None:
         seq_len = self.options.seq_len
         while self.piece_index < len(self.pieces):
-            head = self.pieces[self.piece_index]
+            head = self._piece(self.piece_index)
             remaining = head.stop - head.start - self.offset
             if remaining >= seq_len:  # a full block of one document (TB3: split or truncate)
                 piece = self._take(seq_len)
