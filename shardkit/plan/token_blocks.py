@@ -86,8 +86,8 @@ class BlockCutter:
         self.offset = 0  # positions of pieces[piece_index] already taken
         self.bins: list[list[Piece]] = []  # pack mode: the open blocks (carry)
         self.used: list[int] = []  # positions in each open block
+        self._items: list[Piece] | None = None  # the pieces as tuples, made on first use
         self._ends: list[int] | None = None  # concat: positions up to the end of each piece
-        self._items: list[Piece] | None = None  # pack: the pieces as tuples (one visit each)
 
     # ---- state (TB5) -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -139,31 +139,30 @@ class BlockCutter:
         return Piece(head.doc_index, start, stop)
 
     def _next_concat(self) -> Block | None:
-        """The next ``seq_len`` positions: two binary searches over the pieces' running ends,
+        """The next ``seq_len`` positions: a binary search over the pieces' running ends (TB15),
         then one ``Piece`` per piece the block touches (contiguous ones of a document merged)."""
         index, count = self.piece_index, len(self.pieces)
         if index >= count:
             return None
-        if self._ends is None:
+        if self._ends is None:  # Python lists: per block, a few list reads beat numpy scalar calls
             self._ends = self.pieces.ends.tolist()
         ends = self._ends
         begin = (ends[index - 1] if index else 0) + self.offset
-        last = bisect.bisect_left(ends, begin + self.options.seq_len, lo=index)  # the piece the block ends in
         stop_at = min(begin + self.options.seq_len, ends[-1])
+        last = bisect.bisect_left(ends, stop_at, lo=index)  # the piece the block ends in
         taken: list[Piece] = []
-        for i in range(index, min(last, count - 1) + 1):
-            d, start, stop = self.pieces[i]
+        for i in range(index, last + 1):
+            d, start, stop = self._piece(i)
             lo = start + (self.offset if i == index else 0)
-            hi = stop - (ends[i] - stop_at if ends[i] > stop_at else 0)
+            hi = stop - max(ends[i] - stop_at, 0)
             if taken and taken[-1].doc_index == d and taken[-1].stop == lo:
                 taken[-1] = Piece(d, taken[-1].start, hi)
             else:
                 taken.append(Piece(d, lo, hi))
-        if ends[min(last, count - 1)] == stop_at:  # the block ends where a piece ends
-            self.piece_index, self.offset = min(last, count - 1) + 1, 0
+        if ends[last] == stop_at:  # the block ends where a piece ends
+            self.piece_index, self.offset = last + 1, 0
         else:
-            self.piece_index = last
-            self.offset = stop_at - (ends[last - 1] if last else 0)
+            self.piece_index, self.offset = last, stop_at - (ends[last - 1] if last else 0)
         return Block(tuple(taken), self.options.seq_len - (stop_at - begin))
 
     def _next_pack(self) -> Block | None:

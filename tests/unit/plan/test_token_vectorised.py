@@ -1,16 +1,18 @@
 """The vectorised token-block path against the per-document implementation it replaced
 (tests/helpers/token_reference.py): concat blocks and cutter states, rows (inputs, labels,
 position ids, cu_seqlens, provenance), pool cuts and the documents a consumer reads
-(specs/token-blocks.md TB2-TB6, TB12)."""
+(specs/token-blocks.md TB15, with TB2-TB6 and TB12)."""
 
 from __future__ import annotations
 
 import json
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardkit.errors import PlanError
 from shardkit.plan.token_blocks import Block, BlockCutter, BlockOptions, Piece, epoch_pieces, num_positions
 from shardkit.plan.token_pieces import Pieces
 from shardkit.plan.token_pool import consumer_blocks, cut_range, document_needs, remainder_pool, split_work
@@ -128,3 +130,10 @@ def test_the_pool_is_arrays_that_compare_as_pieces():
     assert pool.cut(2, 4) == [Piece(0, 2, 3), Piece(2, 0, 1)]
     assert consumer_blocks(split_work(pool, 1, 1, BlockOptions(4)).consumers[0], BlockOptions(4))[1] == \
         Block((Piece(2, 1, 5),), 0)
+
+
+def test_a_document_whose_length_changed_since_the_plan_is_refused():
+    """TB15: rows are never cut from a document whose tokens differ from its planned length."""
+    docs = TokenDocs.from_lengths([np.array([5, 6, 7])], np.array([5]), TokenOptions(eos_id=2))
+    with pytest.raises(PlanError, match="document 0: 3 tokens, but its length was given as 5"):
+        assemble([Block((Piece(0, 0, 4),), 1)], docs, 5, "concat")
