@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.plan.token_blocks import Block, Piece
-from shardkit.plan.token_rows import TokenDocs
+from shardkit.plan.token_rows import TokenDocs, merge_pieces
 
 
 class ConcatWalker:
@@ -67,14 +67,17 @@ def _slice(values: np.ndarray, start: int, stop: int, bos: Any, eos: Any) -> np.
 
 
 def _first_target(docs: TokenDocs, d: int) -> int | None:
-    nxt = int(docs.next_doc[d])
-    if nxt < 0 or docs.options.mask_doc_starts:
+    """The first segment token of the next document with one, searched one document at a time
+    (``None``: no target, or the label is ignored)."""
+    later = [e for e in range(d + 1, len(docs.segment_lengths)) if docs.segment_lengths[e] > 0]
+    o = docs.options
+    if not later or o.mask_doc_starts:
         return None
-    if docs.options.bos_id is not None:
-        return docs.options.bos_id
-    if docs.loss_masks is not None and not docs.loss_masks[nxt][0]:
+    if o.bos_id is not None:
+        return o.bos_id
+    if docs.loss_masks is not None and not docs.loss_masks[later[0]][0]:
         return None
-    return int(docs.documents[nxt][0])
+    return int(docs.documents[later[0]][0])
 
 
 def _fill(ids: np.ndarray, labels: np.ndarray, docs: TokenDocs, piece: Piece, mode: str) -> None:
@@ -94,16 +97,6 @@ def _fill(ids: np.ndarray, labels: np.ndarray, docs: TokenDocs, piece: Piece, mo
         labels[inside] = o.ignore_index if target is None else target
 
 
-def _merged(pieces: Sequence[Piece]) -> list[Piece]:
-    out: list[Piece] = []
-    for p in pieces:
-        if out and out[-1].doc_index == p.doc_index and out[-1].stop == p.start:
-            out[-1] = Piece(p.doc_index, out[-1].start, p.stop)
-        else:
-            out.append(p)
-    return out
-
-
 def reference_rows(blocks: Sequence[Block], docs: TokenDocs, seq_len: int, mode: str) -> dict[str, Any]:
     """The rows of ``blocks`` as ``assemble`` returns them (with provenance), one piece at a time."""
     o, b = docs.options, len(blocks)
@@ -115,7 +108,7 @@ def reference_rows(blocks: Sequence[Block], docs: TokenDocs, seq_len: int, mode:
     seqlens: list[int] = []
     for r, block in enumerate(blocks):
         col = 0
-        for piece in _merged(block.pieces):
+        for piece in merge_pieces(block.pieces):
             n, cols = piece.length, slice(col, col + piece.length)
             _fill(ids[r, cols], labels[r, cols], docs, piece, mode)
             positions[r, cols] = np.arange(n)
