@@ -55,35 +55,6 @@ class TokenDocs:
         self.segment_lengths = segment_lengths
         self.next_doc = next_nonempty(segment_lengths)
 
-    def _slice(self, d: int, start: int, stop: int, values: np.ndarray, bos: Any, eos: Any) -> np.ndarray:
-        n = len(values)
-        if n == 0:
-            return values[:0]
-        has_bos, has_eos = int(bos is not None), int(eos is not None)
-        stop = min(stop, n + has_bos + has_eos)
-        parts = [values[max(start - has_bos, 0):min(stop - has_bos, n)]]
-        if has_bos and start == 0:
-            parts.insert(0, np.array([bos], dtype=values.dtype))
-        if has_eos and stop == n + has_bos + has_eos:
-            parts.append(np.array([eos], dtype=values.dtype))
-        return np.concatenate(parts) if len(parts) > 1 else parts[0]
-
-    def segment_slice(self, d: int, start: int, stop: int) -> np.ndarray:
-        """Segment tokens ``start … stop-1`` of ``d`` (clipped), int64, without building the segment."""
-        o = self.options
-        return self._slice(d, start, stop, np.asarray(self.documents[d]), o.bos_id, o.eos_id).astype(np.int64)
-
-    def mask_slice(self, d: int, start: int, stop: int) -> np.ndarray | None:
-        """The loss mask of ``segment_slice`` (``None``: no loss_mask field, all ones)."""
-        if self.loss_masks is None:
-            return None
-        o = self.options
-        mask = np.asarray(self.loss_masks[d], dtype=bool)
-        if len(mask) != len(self.documents[d]):
-            raise PlanError(f"document {d}: loss_mask has {len(mask)} entries for {len(self.documents[d])} tokens")
-        return self._slice(d, start, stop, mask, None if o.bos_id is None else True,
-                           None if o.eos_id is None else True)
-
 
 def next_nonempty(segment_lengths: np.ndarray) -> np.ndarray:
     """Per document, the next document with a non-empty segment (-1: none): where a concat
