@@ -35,10 +35,10 @@ def to_tensors(arrays: dict[str, Any], with_provenance: bool = False,
     return batch
 
 
-def token_arrays(work: ConsumerWork, docs: TokenDocs, options: BlockOptions, batch_size: int,
-                 state: dict[str, Any] | None = None) -> Iterator[tuple[dict[str, Any], BlockCutter]]:
-    """One consumer's batches as numpy rows (:func:`assemble`) from ``state`` on, each with the
-    cutter after it (``work.num_blocks`` blocks in all; padding blocks past the work's end)."""
+def batch_blocks(work: ConsumerWork, options: BlockOptions, batch_size: int,
+                 state: dict[str, Any] | None = None) -> Iterator[tuple[list[Block], BlockCutter]]:
+    """One consumer's batches of blocks from ``state`` on, each with the cutter after it
+    (``work.num_blocks`` blocks in all; padding blocks past the work's end)."""
     if state is None:
         cutter, done = BlockCutter(work.pieces, options), 0
     else:
@@ -49,6 +49,14 @@ def token_arrays(work: ConsumerWork, docs: TokenDocs, options: BlockOptions, bat
             block = cutter.next_block()
             blocks.append(block if block is not None else Block((), options.seq_len))
         done += len(blocks)
+        yield blocks, cutter
+
+
+def token_arrays(work: ConsumerWork, docs: TokenDocs, options: BlockOptions, batch_size: int,
+                 state: dict[str, Any] | None = None) -> Iterator[tuple[dict[str, Any], BlockCutter]]:
+    """One consumer's batches as numpy rows (:func:`assemble`) from ``state`` on, each with the
+    cutter after it (``work.num_blocks`` blocks in all; padding blocks past the work's end)."""
+    for blocks, cutter in batch_blocks(work, options, batch_size, state):
         yield assemble(blocks, docs, options.seq_len, options.mode), cutter
 
 

@@ -24,16 +24,17 @@ from shardkit.loader.dataset import StreamingDataset
 from shardkit.loader.emitter import Emitter
 from shardkit.loader.guard import check_caller
 from shardkit.loader.loader_stats import WorkerStats
-from shardkit.loader.token_batch import to_tensors, token_arrays
+from shardkit.loader.token_batch import batch_blocks, to_tensors
 from shardkit.loader.topology import Topology
 from shardkit.loader.transfer.arena import alloc
 from shardkit.loader.transfer.packed import in_groups
 from shardkit.loader.transfer.ring import Ring
 from shardkit.plan import PlanParams
+from shardkit.plan.token_blocks import Block, BlockOptions
 from shardkit.plan.token_config import IDENTITY_KEYS, TokenBlocks
 from shardkit.plan.token_plan import TokenPlan, build_token_plan, epoch_order
-from shardkit.plan.token_pool import ConsumerWork
-from shardkit.plan.token_rows import TokenDocs, next_nonempty
+from shardkit.plan.token_pool import ConsumerWork, document_needs
+from shardkit.plan.token_rows import TokenDocs, assemble, next_nonempty
 from shardkit.read.options import ReadOptions
 from shardkit.read.token_docs import EpochDocuments
 from shardkit.read.token_lengths import document_lengths
@@ -158,35 +159,37 @@ class TokenDataset(StreamingDataset):
         rows = TokenDocs.from_lengths(docs, plan.segments, self.tokens.token_options(),
                                       docs.masks if self.tokens.loss_mask_field is not None else None)
         slots = self._slot_arrays(plan)
-        for arrays, cutter in token_arrays(work, rows, plan.level.options, self.params.batch_size,
-                                           plan.start_state(consumer)):
-            yield emitter.emit_made(functools.partial(self._in_arena, arrays, slots), len(arrays["input_ids"]))
+        options = plan.level.options
+        for blocks, cutter in batch_blocks(work, options, self.params.batch_size, plan.start_state(consumer)):
+            yield emitter.emit_made(functools.partial(self._in_arena, blocks, rows, options, slots), len(blocks))
             docs.release(cutter.piece_index, {p.doc_index for b in cutter.bins for p in b})
 
     def _documents(self, plan: TokenPlan, work: ConsumerWork, stats: WorkerStats) -> EpochDocuments:
         """The documents ``work`` needs, with the index of the last piece that needs each."""
-        needs: dict[int, int] = {}
         nxt = next_nonempty(plan.segments) if plan.level.options.mode == "concat" else None
-        for i, piece in enumerate(work.pieces):
-            needs[piece.doc_index] = i
-            if nxt is not None and piece.stop == plan.positions[piece.doc_index] and nxt[piece.doc_index] >= 0:
-                needs[int(nxt[piece.doc_index])] = i
-        return self._document_reader(plan, list(needs.items()), stats)
+        return self._document_reader(plan, document_needs(work.pieces, plan.positions, nxt), stats)
 
     def _document_reader(self, plan: TokenPlan, needs: list[tuple[int, int]], stats: WorkerStats) -> EpochDocuments:
-        options = ReadOptions(read_ahead=False)
+        options = ReadOptions(read_ahead=False, views=True)  # column blocks as column views (TB12)
         return EpochDocuments(self.dataset, plan.order, (self.tokens.field, self.tokens.loss_mask_field),
                               needs, self._shard_cache(), stats.read, options)
 
-    # ---- provenance per slot (TB14) ---------------------------------------------------------------
+    # ---- rows and provenance per slot (TB14) -------------------------------------------------------
     def _slot_arrays(self, plan: TokenPlan) -> dict[str, np.ndarray]:
         """Per-slot keys a batch adds, each given per document index (-1 at padding)."""
         return {"_index": epoch_order(plan.order)} if self.options.with_index else {}
 
-    def _in_arena(self, arrays: dict[str, Any], slots: dict[str, np.ndarray]) -> dict[str, Any]:
-        batch = to_tensors(arrays, tensor=_tensor)
-        doc = arrays["doc_index"]
-        for key, per_document in slots.items():
+    def _in_arena(self, blocks: list[Block], rows: TokenDocs, options: BlockOptions,
+                  slots: dict[str, np.ndarray]) -> dict[str, Any]:
+        """The batch of ``blocks``, its rows written where the emitter wants them."""
+        arrays = assemble(blocks, rows, options.seq_len, options.mode, bool(slots), _arena_rows)
+        return self._to_batch(arrays, slots)
+
+    def _to_batch(self, arrays: dict[str, Any], slots: dict[str, np.ndarray]) -> dict[str, Any]:
+        placed = {id(arrays[key]) for key in ("input_ids", "labels", "position_ids")}  # already in the arena
+        batch = to_tensors(arrays, tensor=lambda a: torch.from_numpy(a) if id(a) in placed else _tensor(a))
+        for key, per_document in slots.items():  # slots make assemble add doc_index
+            doc = arrays["doc_index"]
             batch[key] = _tensor(np.where(doc >= 0, per_document[np.maximum(doc, 0)], -1))
         if self.options.with_index:
             batch["_token_offset"] = _tensor(arrays["token_offset"])
@@ -198,6 +201,11 @@ def _tensor(values: np.ndarray) -> torch.Tensor:
     out = alloc(values.shape, _torch_dtype(values))
     out.numpy()[...] = values
     return out
+
+
+def _arena_rows(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """(B, L) int64 rows allocated where the emitter wants them: ``assemble`` writes in place."""
+    return alloc(shape, torch.int64).numpy()
 
 
 def _torch_dtype(values: np.ndarray) -> torch.dtype:

@@ -113,9 +113,9 @@ class TokenMixtureDataset(MixtureDataset, TokenDataset):
             slots["_index"] = found - bases[in_plan] + self._sample_bases[sources]
         return slots
 
-    def _in_arena(self, arrays: dict[str, Any], slots: dict[str, np.ndarray]) -> dict[str, Any]:
+    def _to_batch(self, arrays: dict[str, Any], slots: dict[str, np.ndarray]) -> dict[str, Any]:
         shown = slots if self.with_source else {k: v for k, v in slots.items() if k != "_source"}
-        batch = TokenDataset._in_arena(self, arrays, shown)
+        batch = TokenDataset._to_batch(self, arrays, shown)
         batch[SOURCES_KEY] = alloc_like(self._block_tally(arrays, slots["_source"]), torch.int64)
         return batch
 

@@ -13,6 +13,7 @@ pack mode, the open blocks (the carry) — everything needed to continue exactly
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -20,6 +21,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from shardkit.errors import PlanError, StateError
+from shardkit.plan.token_pieces import Piece, Pieces
+
+__all__ = ["MODES", "Block", "BlockCutter", "BlockOptions", "Piece", "Pieces", "epoch_pieces", "num_positions"]
 
 MODES = ("concat", "pack")
 
@@ -47,18 +51,6 @@ class BlockOptions:
             raise PlanError(f"open_blocks must be >= 1, got {self.open_blocks}")
 
 
-class Piece(NamedTuple):
-    """Positions ``start … stop-1`` of document ``doc_index`` (epoch order)."""
-
-    doc_index: int
-    start: int
-    stop: int
-
-    @property
-    def length(self) -> int:
-        return self.stop - self.start
-
-
 class Block(NamedTuple):
     """One row: ``pieces`` in order, then ``num_padding`` pad positions; ``truncated`` are the
     positions dropped (pack mode, ``long_docs='truncate'``) when this block was cut."""
@@ -78,9 +70,9 @@ def num_positions(segment_lengths: np.ndarray, mode: str) -> np.ndarray:
     return lengths if mode == "concat" else np.maximum(lengths - 1, 0)
 
 
-def epoch_pieces(positions: Sequence[int] | np.ndarray) -> list[Piece]:
+def epoch_pieces(positions: Sequence[int] | np.ndarray) -> Pieces:
     """The whole epoch as work: every document with at least one position, in order."""
-    return [Piece(d, 0, int(n)) for d, n in enumerate(positions) if n > 0]
+    return Pieces.whole(positions)
 
 
 class BlockCutter:
@@ -88,12 +80,14 @@ class BlockCutter:
     ``None`` when the work is exhausted. Deterministic; not thread-safe."""
 
     def __init__(self, pieces: Sequence[Piece], options: BlockOptions) -> None:
-        self.pieces = list(pieces)
+        self.pieces = Pieces.of(pieces)
         self.options = options
         self.piece_index = 0
         self.offset = 0  # positions of pieces[piece_index] already taken
         self.bins: list[list[Piece]] = []  # pack mode: the open blocks (carry)
         self.used: list[int] = []  # positions in each open block
+        self._items: list[Piece] | None = None  # the pieces as tuples, made on first use
+        self._ends: list[int] | None = None  # concat: positions up to the end of each piece
 
     # ---- state (TB5) -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -129,9 +123,14 @@ class BlockCutter:
     def next_block(self) -> Block | None:
         return self._next_concat() if self.options.mode == "concat" else self._next_pack()
 
+    def _piece(self, index: int) -> Piece:
+        if self._items is None:
+            self._items = list(self.pieces)
+        return self._items[index]
+
     def _take(self, limit: int) -> Piece:
         """Take up to ``limit`` positions of the current piece, advancing the cursor."""
-        head = self.pieces[self.piece_index]
+        head = self._piece(self.piece_index)
         start = head.start + self.offset
         stop = min(head.stop, start + limit)
         self.offset += stop - start
@@ -140,21 +139,36 @@ class BlockCutter:
         return Piece(head.doc_index, start, stop)
 
     def _next_concat(self) -> Block | None:
-        seq_len, used = self.options.seq_len, 0
+        """The next ``seq_len`` positions: a binary search over the pieces' running ends (TB18),
+        then one ``Piece`` per piece the block touches (contiguous ones of a document merged)."""
+        index, count = self.piece_index, len(self.pieces)
+        if index >= count:
+            return None
+        if self._ends is None:  # Python lists: per block, a few list reads beat numpy scalar calls
+            self._ends = self.pieces.ends.tolist()
+        ends = self._ends
+        begin = (ends[index - 1] if index else 0) + self.offset
+        stop_at = min(begin + self.options.seq_len, ends[-1])
+        last = bisect.bisect_left(ends, stop_at, lo=index)  # the piece the block ends in
         taken: list[Piece] = []
-        while used < seq_len and self.piece_index < len(self.pieces):
-            piece = self._take(seq_len - used)
-            used += piece.length
-            if taken and taken[-1].doc_index == piece.doc_index and taken[-1].stop == piece.start:
-                taken[-1] = Piece(piece.doc_index, taken[-1].start, piece.stop)
+        for i in range(index, last + 1):
+            d, start, stop = self._piece(i)
+            lo = start + (self.offset if i == index else 0)
+            hi = stop - max(ends[i] - stop_at, 0)
+            if taken and taken[-1].doc_index == d and taken[-1].stop == lo:
+                taken[-1] = Piece(d, taken[-1].start, hi)
             else:
-                taken.append(piece)
-        return Block(tuple(taken), seq_len - used) if taken else None
+                taken.append(Piece(d, lo, hi))
+        if ends[last] == stop_at:  # the block ends where a piece ends
+            self.piece_index, self.offset = last + 1, 0
+        else:
+            self.piece_index, self.offset = last, stop_at - (ends[last - 1] if last else 0)
+        return Block(tuple(taken), self.options.seq_len - (stop_at - begin))
 
     def _next_pack(self) -> Block | None:
         seq_len = self.options.seq_len
         while self.piece_index < len(self.pieces):
-            head = self.pieces[self.piece_index]
+            head = self._piece(self.piece_index)
             remaining = head.stop - head.start - self.offset
             if remaining >= seq_len:  # a full block of one document (TB3: split or truncate)
                 piece = self._take(seq_len)

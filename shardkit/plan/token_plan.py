@@ -157,7 +157,8 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
     doc_lengths = np.asarray(lengths, dtype=np.int64)[epoch_order(order)]
     segments = segment_lengths(doc_lengths, blocks.extra_tokens)
     positions = num_positions(segments, blocks.mode)
-    pool, dropped = epoch_pieces(positions), []
+    pool: Sequence[Piece] = epoch_pieces(positions)
+    dropped: list[Piece] = []
     exact = bool(chain) and PlanParams.from_dict(chain[-1]["params"]).same_partition(params) \
         and _cut(cuts[len(chain) - 1]) == blocks.level()
     parents = chain[:-1] if exact else chain
@@ -177,10 +178,10 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
     parent = (chain[-1]["parent"] if exact else resume)
     level_cuts = [_cut(c) for c in cuts[: len(parents)]] + [blocks.level()]
     return TokenPlan(current, order, segments, positions, tuple(start), copy.deepcopy(parent), level_cuts,
-                     dropped + current.split.dropped)
+                     [*dropped, *current.split.dropped])
 
 
-def _level(pool: list[Piece], params: PlanParams, cut: dict[str, Any], blocks: TokenBlocks) -> TokenLevel:
+def _level(pool: Sequence[Piece], params: PlanParams, cut: dict[str, Any], blocks: TokenBlocks) -> TokenLevel:
     options = blocks.block_options(_cut(cut))
     split = split_work(pool, params.num_consumers, params.batch_size, options, params.tail)
     return TokenLevel(params, _cut(cut), split, options)

@@ -19,22 +19,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from shardkit.errors import PlanError
 from shardkit.plan.token_blocks import Block, BlockCutter, BlockOptions, Piece
+from shardkit.plan.token_pieces import Pieces
 
 
 @dataclass
 class ConsumerWork:
     """One consumer's pieces and the number of blocks it yields (padding blocks included)."""
 
-    pieces: list[Piece]
+    pieces: Sequence[Piece]  # a Pieces (arrays) from split_work
     num_blocks: int
 
 
 @dataclass
 class WorkSplit:
     consumers: list[ConsumerWork]
-    dropped: list[Piece] = field(default_factory=list)  # never assigned at this level
+    dropped: Sequence[Piece] = field(default_factory=list)  # never assigned at this level
 
     @property
     def num_blocks(self) -> int:
@@ -48,17 +51,10 @@ def _check(num_consumers: int, batch_size: int, tail: str) -> None:
         raise PlanError(f"tail must be 'drop' or 'pad', got {tail!r}")
 
 
-def cut_range(pool: Sequence[Piece], begin: int, end: int) -> list[Piece]:
-    """The pieces covering pool positions ``[begin, end)`` (positions counted along the pool)."""
-    out, at = [], 0
-    for p in pool:
-        lo, hi = max(begin, at), min(end, at + p.length)
-        if lo < hi:
-            out.append(Piece(p.doc_index, p.start + lo - at, p.start + hi - at))
-        at += p.length
-        if at >= end:
-            break
-    return out
+def cut_range(pool: Sequence[Piece], begin: int, end: int) -> Pieces:
+    """The pieces covering pool positions ``[begin, end)`` (positions counted along the pool):
+    two binary searches over the pool's running position totals."""
+    return Pieces.of(pool).cut(begin, end)
 
 
 def split_work(pool: Sequence[Piece], num_consumers: int, batch_size: int, options: BlockOptions,
@@ -70,7 +66,8 @@ def split_work(pool: Sequence[Piece], num_consumers: int, batch_size: int, optio
 
 
 def _split_concat(pool: Sequence[Piece], c: int, b: int, seq_len: int, tail: str) -> WorkSplit:
-    total = sum(p.length for p in pool)
+    pool = Pieces.of(pool)
+    total = pool.total
     per_step = c * b * seq_len
     steps = total // per_step if tail == "drop" else -(-total // per_step)
     span = steps * b * seq_len
@@ -86,12 +83,11 @@ def count_blocks(pieces: Sequence[Piece], options: BlockOptions) -> int:
 
 
 def _split_pack(pool: Sequence[Piece], c: int, b: int, options: BlockOptions, tail: str) -> WorkSplit:
-    total = sum(p.length for p in pool)
-    groups: list[list[Piece]] = [[] for _ in range(c)]
-    at = 0
-    for p in pool:
-        groups[min(at * c // max(total, 1), c - 1)].append(p)
-        at += p.length
+    pool = Pieces.of(pool)
+    starts = pool.ends - (pool.stop - pool.start)  # the pool position each piece starts at
+    owner = np.minimum(starts * c // max(pool.total, 1), c - 1)  # nondecreasing
+    bounds = np.searchsorted(owner, np.arange(c + 1), side="left").tolist()
+    groups = [pool[bounds[i]:bounds[i + 1]] for i in range(c)]
     counts = [count_blocks(g, options) for g in groups]
     if tail == "drop":
         num_blocks = min(counts) // b * b
@@ -124,7 +120,7 @@ def block_pieces(block: Block) -> list[Piece]:
     return [*block.pieces, *block.truncated]
 
 
-def remainder_pool(works: Sequence[ConsumerWork], states: Sequence[dict], options: BlockOptions) -> list[Piece]:
+def remainder_pool(works: Sequence[ConsumerWork], states: Sequence[dict], options: BlockOptions) -> Pieces:
     """The pieces of every consumer's unconsumed blocks, consumer by consumer, block by block (TB7).
 
     ``states[c]`` is consumer ``c``'s cutter state at its consumed boundary (``BlockCutter.to_dict``
@@ -137,4 +133,23 @@ def remainder_pool(works: Sequence[ConsumerWork], states: Sequence[dict], option
     for work, state in zip(works, states, strict=True):
         for block in consumer_blocks(work, options, state):
             pool.extend(block_pieces(block))
-    return pool
+    return Pieces.of(pool)
+
+
+def document_needs(pieces: Sequence[Piece], positions: np.ndarray,
+                   next_doc: np.ndarray | None) -> list[tuple[int, int]]:
+    """The documents ``pieces`` read, in the order first needed, each with the index of the last
+    piece that needs it (TB12): a piece's document and, with ``next_doc`` (concat mode), the next
+    non-empty document when the piece ends its document (that document's first token is a label)."""
+    work = Pieces.of(pieces)
+    docs, uses = work.doc, np.arange(len(work), dtype=np.int64)
+    if next_doc is not None:
+        crosses = (work.stop == np.asarray(positions)[work.doc]) & (next_doc[work.doc] >= 0)
+        docs = np.stack([work.doc, np.where(crosses, next_doc[work.doc], -1)], axis=1).reshape(-1)
+        uses = np.repeat(uses, 2)
+        docs, uses = docs[docs >= 0], uses[docs >= 0]
+    unique, first = np.unique(docs, return_index=True)
+    _, from_end = np.unique(docs[::-1], return_index=True)
+    last = uses[len(docs) - 1 - from_end]
+    order = np.argsort(first, kind="stable")
+    return list(zip(unique[order].tolist(), last[order].tolist(), strict=True))

@@ -8,7 +8,8 @@ ends at ``B × L``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,35 +55,6 @@ class TokenDocs:
         self.segment_lengths = segment_lengths
         self.next_doc = next_nonempty(segment_lengths)
 
-    def _slice(self, d: int, start: int, stop: int, values: np.ndarray, bos: Any, eos: Any) -> np.ndarray:
-        n = len(values)
-        if n == 0:
-            return values[:0]
-        has_bos, has_eos = int(bos is not None), int(eos is not None)
-        stop = min(stop, n + has_bos + has_eos)
-        parts = [values[max(start - has_bos, 0):min(stop - has_bos, n)]]
-        if has_bos and start == 0:
-            parts.insert(0, np.array([bos], dtype=values.dtype))
-        if has_eos and stop == n + has_bos + has_eos:
-            parts.append(np.array([eos], dtype=values.dtype))
-        return np.concatenate(parts) if len(parts) > 1 else parts[0]
-
-    def segment_slice(self, d: int, start: int, stop: int) -> np.ndarray:
-        """Segment tokens ``start … stop-1`` of ``d`` (clipped), int64, without building the segment."""
-        o = self.options
-        return self._slice(d, start, stop, np.asarray(self.documents[d]), o.bos_id, o.eos_id).astype(np.int64)
-
-    def mask_slice(self, d: int, start: int, stop: int) -> np.ndarray | None:
-        """The loss mask of ``segment_slice`` (``None``: no loss_mask field, all ones)."""
-        if self.loss_masks is None:
-            return None
-        o = self.options
-        mask = np.asarray(self.loss_masks[d], dtype=bool)
-        if len(mask) != len(self.documents[d]):
-            raise PlanError(f"document {d}: loss_mask has {len(mask)} entries for {len(self.documents[d])} tokens")
-        return self._slice(d, start, stop, mask, None if o.bos_id is None else True,
-                           None if o.eos_id is None else True)
-
 
 def next_nonempty(segment_lengths: np.ndarray) -> np.ndarray:
     """Per document, the next document with a non-empty segment (-1: none): where a concat
@@ -117,47 +89,140 @@ def _first_target(docs: TokenDocs, d: int) -> int | None:
     return int(docs.documents[nxt][0])
 
 
-def _fill(ids: np.ndarray, labels: np.ndarray, docs: TokenDocs, piece: Piece, mode: str) -> None:
-    """Inputs and labels of ``piece`` into row slices: a label is the next segment token (TB4)."""
-    d, s, e = piece
-    seg = docs.segment_slice(d, s, e + 1)
-    ids[:] = seg[:e - s]
-    inside = len(seg) - 1  # positions whose target lies in this segment
-    mask = docs.mask_slice(d, s + 1, e + 1)
-    labels[:inside] = seg[1:] if mask is None else np.where(mask, seg[1:], docs.options.ignore_index)
-    if inside < e - s:
-        target = None if mode == "pack" else _first_target(docs, d)
-        labels[inside] = docs.options.ignore_index if target is None else target
+Empty = Callable[[tuple[int, ...], Any], np.ndarray]
 
 
-def assemble(blocks: Sequence[Block], docs: TokenDocs, seq_len: int, mode: str) -> dict[str, Any]:
-    """Rows for ``blocks``: int64 ``input_ids``/``labels``/``position_ids``/``doc_index``/
-    ``token_offset`` of shape (B, L), int32 ``cu_seqlens``, int ``max_seqlen``/``num_tokens``/
-    ``num_padding``. ``doc_index`` is -1 at padding (for audits)."""
-    o, b = docs.options, len(blocks)
-    ids = np.full((b, seq_len), o.pad_id, dtype=np.int64)
-    labels = np.full((b, seq_len), o.ignore_index, dtype=np.int64)
-    positions = np.zeros((b, seq_len), dtype=np.int64)
-    doc_index = np.full((b, seq_len), -1, dtype=np.int64)
-    offsets = np.zeros((b, seq_len), dtype=np.int64)
+@functools.lru_cache(maxsize=32)
+def _constant(value: int, length: int, dtype: Any = np.int64) -> np.ndarray:
+    """``value`` repeated ``length`` times (read-only, shared): padding, boundary tokens."""
+    values = np.full(length, value, dtype=dtype)
+    values.flags.writeable = False
+    return values
+
+
+@functools.lru_cache(maxsize=8)
+def _counting(n: int) -> np.ndarray:
+    """``0 … n-1`` (read-only, shared): the position ids of a row segment are a slice of it."""
+    values = np.arange(n, dtype=np.int64)
+    values.flags.writeable = False
+    return values
+
+
+def _slices(values: np.ndarray, start: int, stop: int, bos: np.ndarray | None,
+            eos: np.ndarray | None) -> list[np.ndarray]:
+    """Segment tokens ``start … stop-1`` of a document ``values`` (``[bos] + values + [eos]``,
+    each a 1-element array or ``None``) as views, to be joined by the caller."""
+    out, n = [], len(values)
+    if bos is not None:
+        if start == 0 and stop > 0:
+            out.append(bos)
+        start, stop = max(start - 1, 0), stop - 1
+    if min(stop, n) > start:
+        out.append(values[start:min(stop, n)])
+    if eos is not None and stop > n >= start:
+        out.append(eos)
+    return out
+
+
+class _Parts:
+    """A batch's arrays as lists of views — document slices, shared constants — that one
+    ``np.concatenate`` per array joins straight into the rows: the batch is a few C copies,
+    with Python work per row segment, never per token and no batch-sized temporaries."""
+
+    def __init__(self, docs: TokenDocs, seq_len: int, mode: str, provenance: bool) -> None:
+        o = docs.options
+        self.docs, self.mode, self.provenance = docs, mode, provenance
+        self.bos = None if o.bos_id is None else _constant(o.bos_id, 1)
+        self.eos = None if o.eos_id is None else _constant(o.eos_id, 1)
+        self.extra = int(self.bos is not None) + int(self.eos is not None)
+        self.counting = _counting(seq_len)
+        self.ids: list[np.ndarray] = []
+        self.labels: list[np.ndarray] = []
+        self.keep: list[np.ndarray] | None = None if docs.loss_masks is None else []
+        self.positions: list[np.ndarray] = []
+        self.doc_index: list[np.ndarray] = []
+        self.token_offset: list[np.ndarray] = []
+
+    def segment(self, d: int, start: int, stop: int) -> None:
+        """Positions ``start … stop-1`` of document ``d``: inputs, labels (the next segment
+        token, TB4), position ids, provenance."""
+        docs, o, n = self.docs, self.docs.options, stop - start
+        values = docs.documents[d]
+        length = int(docs.segment_lengths[d])
+        if len(values) + self.extra != length:
+            raise PlanError(f"document {d}: {len(values)} tokens, but its length was given as {length} "
+                            "with boundary tokens; the data changed since the lengths were read")
+        self.ids += _slices(values, start, stop, self.bos, self.eos)
+        self.labels += _slices(values, start + 1, min(stop + 1, length), self.bos, self.eos)
+        if self.keep is not None:
+            self.keep += self._mask(d, values, start + 1, min(stop + 1, length))
+        if stop == length:  # the segment's last position: its target lies in the next document (concat)
+            target = None if self.mode == "pack" else _first_target(docs, d)
+            self.labels.append(np.array([o.ignore_index if target is None else target], dtype=np.int64))
+            if self.keep is not None:
+                self.keep.append(_constant(True, 1, bool))
+        self.positions.append(self.counting[:n])
+        if self.provenance:
+            self.doc_index.append(_constant(d, n) if n == len(self.counting) else np.full(n, d, dtype=np.int64))
+            self.token_offset.append(np.arange(start, stop, dtype=np.int64))
+
+    def _mask(self, d: int, values: np.ndarray, start: int, stop: int) -> list[np.ndarray]:
+        """The ``loss_mask`` of segment tokens ``start … stop-1`` (BOS/EOS count as 1)."""
+        mask = np.asarray(self.docs.loss_masks[d], dtype=bool)
+        if len(mask) != len(values):
+            raise PlanError(f"document {d}: loss_mask has {len(mask)} entries for {len(values)} tokens")
+        true = _constant(True, 1, bool)
+        return _slices(mask, start, stop, None if self.bos is None else true, None if self.eos is None else true)
+
+    def padding(self, count: int) -> None:
+        o = self.docs.options
+        self.ids.append(_constant(o.pad_id, count))
+        self.labels.append(_constant(o.ignore_index, count))
+        if self.keep is not None:
+            self.keep.append(_constant(True, count, bool))
+        self.positions.append(_constant(0, count))
+        if self.provenance:
+            self.doc_index.append(_constant(-1, count))
+            self.token_offset.append(_constant(0, count))
+
+    def join(self, num_rows: int, seq_len: int, empty: Empty) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        keys = ("input_ids", "labels", "position_ids", *(("doc_index", "token_offset") if self.provenance else ()))
+        parts = (self.ids, self.labels, self.positions, self.doc_index, self.token_offset)
+        for key, pieces in zip(keys, parts, strict=False):
+            out[key] = empty((num_rows, seq_len), np.int64)
+            if pieces:
+                np.concatenate(pieces, out=out[key].reshape(-1), casting="unsafe")
+        if self.keep:  # a label whose target's loss_mask is 0 is ignored (TB4)
+            keep = np.concatenate(self.keep).reshape(num_rows, seq_len)
+            np.putmask(out["labels"], ~keep, self.docs.options.ignore_index)
+        return out
+
+
+def assemble(blocks: Sequence[Block], docs: TokenDocs, seq_len: int, mode: str, provenance: bool = True,
+             empty: Empty = np.empty) -> dict[str, Any]:
+    """Rows for ``blocks``: int64 ``input_ids``/``labels``/``position_ids`` of shape (B, L),
+    int32 ``cu_seqlens``, int ``max_seqlen``/``num_tokens``/``num_padding``; with ``provenance``
+    also int64 ``doc_index`` (-1 at padding) and ``token_offset`` (for audits). ``empty(shape,
+    dtype)`` allocates the (B, L) arrays (e.g. in the memory a batch is sent from).
+
+    Each row segment (a run of one document's positions) adds views of its document; one
+    ``np.concatenate`` per array then writes the rows (``_Parts``)."""
+    parts = _Parts(docs, seq_len, mode, provenance)
     seqlens: list[int] = []
     for r, block in enumerate(blocks):
         col = 0
-        for piece in merge_pieces(block.pieces):
-            n, cols = piece.length, slice(col, col + piece.length)
-            _fill(ids[r, cols], labels[r, cols], docs, piece, mode)
-            positions[r, cols] = np.arange(n)
-            doc_index[r, cols] = piece.doc_index
-            offsets[r, cols] = np.arange(piece.start, piece.stop)
-            seqlens.append(n)
-            col += n
+        for d, start, stop in merge_pieces(block.pieces):
+            parts.segment(d, start, stop)
+            seqlens.append(stop - start)
+            col += stop - start
         if col != seq_len - block.num_padding:
             raise PlanError(f"block {r}: {col} positions + {block.num_padding} padding != seq_len {seq_len}")
         if block.num_padding:
+            parts.padding(block.num_padding)
             seqlens.append(block.num_padding)
     cu = np.zeros(len(seqlens) + 1, dtype=np.int32)
     np.cumsum(seqlens, out=cu[1:])
-    num_padding = sum(blk.num_padding for blk in blocks)
-    return {"input_ids": ids, "labels": labels, "position_ids": positions, "cu_seqlens": cu,
-            "max_seqlen": max(seqlens, default=0), "doc_index": doc_index, "token_offset": offsets,
-            "num_tokens": b * seq_len - num_padding, "num_padding": num_padding}
+    num_padding = sum(block.num_padding for block in blocks)
+    return {**parts.join(len(blocks), seq_len, empty), "cu_seqlens": cu, "max_seqlen": max(seqlens, default=0),
+            "num_tokens": len(blocks) * seq_len - num_padding, "num_padding": num_padding}

@@ -11,16 +11,18 @@ them out by index. Not thread-safe; one per consumer iteration.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+import itertools
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import numpy as np
 
 from shardkit.errors import FormatError
 from shardkit.plan import Plan
-from shardkit.read.column_pieces import as_samples
+from shardkit.read.column_pieces import ColumnPiece
 from shardkit.read.dataset import StoredDataset
 from shardkit.read.options import ReadOptions
+from shardkit.read.shard_reader import SampleChunk
 from shardkit.read.stats import ReadStats
 from shardkit.read.stream import WindowSamples, iter_consumer
 from shardkit.storage import ShardCache
@@ -51,7 +53,7 @@ class EpochDocuments:
         self.cache, self.stats = cache, stats
         self.last_use = dict(needs)
         self._runs = iter(runs([d for d, _ in needs]))
-        self._stream: Iterator[tuple[int, dict[str, Any]]] = iter(())
+        self._stream: Iterator[tuple[int, np.ndarray, np.ndarray | None]] = iter(())
         self.loaded: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
         self.masks = _Masks(self)
 
@@ -65,17 +67,17 @@ class EpochDocuments:
                 lo, hi = next(self._runs)  # StopIteration here: a document the work never named
                 self._stream = self._read_run(lo, hi)
                 continue
-            index, sample = item
-            self.loaded[index] = self._fields(index, sample)
+            index, tokens, mask = item
+            self.loaded[index] = (tokens, mask)
         return self.loaded[d]
 
-    def _read_run(self, lo: int, hi: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    def _read_run(self, lo: int, hi: int) -> Iterator[tuple[int, np.ndarray, np.ndarray | None]]:
         d = lo
         windows = self._windows(lo)
         try:
             for window in windows:
-                for sample in as_samples(window.samples):
-                    yield d, sample
+                for tokens, mask in self._documents(d, window.samples):
+                    yield d, tokens, mask
                     d += 1
                     if d == hi:
                         return
@@ -88,20 +90,44 @@ class EpochDocuments:
         return iter_consumer(self.dataset, self.order, 0, lo, self.cache, self.stats,  # type: ignore[return-value]
                              self.options)
 
-    def _fields(self, d: int, sample: dict[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:
-        tokens = np.asarray(sample.get(self.field))
+    def _documents(self, d: int, chunk: SampleChunk) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        """The token arrays (and masks) of ``chunk``'s samples, whose first is document ``d``: a
+        column block's token column is sliced as views, with no sample dicts (TB12)."""
+        if not isinstance(chunk, ColumnPiece):
+            for i, sample in enumerate(chunk):
+                tokens = self._checked(d + i, sample.get(self.field))
+                yield tokens, None if self.mask_field is None else np.asarray(sample.get(self.mask_field)).astype(bool)
+            return
+        rows = _column_rows(chunk, self.field, lambda a: self._checked(d, a))
+        if self.mask_field is None:
+            yield from zip(rows, itertools.repeat(None), strict=False)
+            return
+        yield from zip(rows, _column_rows(chunk, self.mask_field, lambda a: np.asarray(a).astype(bool)), strict=True)
+
+    def _checked(self, d: int, value: Any) -> np.ndarray:
+        tokens = np.asarray(value)
         if tokens.ndim != 1 or not np.issubdtype(tokens.dtype, np.integer):
             raise FormatError(f"{self.dataset.url}: document {d} (epoch order): field {self.field!r} must be "
-                              f"a 1-D integer array, got {type(sample.get(self.field)).__name__} {tokens.dtype}")
-        if self.mask_field is None:
-            return tokens, None
-        return tokens, np.asarray(sample.get(self.mask_field)).astype(bool)
+                              f"a 1-D integer array, got {type(value).__name__} {tokens.dtype}")
+        return tokens
 
     def release(self, cursor: int, keep: set[int]) -> None:
         """Forget documents no piece from index ``cursor`` on needs, except ``keep`` (pack mode's
         open blocks)."""
         for d in [d for d in self.loaded if self.last_use.get(d, -1) < cursor and d not in keep]:
             del self.loaded[d]
+
+
+def _column_rows(chunk: ColumnPiece, name: str, check: Callable[[Any], np.ndarray]) -> list[np.ndarray]:
+    """Samples ``chunk.index`` of the array column ``name`` as views of its data (``check``
+    sees the whole column, or ``None`` when the block has no such column)."""
+    column = next((c for c in chunk.columns if c.name == name), None)
+    if column is None or column.offsets is None:
+        check(None if column is None else column.data)
+        raise FormatError(f"column {name!r} is not an array column")  # check refuses it first
+    data = check(column.data)
+    bounds = column.offsets
+    return [data[a:b] for a, b in zip(bounds[chunk.index].tolist(), bounds[chunk.index + 1].tolist(), strict=True)]
 
 
 class _Masks:

@@ -42,9 +42,9 @@ class MixtureDocuments(EpochDocuments):
         return iter_mixture_consumer(self.opened, self.order, 0, lo, self.cache,  # type: ignore[return-value]
                                      self.stats, self.options, self.sources)
 
-    def _fields(self, d: int, sample: dict[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:
+    def _checked(self, d: int, value: Any) -> np.ndarray:
         try:
-            return super()._fields(d, sample)
+            return super()._checked(d, value)
         except FormatError as error:
             global_index = int(epoch_order(self.order)[d])
             at = int(source_of_indices(self.bases, np.array([global_index]))[0])
