@@ -44,6 +44,7 @@ class Remainder:
         self.counts = np.zeros((len(leaves), 3, num_sources), dtype=np.int64)
         self.run_first = np.zeros((len(leaves), num_sources), dtype=np.int64)
         self.marks = np.zeros((len(leaves), 4), dtype=np.int64)  # lo, run start, run end, hi
+        self.at = np.zeros((len(leaves), 7, num_sources), dtype=np.int64)  # prefixes at marks and cut windows
         # the old windows a window of the remix reads, shared by the sources' streams (thread-safe)
         self._window_ranks = functools.lru_cache(maxsize=128)(self._ranks_of)
         self.groups = np.zeros(len(leaves), dtype=np.int64)  # a range's first range over the same sequence
@@ -61,11 +62,15 @@ class Remainder:
         whole = not sequence.shuffled  # ranks rise with positions
         run_lo = lo if whole else np.minimum(-(-lo // win) * win, hi)
         run_hi = hi if whole else np.where(hi == total, hi, np.maximum(hi // win * win, run_lo))
+        # the start cut's window lo // win ... (+ 1), the end cut's window run_hi ... ceil(hi / win)
+        outer = np.stack([lo // win * win, np.minimum((lo // win + 1) * win, total),
+                          np.minimum(-(-hi // win) * win, total)], axis=1)
         marks = np.stack([lo, run_lo, run_hi, hi], axis=1)
-        at = sequence.prefixes(marks.reshape(-1)).reshape(len(rows), 4, n)
+        at = sequence.prefixes(np.concatenate([marks, outer], axis=1).reshape(-1)).reshape(len(rows), 7, n)
+        self.at[rows, :, :n] = at
         self.marks[rows] = marks
         self.run_first[rows, :n] = at[:, 1]
-        self.counts[rows, :, :n] = np.diff(at, axis=1)  # exact for the run; cuts fixed below
+        self.counts[rows, :, :n] = np.diff(at[:, :4], axis=1)  # exact for the run; cuts fixed below
         cuts = [(r, part) for r in range(len(rows)) for part in (START, END)
                 if marks[r, part + 1] > marks[r, part] and not sequence.ranks_exact(*marks[r, part:part + 2].tolist())]
         if not cuts:
@@ -88,6 +93,9 @@ class Remainder:
         """The ranks (sorted) of ``source`` in cut ``part`` of range ``k``."""
         sequence = self.leaves[k][0]
         lo, hi = self.marks[k, part:part + 2].tolist()
+        if sequence.ranks_exact(lo, hi):  # no window order needed
+            at = self.at[k, :, source]
+            return sequence.exact_cut_ranks(lo, hi, source, at[[4, 5, 0, 1]] if part == START else at[[2, 6, 2, 3]])
         index = lo // sequence.window
         labels, ranks = self._window_ranks(int(self.groups[k]), index)
         base = index * sequence.window

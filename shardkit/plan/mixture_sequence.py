@@ -21,7 +21,7 @@ import numpy as np
 
 from shardkit.errors import PlanError
 from shardkit.plan.mixture_prefix import interleave_prefixes
-from shardkit.plan.rng import permutation, philox_key
+from shardkit.plan.rng import first_of_permutation, permutation, philox_key
 from shardkit.plan.sequence import EpochSequence, SampleSequence, window_bounds
 from shardkit.plan.spans import Span, Window
 
@@ -193,6 +193,19 @@ class MixedSequence(SampleSequence):
         source = np.searchsorted(bases, decoded, side="right") - 1
         return source, first[source] + decoded - bases[source]
 
+    def exact_cut_ranks(self, lo: int, hi: int, source: int, at: np.ndarray | None = None) -> np.ndarray:
+        """The ranks (sorted) of ``source`` among outputs ``lo:hi`` inside one window, when
+        :meth:`ranks_exact`: O(its samples in the window), no window order; ``at``: its prefix
+        at the window's start and end, ``lo`` and ``hi``, if known."""
+        if at is None:
+            w_lo = lo // self._window * self._window
+            at = self._mix.prefixes(np.array([w_lo, min(w_lo + self._window, len(self)), lo, hi]))[:, source]
+        if self._key is None:
+            return np.arange(at[2], at[3], dtype=np.int64)
+        within = _zero_based_perm(self._key, lo // self._window, source, int(at[1] - at[0]))
+        found: np.ndarray = at[0] + np.sort(within[at[2] - at[0]:at[3] - at[0]])
+        return found
+
     def cut_counts(self, lo: int, hi: int, bounds: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         """Samples of each source among outputs ``lo:hi`` inside one window whose prefixes are
         ``bounds``; O(window) (``random``: one partition of the window's Philox stream)."""
@@ -207,7 +220,7 @@ class MixedSequence(SampleSequence):
             source, _ = self.window_ranks(index, bounds)
             return np.bincount(source[lo - w_lo:hi - w_lo], minlength=len(first))
         raw = np.random.Philox(key=philox_key(SALT_MIX_WINDOW, *self._key, index)).random_raw(int((last - first).sum()))
-        picked = np.flatnonzero(_first_ranked(raw, hi - w_lo) & ~_first_ranked(raw, lo - w_lo))
+        picked = np.flatnonzero(first_of_permutation(raw, hi - w_lo) & ~first_of_permutation(raw, lo - w_lo))
         bases = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(last - first)])
         return np.diff(np.searchsorted(picked, bases))
 
@@ -272,19 +285,6 @@ class MixedSequence(SampleSequence):
                 rank += span.num_samples
         order = np.argsort(np.array(when), kind="stable")
         return np.array(found, dtype=np.int64)[order] if found else _NO_SHARDS
-
-
-def _first_ranked(raw: np.ndarray, count: int) -> np.ndarray:
-    """Mask of the ``count`` elements a stable argsort of ``raw`` puts first (O(len))."""
-    mask = np.zeros(len(raw), dtype=bool)
-    if count >= len(raw):
-        mask[:] = True
-    elif count > 0:
-        value = np.partition(raw, count - 1)[count - 1]
-        mask = raw < value
-        ties = np.flatnonzero(raw == value)
-        mask[ties[:count - int(mask.sum())]] = True
-    return mask
 
 
 def _zero_based_perm(key: tuple[int, ...], index: int, source: int, length: int) -> np.ndarray:
