@@ -3,8 +3,9 @@
 weights (the started epoch re-planned on another topology, the next epoch under the new mix);
 an epoch whose mix changes at 3 steps inside it (MX11); and a resume whose new weights re-plan
 the rest of the started epoch now (MX12: lazy, O(consumers x sources) plus one window order per
-cut window; on ``--remix-samples``, default ``--samples``), with a seek into its last consumer
-and its first windows read, for both compositions (``random`` cuts cost one window order each).
+cut window; on ``--remix-samples``, default ``--samples``), with a seek into its last consumer,
+its first windows read and a consumer's shard list (what a reader with a cache asks first), for
+both compositions (``random`` cuts cost one window order each).
 
     python -m benchmarks.mixture_plan [--reps 3] [--samples 1e9] [--remix-samples 1e9]
 
@@ -104,6 +105,7 @@ def remix_now(total: int, weights: list[float], params: PlanParams, elastic: Pla
     middle = rest.num_samples(last) // 2 // elastic.batch_size * elastic.batch_size
     measure("seek_window_remixed", reps, lambda: next(rest.consumer_windows(last, middle)), **extra)
     measure("read_4_windows_remixed", reps, lambda: list(itertools.islice(rest.consumer_windows(0), 4)), **extra)
+    measure("shards_of_remixed", reps, lambda: rest.shards_of(last), **extra)  # a reader's prefetch list
 
 
 if __name__ == "__main__":

@@ -45,9 +45,8 @@ class Remainder:
         self.run_first = np.zeros((len(leaves), num_sources), dtype=np.int64)
         self.marks = np.zeros((len(leaves), 4), dtype=np.int64)  # lo, run start, run end, hi
         self.at = np.zeros((len(leaves), 7, num_sources), dtype=np.int64)  # prefixes at marks and cut windows
-        # the old windows a window of the remix reads, shared by the sources' streams (thread-safe)
-        self._window_ranks = functools.lru_cache(maxsize=128)(self._ranks_of)
-        self.groups = np.zeros(len(leaves), dtype=np.int64)  # a range's first range over the same sequence
+        # the cuts a window of the remix reads, shared by the sources' streams (thread-safe)
+        self._cut_outputs = functools.lru_cache(maxsize=256)(self._outputs_of)
         groups: dict[int, list[int]] = {}
         for k, (sequence, _, _) in enumerate(leaves):
             groups.setdefault(id(sequence), []).append(k)
@@ -55,7 +54,6 @@ class Remainder:
             self._count(leaves[rows[0]][0], np.array(rows, dtype=np.int64))
 
     def _count(self, sequence: MixedSequence, rows: np.ndarray) -> None:
-        self.groups[rows] = rows[0]
         lo = np.array([self.leaves[k][1] for k in rows], dtype=np.int64)
         hi = np.array([self.leaves[k][2] for k in rows], dtype=np.int64)
         win, total, n = sequence.window, len(sequence), len(sequence.streams)
@@ -82,8 +80,8 @@ class Remainder:
         for j, (r, part) in enumerate(cuts):
             a, b = marks[r, part:part + 2].tolist()
             window, edges = int(windows[j]), (bounds[j], bounds[len(cuts) + j])
-            if shared[window] == 1:  # one cut: counting needs no sort
-                self.counts[rows[r], part, :n] = sequence.cut_counts(a, b, edges)
+            if shared[window] == 1:  # one cut: random needs no sort
+                self.counts[rows[r], part, :n] = np.bincount(sequence.cut_outputs(a, b, edges)[0], minlength=n)
                 continue
             if ranks is None or ranks[0] != window:
                 ranks = (window, sequence.window_ranks(window, edges)[0])
@@ -96,13 +94,15 @@ class Remainder:
         if sequence.ranks_exact(lo, hi):  # no window order needed
             at = self.at[k, :, source]
             return sequence.exact_cut_ranks(lo, hi, source, at[[4, 5, 0, 1]] if part == START else at[[2, 6, 2, 3]])
-        index = lo // sequence.window
-        labels, ranks = self._window_ranks(int(self.groups[k]), index)
-        base = index * sequence.window
-        return np.sort(ranks[lo - base:hi - base][labels[lo - base:hi - base] == source])
+        labels, ranks = self._cut_outputs(k, part)
+        mine: np.ndarray = ranks[labels == source]
+        return mine
 
-    def _ranks_of(self, group: int, index: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.leaves[group][0].window_ranks(index)
+    def _outputs_of(self, k: int, part: int) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = self.marks[k, part:part + 2].tolist()
+        edges = (self.at[k, 4], self.at[k, 5]) if part == START else (self.at[k, 2], self.at[k, 6])
+        n = len(self.leaves[k][0].streams)
+        return self.leaves[k][0].cut_outputs(lo, hi, (edges[0][:n], edges[1][:n]))
 
     @property
     def totals(self) -> np.ndarray:

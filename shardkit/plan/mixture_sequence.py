@@ -206,23 +206,27 @@ class MixedSequence(SampleSequence):
         found: np.ndarray = at[0] + np.sort(within[at[2] - at[0]:at[3] - at[0]])
         return found
 
-    def cut_counts(self, lo: int, hi: int, bounds: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-        """Samples of each source among outputs ``lo:hi`` inside one window whose prefixes are
-        ``bounds``; O(window) (``random``: one partition of the window's Philox stream)."""
+    def cut_outputs(self, lo: int, hi: int, bounds: tuple[np.ndarray, np.ndarray] | None = None,
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """(source, rank) of the outputs ``lo:hi`` inside one window, in decode order (so each
+        source's ranks ascend); ``bounds``: the window's prefixes, if known. O(window log
+        window), ``random`` O(window): one partition of the window's Philox stream, no sort."""
         index = lo // self._window
         w_lo = index * self._window
-        first, last = bounds
-        if self.ranks_exact(lo, hi):
-            at = self._mix.prefixes(np.array([lo, hi]))
-            found: np.ndarray = at[1] - at[0]
-            return found
+        if bounds is None:
+            at = self._mix.prefixes(np.array([w_lo, min(w_lo + self._window, len(self))]))
+            bounds = (at[0], at[1])
         if self._stratified or self._key is None:
-            source, _ = self.window_ranks(index, bounds)
-            return np.bincount(source[lo - w_lo:hi - w_lo], minlength=len(first))
+            source, rank = self.window_ranks(index, bounds)
+            source, rank = source[lo - w_lo:hi - w_lo], rank[lo - w_lo:hi - w_lo]
+            keep = np.lexsort((rank, source))
+            return source[keep], rank[keep]
+        first, last = bounds
         raw = np.random.Philox(key=philox_key(SALT_MIX_WINDOW, *self._key, index)).random_raw(int((last - first).sum()))
         picked = np.flatnonzero(first_of_permutation(raw, hi - w_lo) & ~first_of_permutation(raw, lo - w_lo))
         bases = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(last - first)])
-        return np.diff(np.searchsorted(picked, bases))
+        source = np.searchsorted(bases, picked, side="right") - 1
+        return source, first[source] + picked - bases[source]
 
     def windows(self, start: int, stop: int) -> Iterator[Window]:
         self.check_range(start, stop)
