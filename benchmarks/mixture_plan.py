@@ -2,9 +2,12 @@
 1e5 shards for 4,096 consumers - plan, seek, save, elastic re-plan, and a resume with new
 weights (the started epoch re-planned on another topology, the next epoch under the new mix);
 an epoch whose mix changes at 3 steps inside it (MX11); and a resume whose new weights re-plan
-the rest of the started epoch now (MX12, O(remaining samples): measured on ``--remix-samples``).
+the rest of the started epoch now (MX12: lazy, O(consumers x sources) plus one window order per
+cut window; on ``--remix-samples``, default ``--samples``), with a seek into its last consumer,
+its first windows read and a consumer's shard list (what a reader with a cache asks first), for
+both compositions (``random`` cuts cost one window order each).
 
-    python -m benchmarks.mixture_plan [--reps 3] [--samples 1e9] [--remix-samples 1e5]
+    python -m benchmarks.mixture_plan [--reps 3] [--samples 1e9] [--remix-samples 1e9]
 
 Prints one JSON line per step: median seconds over ``reps`` and the peak traced memory
 (tracemalloc, MiB) of one run of that step. Pure plan arithmetic: no data is read.
@@ -13,6 +16,7 @@ Prints one JSON line per step: median seconds over ``reps`` and the peak traced 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import time
@@ -58,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--samples", type=float, default=NUM_SAMPLES)
-    parser.add_argument("--remix-samples", type=float, default=1e5)
+    parser.add_argument("--remix-samples", type=float, default=None, help="default: --samples")
     args = parser.parse_args(argv)
     total = int(args.samples)
     weights = [float(w) for w in np.geomspace(1.0, 0.01, NUM_SOURCES)]
@@ -82,17 +86,26 @@ def main(argv: list[str] | None = None) -> int:
     segmented = MixSpec(spec.sources, total, "stratified", changes)
     plan = measure("plan_segmented", args.reps, lambda: mixture_plan(segmented, params))
     measure("seek_window_segmented", args.reps, lambda: next(plan.consumer_windows(last, middle)))
-    remix_now(int(args.remix_samples), weights, params, elastic, args.reps)
+    for composition in ("stratified", "random"):
+        remix_now(int(args.remix_samples or total), weights, params, elastic, args.reps, composition)
     return 0
 
 
-def remix_now(total: int, weights: list[float], params: PlanParams, elastic: PlanParams, reps: int) -> None:
-    """New weights for the rest of a half-consumed epoch of ``total`` samples (MX12)."""
-    spec = MixSpec(sources(weights, total), total, "stratified")
+def remix_now(total: int, weights: list[float], params: PlanParams, elastic: PlanParams, reps: int,
+              composition: str) -> None:
+    """New weights for the rest of a half-consumed epoch of ``total`` samples (MX12), then a
+    seek into the re-planned rest and its first 4 windows (what reading the remix adds)."""
+    spec = MixSpec(sources(weights, total), total, composition)
     plan = mixture_plan(spec, params)
     state = mixture_to_state(spec, plan, [plan.num_samples(c) // 2 // 32 * 32 for c in range(plan.num_consumers)])
-    new_spec = MixSpec(sources(weights[::-1], total), total, "stratified")
-    measure("new_weights_now", reps, lambda: resume_mixture(new_spec, elastic, state, apply="now"), samples=total)
+    new_spec = MixSpec(sources(weights[::-1], total), total, composition)
+    extra = {"samples": total, "composition": composition}
+    rest, _ = measure("new_weights_now", reps, lambda: resume_mixture(new_spec, elastic, state, apply="now"), **extra)
+    last = rest.num_consumers - 1
+    middle = rest.num_samples(last) // 2 // elastic.batch_size * elastic.batch_size
+    measure("seek_window_remixed", reps, lambda: next(rest.consumer_windows(last, middle)), **extra)
+    measure("read_4_windows_remixed", reps, lambda: list(itertools.islice(rest.consumer_windows(0), 4)), **extra)
+    measure("shards_of_remixed", reps, lambda: rest.shards_of(last), **extra)  # a reader's prefetch list
 
 
 if __name__ == "__main__":

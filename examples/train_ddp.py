@@ -42,6 +42,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--cache-limit", default="1GiB")
     p.add_argument("--endpoint-url", default=None, help="S3 endpoint (e.g. the local test server)")
+    p.add_argument("--sample-weights", default=None, help="a numeric field: sample j trained m_j times per epoch")
+    p.add_argument("--samples-per-epoch", type=int, default=None, help="a weighted epoch's size (default: N)")
     p.add_argument("--ckpt-dir", required=True)
     p.add_argument("--ckpt-every", type=int, default=10)
     p.add_argument("--audit-dir", default=None)
@@ -131,9 +133,11 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)
     storage_options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else None
+    weighted = {"sample_weights": args.sample_weights, "samples_per_epoch": args.samples_per_epoch} \
+        if args.sample_weights else {}
     dataset = sk.StreamingDataset(args.data, batch_size=args.batch_size, seed=args.seed, tail=args.tail,
                                   shuffle_window=args.shuffle_window, with_index=True, cache_dir=args.cache_dir,
-                                  cache_limit=args.cache_limit, storage_options=storage_options)
+                                  cache_limit=args.cache_limit, storage_options=storage_options, **weighted)
     loader = sk.ShardLoader(dataset, num_workers=args.workers, persistent_workers=args.workers > 0)
     model = DistributedDataParallel(torch.nn.Linear(1, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)

@@ -6,7 +6,14 @@ step the next run resumed from were lost with the kill and trained again, so the
 what remains is what the model state has seen. Prints, per epoch: samples, distinct ids,
 duplicates, ids never seen; and per run: steps per rank. Exit 1 on any duplicate or missing id.
 
+A weighted run (``sample_weights=``, specs/sample-weights.md) trains sample ``j`` exactly
+``m_j`` times per epoch (SW1, SW4): with ``--sample-weights`` (the numeric field, or a ``.npy``
+of one weight per sample) the audit recomputes every epoch's multiplicities from the dataset
+and counts, per sample, copies beyond ``m_j`` as duplicates and copies short of it as missing.
+
     python tools/audit.py AUDIT_DIR --num-samples N [--epochs E] [--json]
+    python tools/audit.py AUDIT_DIR --data DATASET --sample-weights FIELD|W.npy
+        [--samples-per-epoch T] [--seed S] [--endpoint-url URL] [--epochs E] [--json]
 """
 
 from __future__ import annotations
@@ -18,7 +25,12 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
+
+import numpy as np
+
+Multiplicities = Callable[[int], np.ndarray]  # epoch -> m_j per sample (manifest order)
 
 
 def committed_steps(audit_dir: str) -> list[dict[str, Any]]:
@@ -41,18 +53,23 @@ def committed_steps(audit_dir: str) -> list[dict[str, Any]]:
     return lines
 
 
-def audit(audit_dir: str, num_samples: int, epochs: int) -> dict[str, Any]:
+def audit(audit_dir: str, num_samples: int, epochs: int,
+          multiplicities: Multiplicities | None = None) -> dict[str, Any]:
+    """The audit report; ``multiplicities``: a weighted run's ``m_j`` per epoch (None: once each)."""
     lines = committed_steps(audit_dir)
     report: dict[str, Any] = {"epochs": [], "steps_per_rank": {}}
     for epoch in range(epochs):
         ids = collections.Counter(i for line in lines if line["epoch"] == epoch for i in line["ids"])
-        report["epochs"].append({
-            "epoch": epoch,
-            "samples": sum(ids.values()),
-            "distinct": len(ids),
-            "duplicates": sum(c - 1 for c in ids.values() if c > 1),
-            "missing": num_samples - len(ids),
-        })
+        if multiplicities is None:
+            report["epochs"].append({
+                "epoch": epoch,
+                "samples": sum(ids.values()),
+                "distinct": len(ids),
+                "duplicates": sum(c - 1 for c in ids.values() if c > 1),
+                "missing": num_samples - len(ids),
+            })
+        else:
+            report["epochs"].append(weighted_epoch(epoch, ids, multiplicities(epoch)))
     steps: dict[str, collections.Counter[int]] = collections.defaultdict(collections.Counter)
     for line in lines:
         steps[f"run{line['run']}"][line["rank"]] += 1
@@ -61,24 +78,76 @@ def audit(audit_dir: str, num_samples: int, epochs: int) -> dict[str, Any]:
     return report
 
 
+def weighted_epoch(epoch: int, ids: collections.Counter[int], expected: np.ndarray) -> dict[str, Any]:
+    """One epoch of a weighted run: sample ``j`` must be trained exactly ``expected[j]`` times;
+    an id outside the dataset counts as a duplicate."""
+    got = np.zeros(len(expected), dtype=np.int64)
+    known = {i: c for i, c in ids.items() if 0 <= i < len(expected)}
+    got[np.array(list(known), dtype=np.int64)] = np.array(list(known.values()), dtype=np.int64)
+    over, under = np.maximum(got - expected, 0), np.maximum(expected - got, 0)
+    return {
+        "epoch": epoch,
+        "samples": sum(ids.values()),
+        "expected": int(expected.sum()),
+        "distinct": len(ids),
+        "duplicates": int(over.sum()) + sum(c for i, c in ids.items() if i not in known),
+        "missing": int(under.sum()),
+        "samples_off": int(np.count_nonzero(over + under)),
+    }
+
+
+def weighted_multiplicities(data: str, sample_weights: str, samples_per_epoch: int | None = None, seed: int = 0,
+                            storage_options: dict[str, Any] | None = None) -> Multiplicities:
+    """``m_j`` of every epoch of the weighted run over ``data`` (the loader's own rounding, SW2)."""
+    from shardkit.plan.sample_weights import SampleWeights, multiplicities  # noqa: PLC0415 - only when weighted
+    from shardkit.read import open_dataset  # noqa: PLC0415
+    from shardkit.read.field_values import read_numeric_field  # noqa: PLC0415
+
+    dataset = open_dataset(data, storage_options)
+    if sample_weights.endswith(".npy"):
+        values, where = np.load(sample_weights, allow_pickle=False), f"weights file {sample_weights}"
+    else:
+        values, where = read_numeric_field(dataset, sample_weights), f"field {sample_weights!r} of {dataset.url}"
+    weights = SampleWeights(values, dataset.manifest.shard_sizes, where)
+    total = dataset.manifest.num_samples if samples_per_epoch is None else samples_per_epoch
+    return lambda epoch: multiplicities(weights, total, seed, epoch)
+
+
 def main() -> int:
-    p = argparse.ArgumentParser(description="prove every sample was trained exactly once")
+    p = argparse.ArgumentParser(description="prove every sample was trained exactly once (or m_j times, weighted)")
     p.add_argument("audit_dir")
-    p.add_argument("--num-samples", type=int, required=True)
+    p.add_argument("--num-samples", type=int, default=None, help="the dataset's samples (unweighted runs)")
     p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--data", default=None, help="the dataset (weighted runs)")
+    p.add_argument("--sample-weights", default=None, help="the run's numeric weight field, or a .npy of weights")
+    p.add_argument("--samples-per-epoch", type=int, default=None, help="the run's T (default: the dataset's size)")
+    p.add_argument("--seed", type=int, default=0, help="the run's seed (it keys the weights' rounding)")
+    p.add_argument("--endpoint-url", default=None, help="S3 endpoint of --data")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
-    report = audit(args.audit_dir, args.num_samples, args.epochs)
+    if (args.sample_weights is None) == (args.num_samples is None) or (args.sample_weights and not args.data):
+        p.error("give --num-samples N, or --data DATASET with --sample-weights for a weighted run")
+    expected = None
+    if args.sample_weights:
+        options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else None
+        expected = weighted_multiplicities(args.data, args.sample_weights, args.samples_per_epoch, args.seed, options)
+    report = audit(args.audit_dir, args.num_samples or 0, args.epochs, expected)
     if args.json:
         json.dump(report, sys.stdout, indent=2)
         print()
     else:
         for e in report["epochs"]:
-            print(f"epoch {e['epoch']}: {e['samples']} samples trained, {e['distinct']} distinct of "
-                  f"{args.num_samples}, duplicates {e['duplicates']}, missing {e['missing']}")
+            if "expected" in e:
+                print(f"epoch {e['epoch']}: {e['samples']} samples trained of {e['expected']} (weighted), "
+                      f"{e['samples_off']} samples off their multiplicity, extra copies {e['duplicates']}, "
+                      f"missing copies {e['missing']}")
+            else:
+                print(f"epoch {e['epoch']}: {e['samples']} samples trained, {e['distinct']} distinct of "
+                      f"{args.num_samples}, duplicates {e['duplicates']}, missing {e['missing']}")
         for run, ranks in report["steps_per_rank"].items():
             print(f"{run}: steps per rank {ranks}")
-        print("AUDIT OK: every sample exactly once" if report["ok"] else "AUDIT FAILED")
+        weighted = "its multiplicity (weighted)" if expected else "once"
+        print(f"AUDIT OK: every sample exactly {weighted}" if report["ok"] else "AUDIT FAILED")
     return 0 if report["ok"] else 1
 
 

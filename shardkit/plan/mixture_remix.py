@@ -9,16 +9,17 @@ if ``q'_i > |U_i|``, continues its stream after the epoch's range; untaken sampl
 contiguous (MX2), and its cursor after the epoch is ``cursor + count + extra``.
 
 The remixed rest is a level-0 source like any epoch: a :class:`MixedSequence` over
-:class:`ListedStream` s, partitioned with equal steps under the resume's params, resumable
+:class:`UntakenStream` s, partitioned with equal steps under the resume's params, resumable
 exactly and elastically; its state keeps the state it was remixed from under ``remix.base``.
-Cost: the remainder's sample ids are listed once per rebuild (O(M) time and memory).
+Cost: per rebuild, O(remainder ranges x sources) (about one range per consumer of each level)
+plus one window order per window a range cuts; no per-sample arrays (mixture_remainder.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
@@ -27,47 +28,14 @@ import numpy as np
 
 from shardkit.errors import StateError
 from shardkit.plan.mixture import MixSource, MixSpec, largest_remainder
+from shardkit.plan.mixture_remainder import Remainder, UntakenStream
 from shardkit.plan.mixture_sequence import MixedSequence, SourceStream
 from shardkit.plan.params import PlanParams
 from shardkit.plan.plan import Plan
-from shardkit.plan.spans import Span, shard_offsets
 from shardkit.plan.state import build_plan
 
 REMIX_KEY_WORD = -(1 << 20)  # window keys (seed, epoch, REMIX_KEY_WORD - depth): no other key has it
 BasePlan = Callable[[np.ndarray, PlanParams], Plan]
-
-
-class ListedStream(SourceStream):
-    """Ranks ``0:len(ids)`` are the listed global sample ids; later ranks continue ``rest``."""
-
-    def __init__(self, ids: np.ndarray, offsets: np.ndarray, rest: SourceStream) -> None:  # noqa: D107
-        self._ids, self._offsets, self._rest = ids, offsets, rest
-
-    def _split(self, lo: int, hi: int) -> tuple[np.ndarray, tuple[int, int]]:
-        n = len(self._ids)
-        return self._ids[min(lo, n):min(hi, n)], (max(lo - n, 0), max(hi - n, 0))
-
-    def spans(self, lo: int, hi: int) -> list[Span]:
-        ids, (a, b) = self._split(lo, hi)
-        return list(_runs(ids, self._offsets)) + (self._rest.spans(a, b) if b > a else [])
-
-    def shards(self, lo: int, hi: int) -> np.ndarray:
-        ids, (a, b) = self._split(lo, hi)
-        mine = np.searchsorted(self._offsets, ids, side="right") - 1
-        return np.concatenate([mine[np.r_[True, mine[1:] != mine[:-1]]] if len(mine) else mine.astype(np.int64),
-                               self._rest.shards(a, b) if b > a else np.zeros(0, dtype=np.int64)])
-
-
-def _runs(ids: np.ndarray, offsets: np.ndarray) -> Iterator[Span]:
-    """``ids`` (global) as spans of consecutive samples of one shard, in order."""
-    if not len(ids):
-        return
-    shards = np.searchsorted(offsets, ids, side="right") - 1
-    cut = np.flatnonzero((np.diff(ids) != 1) | (np.diff(shards) != 0)) + 1
-    for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(ids)], strict=True):
-        shard = int(shards[lo])
-        first = int(ids[lo] - offsets[shard])
-        yield Span(shard, first, first + int(hi - lo))
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,18 +65,17 @@ def remix(old: EpochSource, base_state: dict[str, Any], spec: MixSpec, weights: 
     plan = old.plan(PlanParams.from_dict(base_state["plan"]["params"]), base_state["plan"])
     known = {s.name for s in old.sources}
     sources = old.sources + tuple(s for s in spec.sources if s.name not in known)
-    sizes = np.concatenate([s.shard_sizes for s in sources] + [np.zeros(0, dtype=np.int64)])
-    offsets = shard_offsets(sizes)
-    untaken = _untaken(plan, offsets, sources)
+    untaken = Remainder(plan.remainder(list(plan.start_offsets)), len(sources))
+    totals = untaken.totals.tolist()
     wanted = [Fraction(weights.get(s.name, 0.0)) for s in sources]
     if base_state.get("unit") == "tokens":  # token shares -> sample shares, as MixSpec does (MX13)
         wanted = [w * s.num_samples / s.num_tokens if s.num_tokens else Fraction(0) for w, s in zip(wanted, sources,
                                                                                                     strict=True)]
-    counts = largest_remainder(sum(len(u) for u in untaken), wanted)
+    counts = largest_remainder(sum(totals), wanted)
     _check_feasible(sources, counts)
     cursors = old.cursors + (0,) * (len(sources) - len(old.sources))
     advance = old.advance + (0,) * (len(sources) - len(old.sources))
-    extra = tuple(max(int(q) - len(u), 0) for q, u in zip(counts, untaken, strict=True))
+    extra = tuple(max(int(q) - u, 0) for q, u in zip(counts, totals, strict=True))
     digest = _digest(base_state, weights, composition, sources)
     depth = old.depth + 1
 
@@ -116,29 +83,14 @@ def remix(old: EpochSource, base_state: dict[str, Any], spec: MixSpec, weights: 
         from shardkit.plan.mixture_state import shard_bases_of, source_order  # noqa: PLC0415 - cycle
 
         bases = shard_bases_of(sources)
-        streams = [ListedStream(u, offsets, SourceStream(s.shard_sizes, source_order(s, params.seed, params.shuffle),
-                                                         int(bases[i]), cursors[i] + advance[i]))
-                   for i, (s, u) in enumerate(zip(sources, untaken, strict=True))]
+        streams = [UntakenStream(untaken, i, SourceStream(s.shard_sizes, source_order(s, params.seed, params.shuffle),
+                                                          int(bases[i]), cursors[i] + advance[i]))
+                   for i, s in enumerate(sources)]
         key = (params.seed, params.epoch, REMIX_KEY_WORD - depth) if params.shuffle else None
         sequence = MixedSequence(streams, counts.tolist(), composition, params.shuffle_window, params.batch_size, key)
         return Plan(all_sizes, params, sequence)
 
     return EpochSource(sources, base, digest, cursors, tuple(a + e for a, e in zip(advance, extra, strict=True)), depth)
-
-
-def _untaken(plan: Plan, offsets: np.ndarray, sources: tuple[MixSource, ...]) -> list[np.ndarray]:
-    """Per source, the global ids of the plan's remainder after its start offsets (in order)."""
-    rest = plan.remainder(list(plan.start_offsets))
-    windows, last = [], None
-    for window in rest.windows(0, len(rest)):
-        if last is None or last[0] is not window.spans:  # pieces of one window share its spans
-            parts = [offsets[s.shard_index] + np.arange(s.start, s.end) for s in window.spans]
-            last = (window.spans, np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64))
-        windows.append(last[1][window.order])
-    ids = np.concatenate(windows) if windows else np.zeros(0, dtype=np.int64)
-    firsts = offsets[np.cumsum([0] + [len(s.shard_sizes) for s in sources])[:-1]]
-    owner = np.searchsorted(firsts, ids, side="right") - 1
-    return [ids[owner == i] for i in range(len(sources))]
 
 
 def _check_feasible(sources: tuple[MixSource, ...], counts: np.ndarray) -> None:
@@ -149,7 +101,7 @@ def _check_feasible(sources: tuple[MixSource, ...], counts: np.ndarray) -> None:
 
 def _digest(base_state: dict[str, Any], weights: dict[str, float], composition: str,
             sources: tuple[MixSource, ...]) -> str:
-    h = hashlib.blake2b(digest_size=16, person=b"shardkit-remix-1")
+    h = hashlib.blake2b(digest_size=16, person=b"shardkit-remix-2")  # 2: U_i in range/stream order
     h.update(json.dumps([base_state, sorted(weights.items()), composition], sort_keys=True).encode())
     for source in sources:
         h.update(f"|{source.name}|{source.fingerprint}|".encode())

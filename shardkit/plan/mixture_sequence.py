@@ -20,7 +20,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from shardkit.errors import PlanError
-from shardkit.plan.rng import permutation, philox_key
+from shardkit.plan.mixture_prefix import interleave_prefixes
+from shardkit.plan.rng import first_of_permutation, permutation, philox_key
 from shardkit.plan.sequence import EpochSequence, SampleSequence, window_bounds
 from shardkit.plan.spans import Span, Window
 
@@ -108,6 +109,15 @@ class Interleave:
                 need -= 1
         return below
 
+    def prefixes(self, positions: np.ndarray) -> np.ndarray:
+        """:meth:`prefix` of every position, shape ``(len(positions), sources)`` (vectorised)."""
+        p = np.asarray(positions, dtype=np.int64).reshape(-1)
+        if len(p) and not (0 <= int(p.min()) and int(p.max()) <= self.total):
+            raise PlanError(f"interleave positions outside 0..{self.total}")
+        if 4 * (self.total + 1) * (max(self.counts + [1]) + 1) >= 2**62:  # exact Python ints instead
+            return np.array([self.prefix(int(x)) for x in p], dtype=np.int64).reshape(len(p), len(self.counts))
+        return interleave_prefixes(np.array(self.counts, dtype=np.int64), p)
+
     def merged(self, lo: Sequence[int], hi: Sequence[int]) -> np.ndarray:
         """Indices into the source-major list of ranks ``lo[i]:hi[i]``, in merged order."""
         # int64 keys while (2r + 1) * L fits (counts below ~1e6), else exact Python ints
@@ -144,6 +154,79 @@ class MixedSequence(SampleSequence):
     def prefix(self, position: int) -> list[int]:
         """Samples of each source among mixed positions ``0:position``."""
         return self._mix.prefix(position)
+
+    @property
+    def window(self) -> int:
+        """Positions per window (the last may be shorter)."""
+        return self._window
+
+    @property
+    def streams(self) -> tuple[SourceStream, ...]:
+        return self._streams
+
+    @property
+    def shuffled(self) -> bool:
+        return self._key is not None
+
+    def prefixes(self, positions: np.ndarray) -> np.ndarray:
+        """:meth:`prefix` of many positions at once, shape ``(len(positions), sources)``."""
+        return self._mix.prefixes(positions)
+
+    def ranks_exact(self, lo: int, hi: int) -> bool:
+        """Whether positions ``lo:hi`` hold exactly the interleave's ranks between them, per
+        source (unshuffled, or ``stratified`` cut at batch blocks: MX4)."""
+        if self._key is None:
+            return True
+        return self._stratified and lo % self._batch == 0 and (hi % self._batch == 0 or hi == len(self))
+
+    def window_ranks(self, index: int, bounds: tuple[np.ndarray, np.ndarray] | None = None,
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Window ``index``'s outputs as (source, rank in that source's epoch slice) arrays;
+        ``bounds``: the window's prefixes, if known. O(window log window)."""
+        w_lo = index * self._window
+        if bounds is None:
+            at = self._mix.prefixes(np.array([w_lo, min(w_lo + self._window, len(self))]))
+            bounds = (at[0], at[1])
+        first, last = bounds
+        bases = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(last - first)])
+        decoded = self._order(index, first.tolist(), last.tolist())
+        source = np.searchsorted(bases, decoded, side="right") - 1
+        return source, first[source] + decoded - bases[source]
+
+    def exact_cut_ranks(self, lo: int, hi: int, source: int, at: np.ndarray | None = None) -> np.ndarray:
+        """The ranks (sorted) of ``source`` among outputs ``lo:hi`` inside one window, when
+        :meth:`ranks_exact`: O(its samples in the window), no window order; ``at``: its prefix
+        at the window's start and end, ``lo`` and ``hi``, if known."""
+        if at is None:
+            w_lo = lo // self._window * self._window
+            at = self._mix.prefixes(np.array([w_lo, min(w_lo + self._window, len(self)), lo, hi]))[:, source]
+        if self._key is None:
+            return np.arange(at[2], at[3], dtype=np.int64)
+        within = _zero_based_perm(self._key, lo // self._window, source, int(at[1] - at[0]))
+        found: np.ndarray = at[0] + np.sort(within[at[2] - at[0]:at[3] - at[0]])
+        return found
+
+    def cut_outputs(self, lo: int, hi: int, bounds: tuple[np.ndarray, np.ndarray] | None = None,
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """(source, rank) of the outputs ``lo:hi`` inside one window, in decode order (so each
+        source's ranks ascend); ``bounds``: the window's prefixes, if known. O(window log
+        window), ``random`` O(window): one partition of the window's Philox stream, no sort."""
+        index = lo // self._window
+        w_lo = index * self._window
+        if bounds is None:
+            at = self._mix.prefixes(np.array([w_lo, min(w_lo + self._window, len(self))]))
+            bounds = (at[0], at[1])
+        if self._stratified or self._key is None:
+            source, rank = self.window_ranks(index, bounds)
+            source, rank = source[lo - w_lo:hi - w_lo], rank[lo - w_lo:hi - w_lo]
+            keep = np.lexsort((rank, source))
+            return source[keep], rank[keep]
+        first, last = bounds
+        raw = np.random.Philox(key=philox_key(SALT_MIX_WINDOW, *self._key, index)).random_raw(int((last - first).sum()))
+        picked = np.flatnonzero(first_of_permutation(raw, hi - w_lo) & ~first_of_permutation(raw, lo - w_lo))
+        bases = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(last - first)])
+        source = np.searchsorted(bases, picked, side="right") - 1
+        return source, first[source] + picked - bases[source]
 
     def windows(self, start: int, stop: int) -> Iterator[Window]:
         self.check_range(start, stop)

@@ -34,6 +34,20 @@ def permutation(key: int, length: int) -> np.ndarray:
     return np.argsort(raw, kind="stable").astype(np.int64, copy=False)
 
 
+def first_of_permutation(raw: np.ndarray, count: int) -> np.ndarray:
+    """Mask of the ``count`` indices that come first in ``argsort(raw, stable)`` (the
+    permutation of a raw stream), in O(len) without sorting."""
+    mask = np.zeros(len(raw), dtype=bool)
+    if count >= len(raw):
+        mask[:] = True
+    elif count > 0:
+        value = np.partition(raw, count - 1)[count - 1]
+        mask = raw < value
+        ties = np.flatnonzero(raw == value)
+        mask[ties[:count - int(mask.sum())]] = True
+    return mask
+
+
 def sample_rng(seed: int, epoch: int, index: int, copy: int = 0) -> np.random.Generator:
     """A generator for per-sample augmentation keyed by (seed, epoch, global sample index), and
     for copy ``copy > 0`` of a sample in a weighted epoch by that copy number too (SW8).

@@ -69,6 +69,12 @@ class SampleSequence(ABC):
         if not 0 <= start <= stop <= len(self):
             raise PlanError(f"range {start}:{stop} outside a sequence of {len(self)} samples")
 
+    def leaves(self, start: int, stop: int) -> Iterator[tuple[SampleSequence, int, int]]:
+        """Positions ``start:stop`` as ranges of the sequences this one views (:class:`Slice`
+        and :class:`Concat` see through to their parts; any other sequence is a leaf)."""
+        self.check_range(start, stop)
+        yield self, start, stop
+
 
 class SpanSequence(SampleSequence):
     """A level-0 source: its samples ``start:stop`` can be listed as spans, and unshuffled it is
@@ -185,6 +191,10 @@ class Slice(SampleSequence):
         self.check_range(start, stop)
         return self._base.windows(self._lo + start, self._lo + stop)
 
+    def leaves(self, start: int, stop: int) -> Iterator[tuple[SampleSequence, int, int]]:
+        self.check_range(start, stop)
+        return self._base.leaves(self._lo + start, self._lo + stop)
+
     def shards(self, start: int, stop: int) -> np.ndarray:
         self.check_range(start, stop)
         return self._base.shards(self._lo + start, self._lo + stop)
@@ -215,6 +225,10 @@ class Concat(SampleSequence):
     def windows(self, start: int, stop: int) -> Iterator[Window]:
         for part, lo, hi in self._pieces(start, stop):
             yield from part.windows(lo, hi)
+
+    def leaves(self, start: int, stop: int) -> Iterator[tuple[SampleSequence, int, int]]:
+        for part, lo, hi in self._pieces(start, stop):
+            yield from part.leaves(lo, hi)
 
     def shards(self, start: int, stop: int) -> np.ndarray:
         found = [part.shards(lo, hi) for part, lo, hi in self._pieces(start, stop)]

@@ -15,7 +15,10 @@ from hypothesis import strategies as st
 from shardkit.errors import PlanError
 from shardkit.plan import Plan, PlanParams
 from shardkit.plan.mixture import MixSource, MixSpec, largest_remainder
+from shardkit.plan.mixture_remainder import Remainder, UntakenStream
+from shardkit.plan.mixture_sequence import Interleave, SourceStream
 from shardkit.plan.mixture_state import mixture_plan, mixture_to_state, resume_epoch
+from shardkit.plan.sequence import Slice
 from tests.helpers import mixture_strategies as ms
 from tests.helpers.plan_strategies import all_samples, assert_equal_steps, kill_offsets
 
@@ -117,3 +120,69 @@ def test_apply_is_checked() -> None:
     plan = mixture_plan(spec, PlanParams(batch_size=2))
     with pytest.raises(PlanError, match="apply"):
         resume_epoch(spec, PlanParams(batch_size=2), mixture_to_state(spec, plan, [2]), apply="later")
+
+
+
+def explicit_untaken(plan: Plan, offsets: list[int], sources: tuple[MixSource, ...]) -> list[list[list[int]]]:
+    """Reference for U_i: every id of the plan's remainder listed window by window (what MX12
+    did before the lazy remainder, O(remaining samples)), per consumer slice then the dropped
+    tail, split by source: ``found[i][c]``."""
+    ends = [plan.num_samples(c) for c in range(plan.num_consumers)]
+    tail = plan.remainder(ends)
+    pieces = [Slice(rest, 0, len(rest) - len(tail))
+              for rest in (plan.remainder(ends[:c] + [o] + ends[c + 1:]) for c, o in enumerate(offsets))]
+    found: list[list[list[int]]] = [[] for _ in sources]
+    spec = MixSpec(sources, 0)
+    for piece in [*pieces, tail]:
+        ids = ms.sequence_ids(plan, piece)
+        owner = ms.source_of(spec, ids) if ids else np.zeros(0, dtype=np.int64)
+        for i in range(len(sources)):
+            found[i].append([x for x, o in zip(ids, owner, strict=True) if o == i])
+    return found
+
+
+@PROPERTY
+@given(remixes(), st.integers(0, 3), st.lists(st.integers(0, 2**32 - 1), min_size=3, max_size=3), st.data())
+def test_the_lazy_remainder_holds_each_sources_untaken_samples_in_remainder_order(
+        case: tuple[MixSpec, MixSpec, PlanParams, PlanParams, int], how: int, seeds: list[int],
+        data: st.DataObject) -> None:
+    """MX12: U_i, built from per-range counts without listing ids, holds exactly the remainder's
+    samples of source i, consumer slice after consumer slice then the dropped tail (each slice
+    in stream order), for a level-0, a remixed, an elastic and a remixed-then-elastic plan; any
+    rank range of it reads the same samples as the whole."""
+    spec, changed, first, params, seed = case
+    plan, sources = mixture_plan(spec, first), spec.sources
+    offsets = kill_offsets(plan, seed)
+    if how:
+        resumed = resume_epoch(changed, params, roundtrip(mixture_to_state(spec, plan, offsets)),
+                               apply="now" if how != 2 else "next_epoch")
+        plan, sources = resumed.plan, resumed.source.sources
+        offsets = kill_offsets(plan, seeds[0])
+        if how == 3:
+            again = resume_epoch(changed, first, roundtrip(resumed.to_state(offsets)))  # elastic over the remix
+            plan, offsets = again.plan, kill_offsets(again.plan, seeds[1])
+    want = explicit_untaken(plan, offsets, sources)
+    remainder = Remainder(plan.remainder(offsets), len(sources))
+    assert remainder.totals.tolist() == [sum(len(p) for p in per) for per in want]
+    sizes = plan.shard_offsets
+    rest = SourceStream(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 0, 0)
+    for i, per_slice in enumerate(want):
+        untaken = UntakenStream(remainder, i, rest)
+        ids = [int(sizes[s.shard_index]) + k for s in untaken.spans(0, len(untaken)) for k in range(s.start, s.end)]
+        at = 0
+        for piece in per_slice:
+            assert sorted(ids[at:at + len(piece)]) == sorted(piece)
+            at += len(piece)
+        lo = data.draw(st.integers(0, len(ids)))
+        hi = data.draw(st.integers(lo, len(ids)))
+        spans = untaken.spans(lo, hi)
+        assert [int(sizes[s.shard_index]) + k for s in spans for k in range(s.start, s.end)] == ids[lo:hi]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 40), st.integers(0, 10**6)), min_size=1, max_size=7), st.data())
+def test_vectorised_interleave_prefixes_equal_the_bisected_ones(counts: list[int], data: st.DataObject) -> None:
+    """MX3 / MX12: Interleave.prefixes (estimate then exact key steps) equals prefix at every position."""
+    mix = Interleave(counts)
+    positions = data.draw(st.lists(st.integers(0, mix.total), max_size=40)) + [0, mix.total]
+    assert mix.prefixes(np.array(positions)).tolist() == [mix.prefix(p) for p in positions]
