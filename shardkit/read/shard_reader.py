@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -181,35 +182,49 @@ class ShardReader:
         return f"block {block_index} (samples {first}..{last}) at offset {offset}"
 
     def decode_stored_block(self, block_index: int, stored: bytes | memoryview,
-                            decompressor: BlockDecompressor | None = None) -> bytes | memoryview:
-        """``decompressor``: another thread's own zstd context (default: this reader's)."""
+                            decompressor: BlockDecompressor | None = None,
+                            stop: int | None = None) -> bytes | memoryview:
+        """``decompressor``: another thread's own zstd context (default: this reader's).
+        ``stop``: only the samples before shard sample ``stop`` are wanted; a row block is then
+        decompressed only as far as they reach (P21)."""
         block = self.index.blocks[block_index]
         try:
-            return (decompressor or self._decompressor).decompress(int(block["codec"]), stored, int(block["raw_size"]))
+            return (decompressor or self._decompressor).decompress(
+                int(block["codec"]), stored, int(block["raw_size"]), self._raw_end(block_index, stop))
         except FormatError as exc:
             raise type(exc)(f"{self.where}: {self._block_label(block_index)}: {exc}") from None
+
+    def _raw_end(self, block_index: int, stop: int | None) -> int | None:
+        """The raw bytes of row block ``block_index`` that hold its samples before shard sample
+        ``stop``; None for all of them (always for a column block: its columns span the block)."""
+        if stop is None or int(self.index.blocks[block_index]["layout"]) == LAYOUT_COLUMNS:
+            return None
+        local = stop - int(self.index.first_sample[block_index])
+        if local >= int(self.index.blocks[block_index]["num_samples"]):
+            return None
+        return int(self.index.offsets_of(block_index)[local])
 
     def read_raw_block(self, block_index: int) -> bytes | memoryview:
         return self.decode_stored_block(block_index, self.read_stored_block(block_index))
 
-    def block_samples(self, block_index: int, raw: bytes | memoryview | None = None) -> SampleChunk:
-        """Every sample of one block, in order (``raw``: its decompressed bytes, if at hand); a
-        ``ColumnPiece`` for a column block if the reader was made with ``views``."""
+    def block_samples(self, block_index: int, raw: bytes | memoryview | None = None,
+                      part: tuple[int, int] | None = None) -> SampleChunk:
+        """Samples ``lo:hi`` (``part``, block-local; default: all) of one block, in order (``raw``:
+        its decompressed bytes, if at hand); a ``ColumnPiece`` for a column block if the reader
+        was made with ``views``. Only the samples asked for are unpacked (P21: a spread span that
+        starts or ends inside a block pays for its own samples, not the block's)."""
+        record = self.index.blocks[block_index]
+        expected, layout = int(record["num_samples"]), int(record["layout"])
+        lo, hi = part if part is not None else (0, expected)
         started = time.perf_counter()
         if raw is None:
             stored = self.read_stored_block(block_index)
             read = time.perf_counter()
             self.stats.io_seconds += read - started
             started = read
-            raw = self.decode_stored_block(block_index, stored)
-        record = self.index.blocks[block_index]
-        expected, layout = int(record["num_samples"]), int(record["layout"])
+            raw = self.decode_stored_block(block_index, stored, stop=int(self.index.first_sample[block_index]) + hi)
         try:
-            samples: SampleChunk
-            if self.views and layout == LAYOUT_COLUMNS:
-                samples = ColumnPiece(parse_columns(raw, expected), np.arange(expected, dtype=np.int64))
-            else:
-                samples = decode_block(raw, expected, layout, self.index.offsets_of(block_index), self.views)
+            samples = self._decode_part(raw, block_index, expected, layout, lo, hi)
         except (FormatError, ValueError) as exc:
             raise CorruptShardError(
                 f"{self.where}: {self._block_label(block_index)} does not decode: {exc}"
@@ -220,11 +235,27 @@ class ShardReader:
         stats.blocks += 1
         return samples
 
-    def _raw_block_ahead(self, block_index: int) -> bytes | memoryview:
-        """``read_raw_block`` for the read-ahead thread (its own zstd context)."""
+    def _decode_part(self, raw: bytes | memoryview, block_index: int, expected: int, layout: int,
+                     lo: int, hi: int) -> SampleChunk:
+        """Samples ``lo:hi`` of a decompressed block: a row block's are unpacked from their own
+        bytes (the index's sample offsets), a column block's selected after parsing its columns."""
+        if layout == LAYOUT_COLUMNS:
+            piece = ColumnPiece(parse_columns(raw, expected), np.arange(lo, hi, dtype=np.int64))
+            return piece if self.views else piece.samples()
+        offsets = self.index.offsets_of(block_index)
+        if lo == 0 and hi == expected:
+            return decode_block(raw, expected, layout, offsets, self.views)
+        base = int(offsets[lo])
+        piece_bytes = memoryview(raw)[base : int(offsets[hi])]
+        return decode_block(piece_bytes, hi - lo, layout, offsets[lo : hi + 1] - base, self.views)
+
+    def _raw_block_ahead(self, block_index: int, stop: int | None = None) -> bytes | memoryview:
+        """``read_raw_block`` for the read-ahead thread (its own zstd context); ``stop`` as for
+        ``decode_stored_block``."""
         if self._ahead_decompressor is None:
             self._ahead_decompressor = BlockDecompressor(self.max_block_bytes)
-        return self.decode_stored_block(block_index, self.read_stored_block(block_index), self._ahead_decompressor)
+        stored = self.read_stored_block(block_index)
+        return self.decode_stored_block(block_index, stored, self._ahead_decompressor, stop)
 
     # ---- samples ----------------------------------------------------------------------------
     def __getitem__(self, sample_index: int) -> dict[str, Any]:
@@ -255,7 +286,7 @@ class ShardReader:
             return
         first = self.index.first_sample
         blocks = range(self.index.block_of(start), self.index.block_of(stop - 1) + 1)
-        ahead = BlocksAhead(self._raw_block_ahead) if self.read_ahead and len(blocks) > 1 else None
+        ahead = BlocksAhead(partial(self._raw_block_ahead, stop=stop)) if self.read_ahead and len(blocks) > 1 else None
         ranged = (RangesAhead(self.fetch_stored_blocks, self.index.blocks["stored_size"], blocks, self.ranges)
                   if self.ranges is not None and len(blocks) > 1 else None)
         candidate = blocks.start + 1  # the next block to consider handing to the helper
@@ -266,17 +297,16 @@ class ShardReader:
                     waited = time.perf_counter()
                     stored = ranged.take(block_index)
                     self.stats.io_seconds += time.perf_counter() - waited
-                    raw = self.decode_stored_block(block_index, stored)
+                    raw = self.decode_stored_block(block_index, stored, stop=stop)
                 elif ahead is not None:
                     candidate = self._send_ahead(ahead, max(candidate, block_index + 1), blocks.stop)
                     if ahead.holds(block_index):
                         waited = time.perf_counter()
                         raw = ahead.take()
                         self.stats.io_seconds += time.perf_counter() - waited
-                block = self.block_samples(block_index, raw)
-                lo = max(start - int(first[block_index]), 0)
-                hi = min(stop - int(first[block_index]), len(block))
-                yield block if lo == 0 and hi == len(block) else block[lo:hi]
+                base = int(first[block_index])
+                part = (max(start - base, 0), min(stop, int(first[block_index + 1])) - base)
+                yield self.block_samples(block_index, raw, part)
         finally:
             if ahead is not None:  # the helper must be done with this reader before it closes
                 ahead.close()
