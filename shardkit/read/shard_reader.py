@@ -5,8 +5,9 @@ request when the manifest entry is given). A block is checked against its xxh64 
 decompressed, and decompressed within its declared size. From a store (no local copy), a run
 of blocks is fetched ahead by concurrent range requests that join adjacent blocks (K33).
 
-Thread-safety: not thread-safe; use one reader per thread (its zstd context is its own). The
-reader's own read-ahead helper thread (``ReadOptions.read_ahead``) uses a second context.
+Thread-safety: not thread-safe; use one reader per thread. Blocks are decompressed with the
+calling thread's zstd context (``thread_decompressor``: one per thread, not one per reader), so
+the read-ahead helper thread (``ReadOptions.read_ahead``) uses its own.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 
 from shardkit.errors import CorruptShardError, FormatError
 from shardkit.format import BlockDecompressor, ShardInfo, decode_block, decode_sample
-from shardkit.format.block_codec import check_block_size
+from shardkit.format.block_codec import check_block_size, thread_decompressor
 from shardkit.format.checksum import xxh64_int
 from shardkit.format.column_block import LAYOUT_COLUMNS
 from shardkit.format.column_parse import parse_columns
@@ -79,14 +80,12 @@ class ShardReader:
         self.label = shard_label or (info.name if info else source.where)
         self.where = f"shard {self.label} ({source.where})"
         self.max_block_bytes = resolve_max_block_bytes(max_block_bytes)
-        self._decompressor = BlockDecompressor(self.max_block_bytes)
         self.stats = stats if stats is not None else ReadStats()
         self.index = self._read_index()
         self.read_ahead = options.read_ahead and getattr(source, "thread_safe", False)
         self.views = options.views
         # A remote source (range requests): blocks are fetched ahead, concurrently (K33).
         self.ranges = options.ranges if getattr(source, "ranged", False) else None
-        self._ahead_decompressor: BlockDecompressor | None = None
 
     # ---- structure --------------------------------------------------------------------------
     def _read_index(self) -> ShardIndex:
@@ -184,12 +183,12 @@ class ShardReader:
     def decode_stored_block(self, block_index: int, stored: bytes | memoryview,
                             decompressor: BlockDecompressor | None = None,
                             stop: int | None = None) -> bytes | memoryview:
-        """``decompressor``: another thread's own zstd context (default: this reader's).
+        """``decompressor``: a zstd context (default: the calling thread's, ``thread_decompressor``).
         ``stop``: only the samples before shard sample ``stop`` are wanted; a row block is then
         decompressed only as far as they reach (P21)."""
         block = self.index.blocks[block_index]
         try:
-            return (decompressor or self._decompressor).decompress(
+            return (decompressor or thread_decompressor(self.max_block_bytes)).decompress(
                 int(block["codec"]), stored, int(block["raw_size"]), self._raw_end(block_index, stop))
         except FormatError as exc:
             raise type(exc)(f"{self.where}: {self._block_label(block_index)}: {exc}") from None
@@ -252,10 +251,7 @@ class ShardReader:
     def _raw_block_ahead(self, block_index: int, stop: int | None = None) -> bytes | memoryview:
         """``read_raw_block`` for the read-ahead thread (its own zstd context); ``stop`` as for
         ``decode_stored_block``."""
-        if self._ahead_decompressor is None:
-            self._ahead_decompressor = BlockDecompressor(self.max_block_bytes)
-        stored = self.read_stored_block(block_index)
-        return self.decode_stored_block(block_index, stored, self._ahead_decompressor, stop)
+        return self.decode_stored_block(block_index, self.read_stored_block(block_index), stop=stop)
 
     # ---- samples ----------------------------------------------------------------------------
     def __getitem__(self, sample_index: int) -> dict[str, Any]:
