@@ -22,7 +22,7 @@ import numpy as np
 
 from shardkit.errors import CorruptShardError, FormatError
 from shardkit.format import BlockDecompressor, ShardInfo, decode_block, decode_sample
-from shardkit.format.block_codec import check_block_size, thread_decompressor
+from shardkit.format.block_codec import CODEC_RAW, check_block_size, thread_decompressor
 from shardkit.format.checksum import xxh64_int
 from shardkit.format.column_block import LAYOUT_COLUMNS
 from shardkit.format.column_parse import parse_columns
@@ -187,19 +187,22 @@ class ShardReader:
         ``stop``: only the samples before shard sample ``stop`` are wanted; a row block is then
         decompressed only as far as they reach (P21)."""
         block = self.index.blocks[block_index]
+        codec = int(block["codec"])
+        prefix = self._raw_end(block_index, stop) if codec != CODEC_RAW else None  # raw: nothing to spare
         try:
             return (decompressor or thread_decompressor(self.max_block_bytes)).decompress(
-                int(block["codec"]), stored, int(block["raw_size"]), self._raw_end(block_index, stop))
+                codec, stored, int(block["raw_size"]), prefix)
         except FormatError as exc:
             raise type(exc)(f"{self.where}: {self._block_label(block_index)}: {exc}") from None
 
     def _raw_end(self, block_index: int, stop: int | None) -> int | None:
         """The raw bytes of row block ``block_index`` that hold its samples before shard sample
         ``stop``; None for all of them (always for a column block: its columns span the block)."""
-        if stop is None or int(self.index.blocks[block_index]["layout"]) == LAYOUT_COLUMNS:
+        if stop is None:
             return None
         local = stop - int(self.index.first_sample[block_index])
-        if local >= int(self.index.blocks[block_index]["num_samples"]):
+        block = self.index.blocks[block_index]
+        if local >= int(block["num_samples"]) or int(block["layout"]) == LAYOUT_COLUMNS:
             return None
         return int(self.index.offsets_of(block_index)[local])
 
