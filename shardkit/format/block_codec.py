@@ -10,6 +10,7 @@ Thread-safety: ``BlockCompressor``/``BlockDecompressor`` hold zstd contexts; use
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import zstandard
@@ -76,9 +77,12 @@ class BlockDecompressor:
         self._zstd = zstandard.ZstdDecompressor()
         self.max_block_bytes = check_block_limit(max_block_bytes)
 
-    def decompress(self, codec: int, stored: bytes | memoryview, raw_size: int) -> bytes | memoryview:
+    def decompress(self, codec: int, stored: bytes | memoryview, raw_size: int,
+                   prefix: int | None = None) -> bytes | memoryview:
         """The raw block; never produces more than ``raw_size`` bytes (no decompression bombs),
-        nor more than ``max_block_bytes``."""
+        nor more than ``max_block_bytes``. ``prefix``: only the block's first ``prefix`` bytes
+        are wanted, and a zstd frame is decompressed that far only (a reader that needs the
+        first samples of a block; specs/partition.md P21)."""
         check_block_size(raw_size, self.max_block_bytes)
         if codec == CODEC_RAW:
             if len(stored) != raw_size:
@@ -94,10 +98,43 @@ class BlockDecompressor:
             raise CorruptShardError(
                 f"zstd frame declares {declared} bytes, index says {raw_size} (refusing to decompress)"
             )
+        want = raw_size if prefix is None or prefix >= raw_size else max(prefix, 0)
         try:
-            raw = self._zstd.decompress(stored, max_output_size=raw_size)
+            raw = self._zstd.decompress(stored, max_output_size=raw_size) if want == raw_size \
+                else self._zstd_prefix(stored, want)
         except zstandard.ZstdError as exc:
             raise CorruptShardError(f"zstd block does not decompress: {exc}") from None
-        if len(raw) != raw_size:
+        if len(raw) != want:
             raise CorruptShardError(f"block decompressed to {len(raw)} bytes, index says {raw_size}")
         return raw
+
+    def _zstd_prefix(self, stored: bytes | memoryview, want: int) -> bytes:
+        """The first ``want`` bytes of a zstd frame, decompressing no further (zstd's blocks are
+        at most 128 KiB: the frame is decoded up to the one holding byte ``want``)."""
+        parts: list[bytes] = []
+        got = 0
+        with self._zstd.stream_reader(stored, read_across_frames=False) as reader:
+            while got < want:
+                part = reader.read(want - got)
+                if not part:
+                    break
+                parts.append(part)
+                got += len(part)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+_per_thread = threading.local()
+
+
+def thread_decompressor(max_block_bytes: int = MAX_BLOCK_BYTES) -> BlockDecompressor:
+    """This thread's decompressor for ``max_block_bytes``, made once per thread instead of once
+    per shard reader (a zstd context costs tens of microseconds, and a spread read opens about
+    ``spread`` times as many shards: specs/partition.md P21). Safe: a thread makes one
+    decompression call at a time, and no call keeps state between calls."""
+    found: dict[int, BlockDecompressor] | None = getattr(_per_thread, "decompressors", None)
+    if found is None:
+        found = _per_thread.decompressors = {}
+    decompressor = found.get(max_block_bytes)
+    if decompressor is None:
+        decompressor = found[max_block_bytes] = BlockDecompressor(max_block_bytes)
+    return decompressor

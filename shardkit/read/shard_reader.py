@@ -5,8 +5,9 @@ request when the manifest entry is given). A block is checked against its xxh64 
 decompressed, and decompressed within its declared size. From a store (no local copy), a run
 of blocks is fetched ahead by concurrent range requests that join adjacent blocks (K33).
 
-Thread-safety: not thread-safe; use one reader per thread (its zstd context is its own). The
-reader's own read-ahead helper thread (``ReadOptions.read_ahead``) uses a second context.
+Thread-safety: not thread-safe; use one reader per thread. Blocks are decompressed with the
+calling thread's zstd context (``thread_decompressor``: one per thread, not one per reader), so
+the read-ahead helper thread (``ReadOptions.read_ahead``) uses its own.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from shardkit.errors import CorruptShardError, FormatError
 from shardkit.format import BlockDecompressor, ShardInfo, decode_block, decode_sample
-from shardkit.format.block_codec import check_block_size
+from shardkit.format.block_codec import CODEC_RAW, check_block_size, thread_decompressor
 from shardkit.format.checksum import xxh64_int
 from shardkit.format.column_block import LAYOUT_COLUMNS
 from shardkit.format.column_parse import parse_columns
@@ -78,14 +80,12 @@ class ShardReader:
         self.label = shard_label or (info.name if info else source.where)
         self.where = f"shard {self.label} ({source.where})"
         self.max_block_bytes = resolve_max_block_bytes(max_block_bytes)
-        self._decompressor = BlockDecompressor(self.max_block_bytes)
         self.stats = stats if stats is not None else ReadStats()
         self.index = self._read_index()
         self.read_ahead = options.read_ahead and getattr(source, "thread_safe", False)
         self.views = options.views
         # A remote source (range requests): blocks are fetched ahead, concurrently (K33).
         self.ranges = options.ranges if getattr(source, "ranged", False) else None
-        self._ahead_decompressor: BlockDecompressor | None = None
 
     # ---- structure --------------------------------------------------------------------------
     def _read_index(self) -> ShardIndex:
@@ -181,35 +181,52 @@ class ShardReader:
         return f"block {block_index} (samples {first}..{last}) at offset {offset}"
 
     def decode_stored_block(self, block_index: int, stored: bytes | memoryview,
-                            decompressor: BlockDecompressor | None = None) -> bytes | memoryview:
-        """``decompressor``: another thread's own zstd context (default: this reader's)."""
+                            decompressor: BlockDecompressor | None = None,
+                            stop: int | None = None) -> bytes | memoryview:
+        """``decompressor``: a zstd context (default: the calling thread's, ``thread_decompressor``).
+        ``stop``: only the samples before shard sample ``stop`` are wanted; a row block is then
+        decompressed only as far as they reach (P21)."""
         block = self.index.blocks[block_index]
+        codec = int(block["codec"])
+        prefix = self._raw_end(block_index, stop) if codec != CODEC_RAW else None  # raw: nothing to spare
         try:
-            return (decompressor or self._decompressor).decompress(int(block["codec"]), stored, int(block["raw_size"]))
+            return (decompressor or thread_decompressor(self.max_block_bytes)).decompress(
+                codec, stored, int(block["raw_size"]), prefix)
         except FormatError as exc:
             raise type(exc)(f"{self.where}: {self._block_label(block_index)}: {exc}") from None
+
+    def _raw_end(self, block_index: int, stop: int | None) -> int | None:
+        """The raw bytes of row block ``block_index`` that hold its samples before shard sample
+        ``stop``; None for all of them (always for a column block: its columns span the block)."""
+        if stop is None:
+            return None
+        local = stop - int(self.index.first_sample[block_index])
+        block = self.index.blocks[block_index]
+        if local >= int(block["num_samples"]) or int(block["layout"]) == LAYOUT_COLUMNS:
+            return None
+        return int(self.index.offsets_of(block_index)[local])
 
     def read_raw_block(self, block_index: int) -> bytes | memoryview:
         return self.decode_stored_block(block_index, self.read_stored_block(block_index))
 
-    def block_samples(self, block_index: int, raw: bytes | memoryview | None = None) -> SampleChunk:
-        """Every sample of one block, in order (``raw``: its decompressed bytes, if at hand); a
-        ``ColumnPiece`` for a column block if the reader was made with ``views``."""
+    def block_samples(self, block_index: int, raw: bytes | memoryview | None = None,
+                      part: tuple[int, int] | None = None) -> SampleChunk:
+        """Samples ``lo:hi`` (``part``, block-local; default: all) of one block, in order (``raw``:
+        its decompressed bytes, if at hand); a ``ColumnPiece`` for a column block if the reader
+        was made with ``views``. Only the samples asked for are unpacked (P21: a spread span that
+        starts or ends inside a block pays for its own samples, not the block's)."""
+        record = self.index.blocks[block_index]
+        expected, layout = int(record["num_samples"]), int(record["layout"])
+        lo, hi = part if part is not None else (0, expected)
         started = time.perf_counter()
         if raw is None:
             stored = self.read_stored_block(block_index)
             read = time.perf_counter()
             self.stats.io_seconds += read - started
             started = read
-            raw = self.decode_stored_block(block_index, stored)
-        record = self.index.blocks[block_index]
-        expected, layout = int(record["num_samples"]), int(record["layout"])
+            raw = self.decode_stored_block(block_index, stored, stop=int(self.index.first_sample[block_index]) + hi)
         try:
-            samples: SampleChunk
-            if self.views and layout == LAYOUT_COLUMNS:
-                samples = ColumnPiece(parse_columns(raw, expected), np.arange(expected, dtype=np.int64))
-            else:
-                samples = decode_block(raw, expected, layout, self.index.offsets_of(block_index), self.views)
+            samples = self._decode_part(raw, block_index, expected, layout, lo, hi)
         except (FormatError, ValueError) as exc:
             raise CorruptShardError(
                 f"{self.where}: {self._block_label(block_index)} does not decode: {exc}"
@@ -220,11 +237,24 @@ class ShardReader:
         stats.blocks += 1
         return samples
 
-    def _raw_block_ahead(self, block_index: int) -> bytes | memoryview:
-        """``read_raw_block`` for the read-ahead thread (its own zstd context)."""
-        if self._ahead_decompressor is None:
-            self._ahead_decompressor = BlockDecompressor(self.max_block_bytes)
-        return self.decode_stored_block(block_index, self.read_stored_block(block_index), self._ahead_decompressor)
+    def _decode_part(self, raw: bytes | memoryview, block_index: int, expected: int, layout: int,
+                     lo: int, hi: int) -> SampleChunk:
+        """Samples ``lo:hi`` of a decompressed block: a row block's are unpacked from their own
+        bytes (the index's sample offsets), a column block's selected after parsing its columns."""
+        if layout == LAYOUT_COLUMNS:
+            piece = ColumnPiece(parse_columns(raw, expected), np.arange(lo, hi, dtype=np.int64))
+            return piece if self.views else piece.samples()
+        offsets = self.index.offsets_of(block_index)
+        if lo == 0 and hi == expected:
+            return decode_block(raw, expected, layout, offsets, self.views)
+        base = int(offsets[lo])
+        piece_bytes = memoryview(raw)[base : int(offsets[hi])]
+        return decode_block(piece_bytes, hi - lo, layout, offsets[lo : hi + 1] - base, self.views)
+
+    def _raw_block_ahead(self, block_index: int, stop: int | None = None) -> bytes | memoryview:
+        """``read_raw_block`` for the read-ahead thread (its own zstd context); ``stop`` as for
+        ``decode_stored_block``."""
+        return self.decode_stored_block(block_index, self.read_stored_block(block_index), stop=stop)
 
     # ---- samples ----------------------------------------------------------------------------
     def __getitem__(self, sample_index: int) -> dict[str, Any]:
@@ -255,7 +285,7 @@ class ShardReader:
             return
         first = self.index.first_sample
         blocks = range(self.index.block_of(start), self.index.block_of(stop - 1) + 1)
-        ahead = BlocksAhead(self._raw_block_ahead) if self.read_ahead and len(blocks) > 1 else None
+        ahead = BlocksAhead(partial(self._raw_block_ahead, stop=stop)) if self.read_ahead and len(blocks) > 1 else None
         ranged = (RangesAhead(self.fetch_stored_blocks, self.index.blocks["stored_size"], blocks, self.ranges)
                   if self.ranges is not None and len(blocks) > 1 else None)
         candidate = blocks.start + 1  # the next block to consider handing to the helper
@@ -266,17 +296,16 @@ class ShardReader:
                     waited = time.perf_counter()
                     stored = ranged.take(block_index)
                     self.stats.io_seconds += time.perf_counter() - waited
-                    raw = self.decode_stored_block(block_index, stored)
+                    raw = self.decode_stored_block(block_index, stored, stop=stop)
                 elif ahead is not None:
                     candidate = self._send_ahead(ahead, max(candidate, block_index + 1), blocks.stop)
                     if ahead.holds(block_index):
                         waited = time.perf_counter()
                         raw = ahead.take()
                         self.stats.io_seconds += time.perf_counter() - waited
-                block = self.block_samples(block_index, raw)
-                lo = max(start - int(first[block_index]), 0)
-                hi = min(stop - int(first[block_index]), len(block))
-                yield block if lo == 0 and hi == len(block) else block[lo:hi]
+                base = int(first[block_index])
+                part = (max(start - base, 0), min(stop, int(first[block_index + 1])) - base)
+                yield self.block_samples(block_index, raw, part)
         finally:
             if ahead is not None:  # the helper must be done with this reader before it closes
                 ahead.close()
