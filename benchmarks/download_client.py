@@ -7,11 +7,14 @@ benchmarks/downloads.py (run by it; one JSON line on stdout).
 Clients (all through ``ShardCache``, so download, verify-free publish and the file layout are
 the same; only the requests differ):
 
-- ``shardkit``: s3fs, today's defaults (8 MiB parts, 8 per shard, node budget, pacing, hedging);
+- ``shardkit``: today's defaults (8 MiB parts, 8 per shard, node budget, pacing, hedging),
+  each part's body streamed over a plain HTTP connection, signed by s3fs (K23);
+- ``shardkit-s3fs``: the same with every body read through s3fs (``Store.direct_ranges``
+  off): what the parts cost without K23;
 - ``obstore``: the same with obstore in place of s3fs (benchmarks/obstore_store.py);
-- ``s3fs-one-get``: one GET per shard — the behaviour this benchmark's issue measured as
-  "today's s3fs path" (no parts, no budget, no hedging);
-- ``s3fs-main``: what main at 231e3a6 did (16 MiB chunks, 4 per shard, nothing else).
+- ``s3fs-one-get``: one GET per shard through s3fs — the behaviour this benchmark's issue
+  measured as "today's s3fs path" (no parts, no budget, no hedging);
+- ``s3fs-main``: what main at 231e3a6 did (16 MiB chunks, 4 per shard through s3fs, nothing else).
 
 ``--mode fork``: the client is used in the parent first, then by 2 forked DataLoader workers
 (each downloads shards through the same cache), then by the parent again.
@@ -40,7 +43,9 @@ def make_store(client: str, url: str, endpoint: str) -> Store:
         from benchmarks.obstore_store import ObstoreStore
 
         return ObstoreStore(url, endpoint)
-    return Store(url, {"anon": True, "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}})
+    store = Store(url, {"anon": True, "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}})
+    store.direct_ranges = client == "shardkit"  # the others measure bodies read by s3fs
+    return store
 
 
 def cache_options(client: str, connections: int) -> tuple[CacheOptions, int]:
@@ -127,7 +132,9 @@ def fork(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--client", choices=["shardkit", "obstore", "s3fs-one-get", "s3fs-main"], required=True)
+    parser.add_argument(
+        "--client", choices=["shardkit", "shardkit-s3fs", "obstore", "s3fs-one-get", "s3fs-main"], required=True
+    )
     parser.add_argument("--url", required=True)
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--cache", required=True)

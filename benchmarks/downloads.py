@@ -1,6 +1,8 @@
 """Cold-cache node download throughput against a fast local HTTP endpoint (target T7):
 shardkit vs a plain parallel HTTP client (curl) vs the s3fs path of one GET per shard, and
-obstore vs s3fs behind the same store interface (fork safety and injected faults included).
+obstore vs s3fs behind the same store interface (fork safety and injected faults included);
+``shardkit-s3fs`` is shardkit with every body read through s3fs (no K23), to show what the
+direct HTTP bodies are worth.
 
     python -m benchmarks.downloads [--shards 16] [--shard-size 64MiB] [--connections 16]
         [--server auto|nginx|python] [--repeats 3] [--obstore-python PYTHON] [--out FILE]
@@ -45,7 +47,7 @@ from benchmarks.jsonl import save_rows  # noqa: E402
 from shardkit.units import parse_size  # noqa: E402
 
 BUCKET, NAME = "data", "ds"
-CLIENTS = ["curl", "shardkit", "s3fs-one-get", "s3fs-main", "obstore"]
+CLIENTS = ["curl", "shardkit", "shardkit-s3fs", "s3fs-one-get", "s3fs-main", "obstore"]
 
 
 def pack(folder: str, num_shards: int, shard_bytes: int) -> None:
@@ -185,6 +187,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if "shardkit" in best and "s3fs-one-get" in best:
         out["shardkit_vs_s3fs_one_get"] = best["shardkit"] / best["s3fs-one-get"]
         out["target_vs_s3fs_met"] = out["shardkit_vs_s3fs_one_get"] >= 2.0
+    if "shardkit" in best and "shardkit-s3fs" in best:
+        out["shardkit_vs_shardkit_s3fs"] = best["shardkit"] / best["shardkit-s3fs"]
     if "obstore" in best and "shardkit" in best:
         out["obstore_vs_shardkit_s3fs"] = best["obstore"] / best["shardkit"]
     return out
