@@ -61,7 +61,7 @@ class DownloadOptions:
 class Downloader:
     """The cache downloads of one process: parts, pacing, node budget, hedging, counters.
 
-    ``count(**deltas)`` receives ``parts``, ``hedged``, ``hedge_wins`` and ``throttled``.
+    ``count(**deltas)`` receives ``parts``, ``retries``, ``hedged``, ``hedge_wins`` and ``throttled``.
     """
 
     def __init__(
@@ -156,7 +156,13 @@ class Downloader:
                 raise DownloadCancelled(f"{url}: download cancelled")
             part.write(piece, offset, url)
 
+        tries = 0
+
         def once() -> None:
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                self._count(retries=1)
             if stopped() or part.won:
                 raise DownloadCancelled(f"{url}: download cancelled")
             entered = self.pacing.enter(self.options.slot_timeout, lambda: stopped() or part.won, hedge=hedge)
