@@ -68,20 +68,21 @@ def download(args: argparse.Namespace) -> dict[str, Any]:
     items = shard_items(store)  # also opens the client and a connection, outside the timing
     options, at_once = cache_options(args.client, args.connections)
     cache = ShardCache(args.cache, 2 * sum(i.num_bytes for i in items) + (1 << 20), options)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     error = None
     try:
         with ThreadPoolExecutor(max_workers=at_once) as pool:
             list(pool.map(lambda item: cache.ensure(store, item), items))
     except Exception as exc:  # reported, not raised: the orchestrator compares outcomes
         error = f"{type(exc).__name__}: {exc}"
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     total = sum(i.num_bytes for i in items)
     stats, pacing = cache.stats, cache.downloader().pacing
     return {
         "bytes": total,
         "seconds": seconds,
         "mb_per_s": total / seconds / 1e6,
+        "cpu_s_per_gb": cpu / (total / 1e9),  # this process, all threads: what a loaded machine cannot skew
         "error": error,
         "shards_at_once": at_once,
         "parts": stats.parts,
