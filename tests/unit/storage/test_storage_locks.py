@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
-import time
 from multiprocessing.synchronize import Event
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import pytest
 
 from shardkit.errors import StorageTimeoutError
 from shardkit.storage.locks import FileLock
+from tests.helpers.fork_holders import killed_holder_with_live_child
 
 
 def test_a_filled_entry_is_leased_shared_while_another_lease_blocks_the_exclusive_lock(tmp_path: Path) -> None:
@@ -45,33 +44,20 @@ def test_an_entry_still_missing_waits_for_the_exclusive_lock_and_times_out_by_na
 FORK = multiprocessing.get_context("fork")
 
 
-def _lease_fork_and_die(path: str, exclusive: bool, child_ready: Event, stop: Event) -> None:
-    """Hold the entry lock, fork a child that idles, then die by SIGKILL while it lives on."""
-    FileLock(path).acquire(exclusive, 5, 5, "entry")
-    child = FORK.Process(target=stop.wait, args=(60,))
-    child.start()
-    child_ready.set()
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("exclusive", [False, True], ids=["lease", "download"])
 def test_a_forked_child_does_not_keep_its_dead_parents_entry_lock_k24(tmp_path: Path, exclusive: bool) -> None:
     """flock belongs to the open file; a DataLoader worker forked during a lease or download
     has a copy of it. The child closes its copy at fork, so the lock dies with its holder."""
     path = str(tmp_path / "e.lock")
-    ready, stop = FORK.Event(), FORK.Event()
-    parent = FORK.Process(target=_lease_fork_and_die, args=(path, exclusive, ready, stop))
-    parent.start()
-    try:
-        assert ready.wait(30)
-        deadline = time.monotonic() + 30
-        while parent.exitcode is None and time.monotonic() < deadline:  # not join(): the
-            time.sleep(0.02)  # grandchild holds the pipe join() waits on
-        assert parent.exitcode == -signal.SIGKILL
+
+    def hold() -> FileLock:
+        lock = FileLock(path)
+        lock.acquire(exclusive, 5, 5, "entry")
+        return lock
+
+    with killed_holder_with_live_child(hold):
         assert FileLock(path).try_acquire(True)  # the grandchild still runs
-    finally:
-        stop.set()
 
 
 def test_a_released_lease_is_free_while_a_child_forked_during_it_lives_k24(tmp_path: Path) -> None:
