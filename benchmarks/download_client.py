@@ -7,11 +7,14 @@ benchmarks/downloads.py (run by it; one JSON line on stdout).
 Clients (all through ``ShardCache``, so download, verify-free publish and the file layout are
 the same; only the requests differ):
 
-- ``shardkit``: s3fs, today's defaults (8 MiB parts, 8 per shard, node budget, pacing, hedging);
+- ``shardkit``: today's defaults (8 MiB parts, 8 per shard, node budget, pacing, hedging),
+  each part's body streamed over a plain HTTP connection, signed by s3fs (K23);
+- ``shardkit-s3fs``: the same with every body read through s3fs (``Store.direct_ranges``
+  off): what the parts cost without K23;
 - ``obstore``: the same with obstore in place of s3fs (benchmarks/obstore_store.py);
-- ``s3fs-one-get``: one GET per shard — the behaviour this benchmark's issue measured as
-  "today's s3fs path" (no parts, no budget, no hedging);
-- ``s3fs-main``: what main at 231e3a6 did (16 MiB chunks, 4 per shard, nothing else).
+- ``s3fs-one-get``: one GET per shard through s3fs — the behaviour this benchmark's issue
+  measured as "today's s3fs path" (no parts, no budget, no hedging);
+- ``s3fs-main``: what main at 231e3a6 did (16 MiB chunks, 4 per shard through s3fs, nothing else).
 
 ``--mode fork``: the client is used in the parent first, then by 2 forked DataLoader workers
 (each downloads shards through the same cache), then by the parent again.
@@ -40,7 +43,9 @@ def make_store(client: str, url: str, endpoint: str) -> Store:
         from benchmarks.obstore_store import ObstoreStore
 
         return ObstoreStore(url, endpoint)
-    return Store(url, {"anon": True, "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}})
+    store = Store(url, {"anon": True, "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}})
+    store.direct_ranges = client == "shardkit"  # the others measure bodies read by s3fs
+    return store
 
 
 def cache_options(client: str, connections: int) -> tuple[CacheOptions, int]:
@@ -63,20 +68,21 @@ def download(args: argparse.Namespace) -> dict[str, Any]:
     items = shard_items(store)  # also opens the client and a connection, outside the timing
     options, at_once = cache_options(args.client, args.connections)
     cache = ShardCache(args.cache, 2 * sum(i.num_bytes for i in items) + (1 << 20), options)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     error = None
     try:
         with ThreadPoolExecutor(max_workers=at_once) as pool:
             list(pool.map(lambda item: cache.ensure(store, item), items))
     except Exception as exc:  # reported, not raised: the orchestrator compares outcomes
         error = f"{type(exc).__name__}: {exc}"
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     total = sum(i.num_bytes for i in items)
     stats, pacing = cache.stats, cache.downloader().pacing
     return {
         "bytes": total,
         "seconds": seconds,
         "mb_per_s": total / seconds / 1e6,
+        "cpu_s_per_gb": cpu / (total / 1e9),  # this process, all threads: what a loaded machine cannot skew
         "error": error,
         "shards_at_once": at_once,
         "parts": stats.parts,
@@ -127,7 +133,9 @@ def fork(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--client", choices=["shardkit", "obstore", "s3fs-one-get", "s3fs-main"], required=True)
+    parser.add_argument(
+        "--client", choices=["shardkit", "shardkit-s3fs", "obstore", "s3fs-one-get", "s3fs-main"], required=True
+    )
     parser.add_argument("--url", required=True)
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--cache", required=True)

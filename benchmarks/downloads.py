@@ -1,6 +1,8 @@
 """Cold-cache node download throughput against a fast local HTTP endpoint (target T7):
 shardkit vs a plain parallel HTTP client (curl) vs the s3fs path of one GET per shard, and
-obstore vs s3fs behind the same store interface (fork safety and injected faults included).
+obstore vs s3fs behind the same store interface (fork safety and injected faults included);
+``shardkit-s3fs`` is shardkit with every body read through s3fs (no K23), to show what the
+direct HTTP bodies are worth.
 
     python -m benchmarks.downloads [--shards 16] [--shard-size 64MiB] [--connections 16]
         [--server auto|nginx|python] [--repeats 3] [--obstore-python PYTHON] [--out FILE]
@@ -17,7 +19,8 @@ Each client downloads every shard into a fresh cache dir, in a fresh process
 workers, then by the parent again), ``faults`` (503 SlowDown at 5% of shard GETs plus one
 stalled response, through tests/helpers/fault_proxy.py — a Python proxy, so its throughput is
 not comparable), and ``summary`` (best repeat of each; shardkit / curl and shardkit /
-s3fs-one-get against the T7 targets 0.8 and 2).
+s3fs-one-get against the T7 targets 0.8 and 2; and each client's least CPU seconds per GB
+downloaded, ``cpu_s_per_gb``, which a loaded machine skews less than MB/s).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -45,7 +49,7 @@ from benchmarks.jsonl import save_rows  # noqa: E402
 from shardkit.units import parse_size  # noqa: E402
 
 BUCKET, NAME = "data", "ds"
-CLIENTS = ["curl", "shardkit", "s3fs-one-get", "s3fs-main", "obstore"]
+CLIENTS = ["curl", "shardkit", "shardkit-s3fs", "s3fs-one-get", "s3fs-main", "obstore"]
 
 
 def pack(folder: str, num_shards: int, shard_bytes: int) -> None:
@@ -107,15 +111,21 @@ def run_curl(endpoint: str, shards: list[dict[str, Any]], out_dir: str, connecti
     cmd = [curl, "--parallel", "--parallel-max", str(connections), "--parallel-immediate", "-sS", "-f"]
     for index, shard in enumerate(shards):
         cmd += ["-o", os.path.join(out_dir, f"{index}.shard"), f"{endpoint}/{BUCKET}/{NAME}/{shard['name']}"]
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _children_cpu()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, _children_cpu() - cpu
     total = sum(int(s["num_bytes"]) for s in shards)
     got = sum(os.path.getsize(os.path.join(out_dir, f)) for f in os.listdir(out_dir))
     error = (
         None if done.returncode == 0 and got == total else f"exit {done.returncode}, {got} bytes: {done.stderr[-500:]}"
     )
-    return {"client": "curl", "bytes": total, "seconds": seconds, "mb_per_s": total / seconds / 1e6, "error": error}
+    return {"client": "curl", "bytes": total, "seconds": seconds, "mb_per_s": total / seconds / 1e6,
+            "cpu_s_per_gb": cpu / (total / 1e9), "error": error}
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _python_for(client: str, args: argparse.Namespace) -> str | None:
@@ -175,16 +185,20 @@ def robustness(args: argparse.Namespace, endpoint: str, tmp: str) -> list[dict[s
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     best: dict[str, float] = {}
+    cpu: dict[str, float] = {}
     for row in rows:
         if row.get("event") == "download" and not row.get("error"):
             best[row["client"]] = max(best.get(row["client"], 0.0), float(row["mb_per_s"]))
-    out: dict[str, Any] = {"event": "summary", "best_mb_per_s": best}
+            cpu[row["client"]] = min(cpu.get(row["client"], float("inf")), float(row["cpu_s_per_gb"]))
+    out: dict[str, Any] = {"event": "summary", "best_mb_per_s": best, "least_cpu_s_per_gb": cpu}
     if "shardkit" in best and "curl" in best:
         out["shardkit_vs_curl"] = best["shardkit"] / best["curl"]
         out["target_vs_curl_met"] = out["shardkit_vs_curl"] >= 0.8
     if "shardkit" in best and "s3fs-one-get" in best:
         out["shardkit_vs_s3fs_one_get"] = best["shardkit"] / best["s3fs-one-get"]
         out["target_vs_s3fs_met"] = out["shardkit_vs_s3fs_one_get"] >= 2.0
+    if "shardkit" in best and "shardkit-s3fs" in best:
+        out["shardkit_vs_shardkit_s3fs"] = best["shardkit"] / best["shardkit-s3fs"]
     if "obstore" in best and "shardkit" in best:
         out["obstore_vs_shardkit_s3fs"] = best["obstore"] / best["shardkit"]
     return out

@@ -35,6 +35,7 @@ class ObstoreStore(Store):
         self.protocol, self.root = split_protocol(url)
         self._fs, self._fs_pid, self.part_bytes = None, os.getpid(), 0
         self.endpoint_url = endpoint_url
+        self.direct_ranges, self._direct = False, None  # every body through obstore
         self._client: Any = None
         self._client_pid = -1
 

@@ -24,11 +24,13 @@ from shardkit.storage import CacheStats
 
 log = logging.getLogger(__name__)
 
+#: A worker's cache download counters (``CacheStats``, K20–K22), summed into ``stats()["cache"]``.
+DOWNLOAD_COUNTERS = ("download_parts", "download_retries", "download_throttled", "download_hedged")
 # Layout of a worker's per-batch snapshot (``WorkerStats.snapshot``).
 SNAPSHOT_FIELDS = (
     "done_time", "fetch_s", "io_s", "decode_s", "collate_s",
     "raw_bytes", "cache_hits", "cache_misses", "download_bytes", "download_s", "fresh_buffers",
-    "slowest_open_s", "slowest_shard",
+    *DOWNLOAD_COUNTERS, "slowest_open_s", "slowest_shard",
 )
 _COUNTERS = SNAPSHOT_FIELDS[1:-2]  # summed over consumers; the last two are a maximum and its shard
 #: What ``likely_stage`` names, in a fixed order (the cross-rank view sends the position).
@@ -55,6 +57,7 @@ class WorkerStats:
             cache.hits if cache else 0, cache.misses if cache else 0,
             cache.download_bytes if cache else 0, cache.download_seconds if cache else 0.0,
             self.fresh_buffers,
+            *((cache.parts, cache.retries, cache.throttled, cache.hedged) if cache else (0, 0, 0, 0)),
             self.read.slowest_open_seconds, self.read.slowest_shard,
         )
 
@@ -153,7 +156,8 @@ class LoaderStats:
             "transfer_p50_s": float(np.percentile(transfers, 50)),
             "elapsed_s": elapsed,
             "stages_s": {k: totals[k] for k in ("fetch_s", "io_s", "decode_s", "collate_s")},
-            "cache": {k: totals[k] for k in ("cache_hits", "cache_misses", "download_bytes", "download_s")},
+            "cache": {k: totals[k] for k in ("cache_hits", "cache_misses", "download_bytes", "download_s",
+                                             *DOWNLOAD_COUNTERS)},
             # batches copied into a fresh buffer because every ring slot was still held by this
             # process (batches kept alive by the loop), or the batch was bigger than a slot
             "fresh_buffers": int(totals["fresh_buffers"]),

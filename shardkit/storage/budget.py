@@ -5,11 +5,9 @@ flight holds an exclusive ``flock`` on one of them. flock is what makes it crash
 kernel drops the lock when its holder dies, SIGKILL included, so a killed downloader never
 keeps its slots. Processes that configure different sizes share the low-numbered slots.
 
-A slot is released by ``LOCK_UN`` before its descriptor is closed: a child forked while the
-parent held a slot owns a copy of the descriptor, and without the explicit unlock the slot
-would stay taken until that child closed it too. For the same reason the child closes its
-copies of held slots right after ``fork`` (that drops nothing: the parent's descriptor
-still holds the lock), so a SIGKILLed parent's slots are not kept alive by its workers.
+A slot is released by ``LOCK_UN`` before its descriptor is closed, and a forked child closes
+its copies of held slots right after ``fork`` (held_locks.py): a SIGKILLed parent's slots are
+not kept alive by its DataLoader workers.
 
 Waiting polls the slots (flock has no timeout) starting at a random one, backing off from
 2 ms to 20 ms, bounded by ``timeout`` and stopped by ``cancel``.
@@ -19,37 +17,19 @@ Thread-safety: ``acquire``/``release`` may be called from any thread.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import random
-import threading
 import time
 from collections.abc import Callable
 
 from shardkit.errors import StorageTimeoutError
 from shardkit.storage.cache_files import check_dir, make_dir, open_regular
+from shardkit.storage.held_locks import HELD
 
 SLOTS_DIR = ".slots"
 _MIN_POLL = 0.002
 _MAX_POLL = 0.02
-
-_held_lock = threading.Lock()
-_held: set[int] = set()  # descriptors of slots this process holds now
-
-
-def _close_inherited() -> None:
-    """In a forked child: forget the parent's slots; closing our copies unlocks nothing."""
-    global _held_lock
-    _held_lock = threading.Lock()
-    for fd in list(_held):
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _held.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_close_inherited)
 
 
 class NodeBudget:
@@ -76,8 +56,7 @@ class NodeBudget:
             except BlockingIOError:
                 os.close(fd)
                 continue
-            with _held_lock:
-                _held.add(fd)
+            HELD.add(fd)
             return fd
         return None
 
@@ -100,12 +79,7 @@ class NodeBudget:
 
     @staticmethod
     def release(fd: int) -> None:
-        with _held_lock:
-            _held.discard(fd)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_UN)  # explicit: a forked copy must not keep it (above)
-        finally:
-            os.close(fd)
+        HELD.release(fd)
 
     def num_free(self) -> int:
         """Slots free now (a snapshot, for tests and diagnostics; takes and drops each)."""

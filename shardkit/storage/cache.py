@@ -79,6 +79,7 @@ class CacheStats:
     download_seconds: float = 0.0
     redownloads: int = 0
     parts: int = 0        # ranged GETs of downloads (K20), hedges not counted
+    retries: int = 0      # part requests sent again after a transient failure (503s included)
     throttled: int = 0    # requests answered 503 SlowDown / 429 (K21)
     hedged: int = 0       # parts that got a second request (K22)
     hedge_wins: int = 0   # ... where the second one won

@@ -3,16 +3,21 @@
 Parts are separate range requests of ``part_bytes``, up to ``parts_in_flight`` of one object at
 once, each retried on its own (the store's ``RetryPolicy``): a transient failure costs one
 part, not the whole shard, and memory stays bounded by ``part_bytes × parts_in_flight`` (× 2
-while hedging). Every request passes two gates (specs/cache.md, K20–K22):
+while hedging; one 1 MiB piece per request on the direct path, K23). Every request passes two
+gates (specs/cache.md, K20–K22):
 
 - ``Pacing`` (pacing.py): this process's AIMD limit, lowered when the store throttles (503
   SlowDown, 429) and raised again as requests succeed;
 - ``NodeBudget`` (budget.py): slots shared by every process of the node, crash-safe.
 
-A part still running after ``Pacing.hedge_after`` gets a second request for the same range;
-the first to return the bytes wins, and only the winner's bytes are written (the loser's
-thread stops at its next retry or gate and its bytes are dropped). ``cancel`` stops between
-requests. Nothing here publishes: the caller verifies and renames the file (K1).
+Each request streams its body into the part's place in the file as it arrives
+(``Store.stream_range``: over plain HTTP connections for S3, K23), so no part is ever held
+whole in memory there. A part still running after ``Pacing.hedge_after`` gets a second request for
+the same range; both write the same bytes into the same place until one has delivered the
+whole range: that one wins, and from then on the other's writes are refused (it stops at its
+next piece; its thread ends with its request). ``cancel`` stops between requests: a request
+already out completes (a one-part shard still gets published for whoever asks next). Nothing here
+publishes: the caller verifies and renames the file (K1).
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ class DownloadOptions:
 class Downloader:
     """The cache downloads of one process: parts, pacing, node budget, hedging, counters.
 
-    ``count(**deltas)`` receives ``parts``, ``hedged``, ``hedge_wins`` and ``throttled``.
+    ``count(**deltas)`` receives ``parts``, ``retries``, ``hedged``, ``hedge_wins`` and ``throttled``.
     """
 
     def __init__(
@@ -77,19 +82,19 @@ class Downloader:
             return outer.is_set() or failed.is_set()
 
         fd = open_regular(path, os.O_WRONLY)  # never through a link planted in our place (K13)
+        sink = _Sink(fd)
         try:
             if not sole_link(fd):
                 raise CacheError(f"{path} has another name (a hard link); refusing to write into it")
             if len(parts) <= 1 or self.options.parts_in_flight <= 1:
                 for start, end in parts:
-                    _write_at(fd, self._part(store, name, start, end, stopped), start)
+                    self._part(store, name, _Part(sink, start, end), stopped)
                 return
             with ThreadPoolExecutor(
                 max_workers=self.options.parts_in_flight, thread_name_prefix="shardkit-download"
             ) as pool:
                 futures = [
-                    pool.submit(lambda s, e: _write_at(fd, self._part(store, name, s, e, stopped), s), start, end)
-                    for start, end in parts
+                    pool.submit(self._part, store, name, _Part(sink, start, end), stopped) for start, end in parts
                 ]
                 done, _ = wait(futures, return_when=FIRST_EXCEPTION)
                 errors = [f.exception() for f in done if f.exception() is not None]
@@ -98,27 +103,26 @@ class Downloader:
                     for future in futures:
                         future.cancel()
                     raise errors[0]  # type: ignore[misc]
+        except _WriteFailed as failure:
+            raise failure.error from None  # the disk's error, as the caller handles it (K11)
         finally:
-            os.close(fd)
+            sink.close()  # once no write is under way; requests still out write nothing more
 
-    def _part(self, store: Store, name: str, start: int, end: int, stopped: Stop) -> bytes:
-        """The bytes of one part; hedged by a second request when it runs late (K22)."""
+    def _part(self, store: Store, name: str, part: _Part, stopped: Stop) -> None:
+        """Fetch one part into its place; hedged by a second request when it runs late (K22)."""
         self._count(parts=1)
-        if self.options.hedge_after is None or end - start < self.options.hedge_min_bytes:
-            return self._attempt(store, name, start, end, stopped)
-        results: queue.Queue[tuple[int, bytes | None, BaseException | None]] = queue.Queue()
-        won = threading.Event()
+        if self.options.hedge_after is None or part.end - part.start < self.options.hedge_min_bytes:
+            self._attempt(store, name, part, stopped)
+            return
+        results: queue.Queue[tuple[int, BaseException | None]] = queue.Queue()
         watch = _Watch()  # when the first attempt's current request went out
-
-        def loser_stops() -> bool:
-            return stopped() or won.is_set()
 
         def run(index: int) -> None:
             try:
-                data = self._attempt(store, name, start, end, loser_stops, None if index else watch, hedge=index == 1)
-                results.put((index, data, None))
+                self._attempt(store, name, part, stopped, None if index else watch, hedge=index == 1)
+                results.put((index, None))
             except BaseException as exc:  # handed to the waiting thread
-                results.put((index, None, exc))
+                results.put((index, exc))
 
         _start_thread(run, 0)
         launched = 1
@@ -132,34 +136,35 @@ class Downloader:
             outcome = results.get()
         first_error: BaseException | None = None
         for answered in range(launched):
-            index, data, error = outcome if answered == 0 else results.get()
-            if data is not None:
-                won.set()
+            index, error = outcome if answered == 0 else results.get()
+            if error is None:
                 self._count(hedge_wins=index)
-                return data
+                return
             first_error = first_error or error
         raise first_error  # type: ignore[misc]
 
     def _attempt(
-        self,
-        store: Store,
-        name: str,
-        start: int,
-        end: int,
-        stopped: Stop,
-        watch: _Watch | None = None,
-        *,
-        hedge: bool = False,
-    ) -> bytes:
-        """One request chain for ``[start, end)``: retried per the store's policy, every
-        request through the pacing gate (a ``hedge`` passes it: it stands in for a late request that
-        still holds its place) and a node slot; ``watch`` sees each one out."""
+        self, store: Store, name: str, part: _Part, stopped: Stop, watch: _Watch | None = None, *, hedge: bool = False
+    ) -> None:
+        """One request chain for ``part``, until it holds the whole range or another attempt
+        won it: retried per the store's policy, every request through the pacing gate (a
+        ``hedge`` passes it: it stands in for a late request that still holds its place) and
+        a node slot; ``watch`` sees each one out."""
         url = store.url_of(name)
 
-        def once() -> bytes:
-            if stopped():
+        def write(piece: memoryview, offset: int) -> None:
+            part.write(piece, offset, url)  # not stopped by ``cancel``: a request out may still publish
+
+        tries = 0
+
+        def once() -> None:
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                self._count(retries=1)
+            if stopped() or part.won:
                 raise DownloadCancelled(f"{url}: download cancelled")
-            entered = self.pacing.enter(self.options.slot_timeout, stopped, hedge=hedge)
+            entered = self.pacing.enter(self.options.slot_timeout, lambda: stopped() or part.won, hedge=hedge)
             if entered is None:
                 raise DownloadCancelled(f"{url}: download cancelled")
             try:
@@ -170,7 +175,7 @@ class Downloader:
                     entered = time.monotonic()  # the request's own time, without the gates
                     if watch is not None:
                         watch.sent = entered
-                    data = store.read_range(name, start, end, retry=NO_RETRY)
+                    store.stream_range(name, part.start, part.end, write, retry=NO_RETRY)
                 finally:
                     if watch is not None:
                         watch.sent = None  # retrying or backing off is not "late"
@@ -184,9 +189,75 @@ class Downloader:
                 self.pacing.leave(entered, ok=False)
                 raise
             self.pacing.leave(entered, ok=True)
-            return data
+            if not part.finish():
+                raise DownloadCancelled(f"{url}: bytes [{part.start}, {part.end}) came first by another request")
 
-        return call_with_retry(once, policy=store.retry, what=f"{url} bytes [{start}, {end})")
+        call_with_retry(once, policy=store.retry, what=f"{url} bytes [{part.start}, {part.end})")
+
+
+class _WriteFailed(StorageError):
+    """A local write failed; ``error`` is the ``OSError`` (carried past the store's error mapping)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Sink:
+    """The download's file descriptor, closed only once no write into it is under way."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._open = True
+        self._writing = 0
+        self._cond = threading.Condition()
+
+    def write(self, piece: memoryview, offset: int, url: str) -> None:
+        with self._cond:
+            if not self._open:
+                raise DownloadCancelled(f"{url}: download ended")
+            self._writing += 1
+        try:
+            while piece:
+                written = os.pwrite(self.fd, piece, offset)
+                piece, offset = piece[written:], offset + written
+        except OSError as exc:
+            raise _WriteFailed(exc) from exc
+        finally:
+            with self._cond:
+                self._writing -= 1
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._open = False
+            while self._writing:  # a pwrite of one piece: bounded by the local disk
+                self._cond.wait()
+        os.close(self.fd)
+
+
+class _Part:
+    """Bytes ``[start, end)`` of the file: attempts write into it until one finishes (K22)."""
+
+    def __init__(self, sink: _Sink, start: int, end: int) -> None:
+        self.sink, self.start, self.end = sink, start, end
+        self.won = False
+        self._lock = threading.Lock()  # held across each write: none lands after the win
+
+    def write(self, piece: memoryview, offset: int, url: str) -> None:
+        with self._lock:
+            if self.won:
+                raise DownloadCancelled(f"{url}: bytes [{self.start}, {self.end}) came first by another request")
+            self.sink.write(piece, offset, url)
+
+    def finish(self) -> bool:
+        """Claim the part for the attempt that has just written all of it; False if another
+        attempt had already."""
+        with self._lock:
+            if self.won:
+                return False
+            self.won = True
+            return True
 
 
 class _Watch:
@@ -215,9 +286,3 @@ def _start_thread(target: Callable[[int], None], index: int) -> None:
         target=target, args=(index,), daemon=True, name=f"shardkit-part-{'hedge' if index else 'first'}"
     ).start()
 
-
-def _write_at(fd: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view, offset = view[written:], offset + written

@@ -10,6 +10,11 @@ checks, after locking, that the path still names the inode it locked, and retrie
 Lock files are opened through ``cache_files.open_regular``: a link or special file planted at a
 lock path is refused (``CacheError``), never followed, and no mode is ever changed (K13, K15).
 
+Locks and fork (K24): a held lock's descriptor is registered in ``held_locks.HELD``, so a
+forked child (a DataLoader worker) closes its copy at once and never keeps its parent's lease
+or download alive; ``release`` unlocks before closing. A ``FileLock`` object that crossed a
+fork is not held in the child: releasing it there only forgets it.
+
 Waiting polls with a non-blocking flock (flock itself has no timeout); every wait is bounded by
 a timeout and logs a warning, naming the holder pid, once it exceeds ``warn_after``.
 """
@@ -24,6 +29,7 @@ from collections.abc import Callable
 
 from shardkit.errors import StorageTimeoutError
 from shardkit.storage.cache_files import open_regular, sole_link
+from shardkit.storage.held_locks import HELD
 
 logger = logging.getLogger(__name__)
 
@@ -37,15 +43,18 @@ class FileLock:
     def __init__(self, path: str) -> None:
         self.path = path
         self._fd: int | None = None
+        self._pid = os.getpid()  # the process whose descriptor ``_fd`` is
         self.exclusive = False
 
     @property
     def held(self) -> bool:
+        if self._fd is not None and self._pid != os.getpid():  # crossed a fork: the child's copy is closed
+            self._fd = None
         return self._fd is not None
 
     def try_acquire(self, exclusive: bool) -> bool:
         """Take the lock if free now; never waits."""
-        if self._fd is not None:
+        if self.held:
             raise RuntimeError(f"lock {self.path} is already held by this object")
         mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
         for _ in range(8):  # retries only when the file was replaced under us
@@ -56,7 +65,8 @@ class FileLock:
                 os.close(fd)
                 return False
             if _same_file(fd, self.path):
-                self._fd, self.exclusive = fd, exclusive
+                HELD.add(fd)
+                self._fd, self._pid, self.exclusive = fd, os.getpid(), exclusive
                 return True
             os.close(fd)  # unlinked by an evictor between our open and flock: use the new one
         return False
@@ -106,20 +116,20 @@ class FileLock:
 
     def downgrade(self) -> None:
         """Exclusive → shared. Not atomic (flock(2)): callers re-validate what they guard."""
-        if self._fd is None:
+        if not self.held or self._fd is None:
             raise RuntimeError(f"lock {self.path} is not held")
         fcntl.flock(self._fd, fcntl.LOCK_SH)
         self.exclusive = False
 
     def release(self) -> None:
-        if self._fd is not None:
+        if self.held and self._fd is not None:
             fd, self._fd = self._fd, None
-            os.close(fd)  # closing drops the flock
+            HELD.release(fd)
 
     def record_holder(self) -> None:
         """Write our pid into the lock file, for "holder pid" diagnostics; never into a file
         that has another name too (a hard link planted at the lock path, K13)."""
-        if self._fd is None:
+        if not self.held or self._fd is None:
             return
         try:
             if not sole_link(self._fd):
@@ -144,7 +154,7 @@ class FileLock:
 
     def unlink(self) -> None:
         """Remove the lock file; only while holding it exclusively."""
-        if self._fd is None or not self.exclusive:
+        if not self.held or not self.exclusive:
             raise RuntimeError(f"unlink of {self.path} needs the exclusive lock")
         try:
             os.unlink(self.path)

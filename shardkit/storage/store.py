@@ -25,6 +25,7 @@ from shardkit.errors import StorageError, TransientStorageError
 from shardkit.storage.atomic import BufferedAtomicWrite, LocalAtomicWrite, link_or_copy
 from shardkit.storage.backends import make_filesystem
 from shardkit.storage.classify import to_storage_error
+from shardkit.storage.http_ranges import Write, proxy_applies, stream_range
 from shardkit.storage.local_files import read_regular_file
 from shardkit.storage.multipart import MultipartAtomicWrite
 from shardkit.storage.retry import RetryPolicy, call_with_retry
@@ -64,18 +65,23 @@ class Store:
         self._fs = make_filesystem(self.protocol, self.storage_options, self.retry, url)
         self._fs_pid = os.getpid()
         self.part_bytes = MULTIPART_PART_BYTES  # S3 uploads: bytes per part (>= 5 MiB)
+        #: ``stream_range`` of S3 objects over plain HTTP connections when it can (K23);
+        #: False: always through s3fs.
+        self.direct_ranges = True
+        self._direct: bool | None = None  # decided on first use, per process
 
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
         """The filesystem of this process (a forked child gets its own: K17)."""
         if self._fs_pid != os.getpid():
             self._fs = make_filesystem(self.protocol, self.storage_options, self.retry, self.url)
-            self._fs_pid = os.getpid()
+            self._fs_pid, self._direct = os.getpid(), None
         return self._fs
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_fs"], state["_fs_pid"] = None, -1  # the receiving process makes its own
+        state["_direct"] = None
         return state
 
     def __repr__(self) -> str:
@@ -135,6 +141,44 @@ class Store:
             return bytes(data)
 
         return self._call(name, once, retry)
+
+    def stream_range(self, name: str, start: int, end: int, write: Write, *,
+                     retry: RetryPolicy | None = None) -> None:
+        """Bytes ``[start, end)`` handed to ``write(piece, offset)`` in order as they arrive
+        (``piece`` valid only during the call); errors and retries as ``read_range``, and an
+        exception from ``write`` ends the read (raised as it is if a ``StorageError``). Every
+        attempt starts over at ``start``: a failed one may have written a prefix. S3 objects
+        go over plain HTTP connections, presigned by s3fs (K23, http_ranges.py) when
+        ``direct_ranges`` allows; anything else is one ``read_range``."""
+        if start < 0 or end < start:
+            raise ValueError(f"{self.url_of(name)}: invalid byte range [{start}, {end})")
+        if end == start:
+            return
+        if not self._direct_ok(name):
+            write(memoryview(self.read_range(name, start, end, retry=retry)), start)
+            return
+        verify = (self.storage_options.get("client_kwargs") or {}).get("verify", True)
+
+        def once(path: str) -> None:
+            stream_range(self.fs.url(path), start, end, write, verify=verify,
+                         connect_timeout=self.retry.connect_timeout, read_timeout=self.retry.read_timeout)
+
+        self._call(name, once, retry)
+
+    def _direct_ok(self, name: str) -> bool:
+        """Whether this process's reads of ``name`` may skip s3fs for the bytes (K23): an S3
+        store without requester-pays, extra request arguments or version awareness, whose
+        endpoint is plain HTTP(S) without a proxy."""
+        if not (self.direct_ranges and self._is_s3):
+            return False
+        fs = self.fs  # first: a forked child resets ``_direct``
+        if self._direct is None:
+            special = (getattr(fs, "requester_pays", False) or getattr(fs, "s3_additional_kwargs", None)
+                       or getattr(fs, "version_aware", False))
+            proxies = (self.storage_options.get("config_kwargs") or {}).get("proxies")
+            self._direct = not special and not proxy_applies(
+                self._call(name, lambda p: str(fs.url(p))), proxies)
+        return self._direct
 
     def read_suffix(self, name: str, length: int, size: int | None = None) -> tuple[bytes, int]:
         """The last ``length`` bytes (or the whole object if shorter) and the object size."""

@@ -129,3 +129,20 @@ def test_throttling_and_stalled_responses_lose_nothing_k21_k22(
     indices = _epoch_indices(url, _through(fault_proxy), cache_dir=str(tmp_path / "cache"))
     assert sorted(indices) == list(range(NUM_SAMPLES))
     assert stall.fired == 2 and any(r.fault == "status" for r in fault_proxy.records("GET"))
+
+
+def test_loader_stats_count_download_parts_retries_and_throttling_k21(
+    s3_dataset: tuple[str, sk.Manifest], fault_proxy: FaultProxy, tmp_path: Any
+) -> None:
+    """G10: ``loader.stats()["cache"]`` counts the cache downloads' part requests, the retries,
+    the throttled answers and the hedges (these shards are one part each, below hedging)."""
+    url, manifest = s3_dataset
+    fault_proxy.add(Fault(kind="status", status=503, requests=frozenset({1, 2}), key="/shards/"))
+    dataset = sk.StreamingDataset(url, batch_size=8, storage_options=_through(fault_proxy),
+                                  cache_dir=str(tmp_path / "cache"))
+    loader = sk.ShardLoader(dataset, num_workers=0)
+    assert sum(len(batch["id"]) for batch in loader) == NUM_SAMPLES
+    cache = loader.stats()["cache"]
+    assert cache["download_parts"] == len(manifest.shards)
+    assert cache["download_throttled"] == cache["download_retries"] == 2
+    assert cache["download_hedged"] == 0

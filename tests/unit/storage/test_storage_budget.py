@@ -5,13 +5,13 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import time
 from multiprocessing.synchronize import Event
 
 import pytest
 
 from shardkit.errors import CacheError, StorageTimeoutError
 from shardkit.storage.budget import NodeBudget
+from tests.helpers.fork_holders import killed_holder_with_live_child
 
 FORK = multiprocessing.get_context("fork")
 
@@ -22,15 +22,6 @@ def _hold_then_wait(root: str, count: int, held: Event, done: Event) -> None:
         budget.acquire(5.0)
     held.set()
     done.wait(60)
-
-
-def _fork_holding_parent(root: str, child_ready: Event, stop: Event) -> None:
-    """Take a slot, fork a child that idles, then die by SIGKILL while the child lives on."""
-    NodeBudget(root, 1).acquire(5.0)
-    child = FORK.Process(target=stop.wait, args=(60,))
-    child.start()
-    child_ready.set()
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def test_slots_are_exclusive_and_come_back_when_released(tmp_path: object) -> None:
@@ -63,18 +54,8 @@ def test_a_sigkilled_holder_frees_its_slots_k20(tmp_path: object) -> None:
 def test_a_forked_child_does_not_keep_its_dead_parents_slot_k20(tmp_path: object) -> None:
     """flock belongs to the open file; a child forked during the hold has a copy of it. The
     child drops its copy at fork, so the slot dies with the parent, not with the child."""
-    ready, stop = FORK.Event(), FORK.Event()
-    parent = FORK.Process(target=_fork_holding_parent, args=(str(tmp_path), ready, stop))
-    parent.start()
-    try:
-        assert ready.wait(30)
-        deadline = time.monotonic() + 30
-        while parent.exitcode is None and time.monotonic() < deadline:  # not join(): the
-            time.sleep(0.02)  # grandchild holds the pipe join() waits on
-        assert parent.exitcode == -signal.SIGKILL
+    with killed_holder_with_live_child(lambda: NodeBudget(str(tmp_path), 1).acquire(5.0)):
         assert NodeBudget(str(tmp_path), 1).num_free() == 1  # the grandchild still runs
-    finally:
-        stop.set()
 
 
 def test_a_link_planted_at_the_slots_folder_is_refused(tmp_path: object) -> None:
