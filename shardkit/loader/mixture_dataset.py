@@ -193,7 +193,8 @@ class MixtureDataset(StreamingDataset):
                        stats: WorkerStats, options: ReadOptions) -> Iterator[WindowSamples]:
         self._order = self._order_for(plan.params.epoch)
         self._bases = self._sample_bases_of(self._order)
-        return iter_mixture_consumer(self.opened, plan, consumer, start, cache, stats.read, options, self._order)
+        return iter_mixture_consumer(self.opened, plan, consumer, start, cache, stats.read, options, self._order,
+                                     piece=plan.params.batch_size)
 
     def _tally_of(self, cut: BatchCut, in_plan: np.ndarray, sources: np.ndarray) -> np.ndarray:
         """Real samples per source of a batch, then (weights in tokens) its tokens per source."""
@@ -210,14 +211,16 @@ class MixtureDataset(StreamingDataset):
         batch = super()._collate(cut)
         if isinstance(batch, dict):
             in_plan = source_of_indices(self._bases, cut.indices)
-            sources = np.asarray(self._order, dtype=np.int64)[in_plan]
-            if self.options.with_index and self._order != tuple(range(len(self._order))):
+            reordered = self._order != tuple(range(len(self._order)))
+            sources = np.asarray(self._order, dtype=np.int64)[in_plan] if reordered else in_plan
+            if self.options.with_index and reordered:
                 # a resumed epoch's plan lists its sources in the saved order: _index is this mixture's
                 index = cut.indices - self._bases[in_plan] + self._sample_bases[sources]
                 batch["_index"] = alloc_like(index, torch.int64)
             if self.with_source:
                 batch["_source"] = alloc_like(sources, torch.int64)
-            batch[SOURCES_KEY] = alloc_like(self._tally_of(cut, in_plan, sources), torch.int64)
+            # exact ints beside the tensors (X9): no tensor view to build and read back per batch
+            batch[SOURCES_KEY] = tuple(self._tally_of(cut, in_plan, sources).tolist())
         return batch
 
 
