@@ -236,6 +236,11 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
                              "the mixture (sk.StreamingDataset(mixture) or sk.MixtureDataset)")
         return self.fingerprint
 
+    def prefetch_batches(self) -> int | None:
+        """Batches each worker keeps in flight when ``ShardLoader`` is given no
+        ``prefetch_factor`` (None: the loader's default; a mixture asks for more, MX14)."""
+        return None
+
     def new_tally(self) -> SourceTally | None:
         """What counts received samples per source at the consumed boundary (mixtures only)."""
         return None

@@ -42,6 +42,8 @@ from shardkit.read.options import ReadOptions
 from shardkit.read.stream import WindowSamples
 from shardkit.storage import ShardCache
 
+MAX_PREFETCH_BATCHES = 64  # per worker (ring slots grow with it: X5, specs/batch-transport.md)
+
 
 class MixtureDataset(StreamingDataset):
     """Batches of ``batch_size`` samples drawn from several datasets by weight, exactly once per
@@ -165,6 +167,14 @@ class MixtureDataset(StreamingDataset):
         self.spec = spec_after(base, started)
         self._started, self._plans = started, {}
 
+    def prefetch_batches(self) -> int | None:
+        """MX14: a consumer's range starts inside a window of the mixed sequence, so each worker
+        decodes its windows at its own steps and the in-order loader waits out each one in turn;
+        half a window of batches in flight per worker lets it take the others' batches meanwhile."""
+        if not self.params.shuffle:
+            return None
+        return min(self.params.shuffle_window // (2 * self.params.batch_size), MAX_PREFETCH_BATCHES)
+
     def new_tally(self) -> SourceTally:
         return SourceTally(self.spec.names, tokens=self._lengths is not None)
 
@@ -193,8 +203,7 @@ class MixtureDataset(StreamingDataset):
                        stats: WorkerStats, options: ReadOptions) -> Iterator[WindowSamples]:
         self._order = self._order_for(plan.params.epoch)
         self._bases = self._sample_bases_of(self._order)
-        return iter_mixture_consumer(self.opened, plan, consumer, start, cache, stats.read, options, self._order,
-                                     piece=plan.params.batch_size)
+        return iter_mixture_consumer(self.opened, plan, consumer, start, cache, stats.read, options, self._order)
 
     def _tally_of(self, cut: BatchCut, in_plan: np.ndarray, sources: np.ndarray) -> np.ndarray:
         """Real samples per source of a batch, then (weights in tokens) its tokens per source."""

@@ -18,7 +18,6 @@ import numpy as np
 from shardkit.plan import Plan
 from shardkit.plan.mixture_state import shard_bases
 from shardkit.read.mixture import OpenMixture
-from shardkit.read.mixture_windows import spread_window_decodes
 from shardkit.read.options import ReadOptions
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.stats import ReadStats
@@ -64,12 +63,11 @@ def source_of_indices(sample_bases: np.ndarray, indices: np.ndarray) -> np.ndarr
 def iter_mixture_consumer(opened: OpenMixture, plan: Plan, consumer: int, start: int,
                           cache: ShardCache | None = None, stats: ReadStats | None = None,
                           options: ReadOptions = ReadOptions(),
-                          order: Sequence[int] | None = None, piece: int | None = None) -> Iterator[WindowSamples]:
+                          order: Sequence[int] | None = None) -> Iterator[WindowSamples]:
     """Consumer ``consumer``'s samples of a mixture plan from position ``start`` to its end;
     ``indices`` are global (``source_of_indices`` maps them to sources). ``order``: the opened
     datasets the plan's sources are, in plan order (default: all, in the mixture's order; a
-    resumed epoch may list a subset in its saved order). ``piece`` (a batch size): decode each
-    shuffled window while the previous one goes out in pieces of that many samples (MX14)."""
+    resumed epoch may list a subset in its saved order)."""
     if order is None:
         bases = shard_bases(opened.spec())
     else:
@@ -80,13 +78,9 @@ def iter_mixture_consumer(opened: OpenMixture, plan: Plan, consumer: int, start:
     upcoming = list(plan.shards_of(consumer, start)) if cache is not None else None
     opener = MixtureOpener(opened, bases, cache, upcoming, stats, options)
     offsets = plan.shard_offsets
-    windows = plan.consumer_windows(consumer, start)
     try:
-        # read_window uses only .reader(shard) and .options of its opener
-        if piece is not None:
-            yield from spread_window_decodes(cast(ShardOpener, opener), windows, offsets, start, piece)
-            return
-        for window in windows:
+        for window in plan.consumer_windows(consumer, start):
+            # read_window uses only .reader(shard) and .options of its opener
             yield from read_window(cast(ShardOpener, opener), window, offsets)
     finally:
         opener.close()
