@@ -236,8 +236,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
                              "the mixture (sk.StreamingDataset(mixture) or sk.MixtureDataset)")
         return self.fingerprint
 
-    def prefetch_batches(self) -> int | None:
-        """Batches each worker keeps in flight when ``ShardLoader`` is given no
+    def prefetch_batches(self, num_workers: int) -> int | None:
+        """Batches each of ``num_workers`` workers keeps in flight when ``ShardLoader`` is given no
         ``prefetch_factor`` (None: the loader's default; a mixture asks for more, MX14)."""
         return None
 

@@ -42,7 +42,9 @@ from shardkit.read.options import ReadOptions
 from shardkit.read.stream import WindowSamples
 from shardkit.storage import ShardCache
 
-MAX_PREFETCH_BATCHES = 64  # per worker (ring slots grow with it: X5, specs/batch-transport.md)
+# Batches in flight by default (MX14), per worker and over all of them: ring slots grow with them
+# (X5, specs/batch-transport.md), and a ring holds at most 4,096 slots.
+MAX_PREFETCH_BATCHES, MAX_PREFETCH_TOTAL = 64, 1024
 
 
 class MixtureDataset(StreamingDataset):
@@ -167,13 +169,14 @@ class MixtureDataset(StreamingDataset):
         self.spec = spec_after(base, started)
         self._started, self._plans = started, {}
 
-    def prefetch_batches(self) -> int | None:
+    def prefetch_batches(self, num_workers: int) -> int | None:
         """MX14: a consumer's range starts inside a window of the mixed sequence, so each worker
         decodes its windows at its own steps and the in-order loader waits out each one in turn;
         half a window of batches in flight per worker lets it take the others' batches meanwhile."""
         if not self.params.shuffle:
             return None
-        return min(self.params.shuffle_window // (2 * self.params.batch_size), MAX_PREFETCH_BATCHES)
+        cap = min(MAX_PREFETCH_BATCHES, MAX_PREFETCH_TOTAL // max(num_workers, 1))
+        return min(self.params.shuffle_window // (2 * self.params.batch_size), cap)
 
     def new_tally(self) -> SourceTally:
         return SourceTally(self.spec.names, tokens=self._lengths is not None)
