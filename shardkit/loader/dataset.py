@@ -240,6 +240,11 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
                              "the mixture (sk.StreamingDataset(mixture) or sk.MixtureDataset)")
         return self.fingerprint
 
+    def prefetch_batches(self, num_workers: int) -> int | None:
+        """Batches each of ``num_workers`` workers keeps in flight when ``ShardLoader`` is given no
+        ``prefetch_factor`` (None: the loader's default; a mixture asks for more, MX15)."""
+        return None
+
     def new_tally(self) -> SourceTally | None:
         """What counts received samples per source at the consumed boundary (mixtures only)."""
         return None

@@ -42,6 +42,10 @@ from shardkit.read.options import ReadOptions
 from shardkit.read.stream import WindowSamples
 from shardkit.storage import ShardCache
 
+# Batches in flight by default (MX15), per worker and over all of them: ring slots grow with them
+# (X5, specs/batch-transport.md), and a ring holds at most 4,096 slots.
+MAX_PREFETCH_BATCHES, MAX_PREFETCH_TOTAL = 64, 1024
+
 
 class MixtureDataset(StreamingDataset):
     """Batches of ``batch_size`` samples drawn from several datasets by weight, exactly once per
@@ -168,6 +172,15 @@ class MixtureDataset(StreamingDataset):
         self.spec = spec_after(base, started)
         self._started, self._plans = started, {}
 
+    def prefetch_batches(self, num_workers: int) -> int | None:
+        """MX15: a consumer's range starts inside a window of the mixed sequence, so each worker
+        decodes its windows at its own steps and the in-order loader waits out each one in turn;
+        half a window of batches in flight per worker lets it take the others' batches meanwhile."""
+        if not self.params.shuffle:
+            return None
+        cap = min(MAX_PREFETCH_BATCHES, MAX_PREFETCH_TOTAL // max(num_workers, 1))
+        return min(self.params.shuffle_window // (2 * self.params.batch_size), cap)
+
     def new_tally(self) -> SourceTally:
         return SourceTally(self.spec.names, tokens=self._lengths is not None)
 
@@ -213,14 +226,16 @@ class MixtureDataset(StreamingDataset):
         batch = super()._collate(cut)
         if isinstance(batch, dict):
             in_plan = source_of_indices(self._bases, cut.indices)
-            sources = np.asarray(self._order, dtype=np.int64)[in_plan]
-            if self.options.with_index and self._order != tuple(range(len(self._order))):
+            reordered = self._order != tuple(range(len(self._order)))
+            sources = np.asarray(self._order, dtype=np.int64)[in_plan] if reordered else in_plan
+            if self.options.with_index and reordered:
                 # a resumed epoch's plan lists its sources in the saved order: _index is this mixture's
                 index = cut.indices - self._bases[in_plan] + self._sample_bases[sources]
                 batch["_index"] = alloc_like(index, torch.int64)
             if self.with_source:
                 batch["_source"] = alloc_like(sources, torch.int64)
-            batch[SOURCES_KEY] = alloc_like(self._tally_of(cut, in_plan, sources), torch.int64)
+            # exact ints beside the tensors (X9): no tensor view to build and read back per batch
+            batch[SOURCES_KEY] = tuple(self._tally_of(cut, in_plan, sources).tolist())
         return batch
 
 

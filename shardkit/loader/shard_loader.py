@@ -75,7 +75,8 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         if type(batches_per_transfer) is not int or batches_per_transfer < 1:  # bool is not int here
             raise ValueError(f"batches_per_transfer must be an int >= 1, got {batches_per_transfer!r}")
         group = batches_per_transfer if num_workers > 0 else 1
-        default_prefetch = max(2, -(-DEFAULT_PREFETCH // group))
+        wanted = max(dataset.prefetch_batches(num_workers) or DEFAULT_PREFETCH, DEFAULT_PREFETCH)  # mixtures: MX15
+        default_prefetch = max(2, -(-wanted // group))
         super().__init__(
             dataset,
             batch_size=None,

@@ -269,8 +269,7 @@ class MixedSequence(SampleSequence):
         source = np.repeat(np.arange(len(sizes)), sizes)[merged]
         order = bases[source] + within[merged]
         raw = np.random.Philox(key=philox_key(SALT_MIX_WINDOW, *self._key, index, -1)).random_raw(total)
-        block = np.arange(total, dtype=np.int64) // self._batch
-        result: np.ndarray = order[np.lexsort((raw, block))]
+        result: np.ndarray = order[_sorted_within_blocks(raw, self._batch)]
         return result
 
     def shards(self, start: int, stop: int) -> np.ndarray:
@@ -289,6 +288,16 @@ class MixedSequence(SampleSequence):
                 rank += span.num_samples
         order = np.argsort(np.array(when), kind="stable")
         return np.array(found, dtype=np.int64)[order] if found else _NO_SHARDS
+
+
+def _sorted_within_blocks(keys: np.ndarray, block: int) -> np.ndarray:
+    """``np.lexsort((keys, arange(len(keys)) // block))``: each run of ``block`` positions sorted
+    by its keys (stable), the runs in place; one row-wise argsort, a few times faster per window."""
+    whole = len(keys) // block * block
+    rows = np.argsort(keys[:whole].reshape(-1, block), axis=1, kind="stable")
+    rows += np.arange(0, whole, block, dtype=np.int64)[:, None]
+    tail = whole + np.argsort(keys[whole:], kind="stable")
+    return np.concatenate([rows.reshape(-1), tail]).astype(np.int64, copy=False)
 
 
 def _zero_based_perm(key: tuple[int, ...], index: int, source: int, length: int) -> np.ndarray:

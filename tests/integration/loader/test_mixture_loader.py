@@ -96,3 +96,28 @@ def test_the_mixture_example_trains_the_planned_counts() -> None:
                          capture_output=True, text=True, check=True, env=env, timeout=300).stdout
     trained, planned = out.split("trained ")[1].split(", planned ")
     assert trained == planned.split(" (")[0] == "{'web': 700, 'code': 200, 'math': 100}"
+
+
+def test_workers_keep_half_a_window_of_batches_in_flight(roots: dict[str, str]) -> None:
+    """MX15: without a ``prefetch_factor``, each worker of a shuffled mixture keeps half a window
+    of batches in flight (groups of 4 here), capped per worker and in all; an explicit one, an
+    unshuffled mixture and one dataset keep theirs; the deep queue delivers the multiset exactly."""
+    def mixture_loader(**options: Any) -> sk.ShardLoader:
+        prefetch, workers = options.pop("prefetch_factor", None), options.pop("num_workers", 2)
+        dataset = sk.MixtureDataset(mixture(roots), batch_size=4, seed=7, tail="pad", with_index=True,
+                                    with_source=True, **options)
+        return sk.ShardLoader(dataset, num_workers=workers, prefetch_factor=prefetch)
+
+    assert mixture_loader(shuffle_window=128).prefetch_factor == 4  # 128 / 2 / 4 = 16 batches
+    assert mixture_loader(shuffle_window=1 << 20).prefetch_factor == 16  # 64 batches at most
+    assert mixture_loader(shuffle_window=1 << 20, num_workers=64).prefetch_factor == 4  # 1,024 in all
+    assert mixture_loader(shuffle_window=128, prefetch_factor=3).prefetch_factor == 3
+    assert mixture_loader(shuffle_window=128, shuffle=False).prefetch_factor == 2
+    assert mixture_loader(shuffle_window=8).prefetch_factor == 2
+    assert sk.ShardLoader(sk.StreamingDataset(roots["web"], batch_size=4, shuffle_window=128),
+                          num_workers=2).prefetch_factor == 2
+    shard_loader = mixture_loader(shuffle_window=128)
+    shard_loader.set_epoch(1)
+    got = take(iter(shard_loader), shard_loader.streaming, None)
+    params = PlanParams(seed=7, epoch=1, batch_size=4, tail="pad", shuffle_window=128)
+    assert collections.Counter(got) == expected_multiset(shard_loader.streaming.spec, params)
