@@ -45,6 +45,7 @@ from shardkit.storage import ShardCache
 # Batches in flight by default (MX15), per worker and over all of them: ring slots grow with them
 # (X5, specs/batch-transport.md), and a ring holds at most 4,096 slots.
 MAX_PREFETCH_BATCHES, MAX_PREFETCH_TOTAL = 64, 1024
+MAX_PREFETCH_BYTES = 256 << 20  # per worker: half a window of large samples (images) would be GBs
 
 
 class MixtureDataset(StreamingDataset):
@@ -178,8 +179,15 @@ class MixtureDataset(StreamingDataset):
         half a window of batches in flight per worker lets it take the others' batches meanwhile."""
         if not self.params.shuffle:
             return None
-        cap = min(MAX_PREFETCH_BATCHES, MAX_PREFETCH_TOTAL // max(num_workers, 1))
-        return min(self.params.shuffle_window // (2 * self.params.batch_size), cap)
+        batch = self.params.batch_size
+        cap = min(MAX_PREFETCH_BATCHES, MAX_PREFETCH_TOTAL // max(num_workers, 1),
+                  MAX_PREFETCH_BYTES // max(batch * self._sample_bytes(), 1))
+        return min(self.params.shuffle_window // (2 * batch), cap)
+
+    def _sample_bytes(self) -> int:
+        """Decoded bytes of an average sample of the source whose samples are largest."""
+        manifests = [ds.manifest for ds in self.opened.datasets]
+        return max((m.raw_bytes // m.num_samples for m in manifests if m.num_samples), default=0)
 
     def new_tally(self) -> SourceTally:
         return SourceTally(self.spec.names, tokens=self._lengths is not None)

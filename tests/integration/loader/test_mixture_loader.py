@@ -100,7 +100,7 @@ def test_the_mixture_example_trains_the_planned_counts() -> None:
 
 def test_workers_keep_half_a_window_of_batches_in_flight(roots: dict[str, str]) -> None:
     """MX15: without a ``prefetch_factor``, each worker of a shuffled mixture keeps half a window
-    of batches in flight (groups of 4 here), capped per worker and in all; an explicit one, an
+    of batches in flight (groups of 4 here), capped per worker, in all and by bytes; an explicit one, an
     unshuffled mixture and one dataset keep theirs; the deep queue delivers the multiset exactly."""
     def mixture_loader(**options: Any) -> sk.ShardLoader:
         prefetch, workers = options.pop("prefetch_factor", None), options.pop("num_workers", 2)
@@ -116,6 +116,12 @@ def test_workers_keep_half_a_window_of_batches_in_flight(roots: dict[str, str]) 
     assert mixture_loader(shuffle_window=8).prefetch_factor == 2
     assert sk.ShardLoader(sk.StreamingDataset(roots["web"], batch_size=4, shuffle_window=128),
                           num_workers=2).prefetch_factor == 2
+    dataset = mixture_loader(shuffle_window=128).streaming  # large samples: bytes in flight bound it
+    sample_bytes = dataset._sample_bytes()
+    assert sample_bytes > 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("shardkit.loader.mixture_dataset.MAX_PREFETCH_BYTES", 3 * 4 * sample_bytes)
+        assert dataset.prefetch_batches(2) == 3
     shard_loader = mixture_loader(shuffle_window=128)
     shard_loader.set_epoch(1)
     got = take(iter(shard_loader), shard_loader.streaming, None)
