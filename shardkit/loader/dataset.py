@@ -17,20 +17,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
-from shardkit.errors import PlanError, StateError
+from shardkit.errors import PlanError
 from shardkit.loader.batcher import BatchCut, cut_batches
 from shardkit.loader.collate import collate_samples
 from shardkit.loader.collate_columns import collate_pieces
+from shardkit.loader.dataset_kind import subclass_for
+from shardkit.loader.dataset_plans import DatasetPlans
 from shardkit.loader.emitter import Emitter
 from shardkit.loader.env import cache_settings
-from shardkit.loader.epoch_check import check_dataset, check_plan
+from shardkit.loader.epoch_check import check_dataset
 from shardkit.loader.guard import check_caller
 from shardkit.loader.loader_stats import WorkerStats
-from shardkit.loader.mixture_state import SourceTally
 from shardkit.loader.topology import Topology, rank_and_world, worker_slot
 from shardkit.loader.transfer.arena import alloc_like
 from shardkit.loader.transfer.control import Control
@@ -38,16 +38,14 @@ from shardkit.loader.transfer.meta import META_KEY
 from shardkit.loader.transfer.packed import in_groups
 from shardkit.loader.transfer.ring import Ring, find
 from shardkit.loader.transforms import Transform, takes_context, transformed
-from shardkit.plan import Plan, PlanParams, build_plan, plan_to_state, worker_consumer
+from shardkit.plan import Plan, PlanParams, worker_consumer
 from shardkit.plan.params import default_spread
-from shardkit.plan.plan import base_plan
-from shardkit.plan.quality import warn_if_unshuffled
 from shardkit.plan.rotation import StepPlan
 from shardkit.plan.token_config import TokenBlocks
 from shardkit.read import ReadOptions, StoredDataset, open_dataset
 from shardkit.read.column_pieces import ColumnPiece, as_samples
 from shardkit.read.dataset import split_manifest_path
-from shardkit.read.mixture import Mixture, is_mixture_file
+from shardkit.read.mixture import Mixture
 from shardkit.read.random_access import RandomAccess
 from shardkit.read.stream import WindowSamples, iter_consumer
 from shardkit.storage import ShardCache, split_protocol
@@ -68,7 +66,7 @@ class StreamOptions:
     world_size: int | None = None
 
 
-class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
+class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,unused-ignore]
     """Batches of ``batch_size`` samples from a shardkit dataset, exactly once per epoch.
 
     ``transform`` maps one sample dict (in the worker, before collation) — ``transform(sample)``,
@@ -86,29 +84,15 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     mixes that many times more shards; by default 12 for a dataset not shuffled at pack time and
     1 for one that was (specs/partition.md P18-P19; 1 = each consumer reads one contiguous run
     of shards).
+    The plans of its epochs and its part of a loader state: loader/dataset_plans.py.
     """
 
     def __new__(cls, path: Any = None, *args: Any, **kwargs: Any) -> StreamingDataset:
         """``StreamingDataset(mixture, ...)`` - a ``Mixture`` or the path of a mixture file
-        (.toml/.json) - makes a ``MixtureDataset`` (a subclass; specs/mixture.md)."""
-        mixture = isinstance(path, Mixture) or (isinstance(path, str) and is_mixture_file(path))
-        if cls is StreamingDataset and "sample_weights" in kwargs:  # specs/sample-weights.md
-            from shardkit.loader.weighted_dataset import weighted_class  # a subclass: imported late
-
-            return super().__new__(weighted_class(mixture))
-        if cls is StreamingDataset and mixture and kwargs.get("tokens") is not None:
-            from shardkit.loader.token_mixture import TokenMixtureDataset  # a subclass: imported late
-
-            return super().__new__(TokenMixtureDataset)  # token blocks over a mixture (TB15)
-        if cls is StreamingDataset and mixture:
-            from shardkit.loader.mixture_dataset import MixtureDataset  # a subclass: imported late
-
-            return super().__new__(MixtureDataset)
-        if cls is StreamingDataset and kwargs.get("tokens") is not None:
-            from shardkit.loader.token_dataset import TokenDataset  # a subclass: imported late
-
-            return super().__new__(TokenDataset)
-        return super().__new__(cls)
+        (.toml/.json) - makes a ``MixtureDataset`` (a subclass; specs/mixture.md); ``tokens=`` and
+        ``sample_weights=`` make theirs too (loader/dataset_kind.py)."""
+        kind = subclass_for(path, kwargs) if cls is StreamingDataset else None
+        return super().__new__(kind or cls)
 
     def __init__(
         self,
@@ -161,10 +145,6 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
 
     # ---- configuration from the training process ------------------------------------------
     @property
-    def fingerprint(self) -> str:
-        return self.dataset.manifest.fingerprint
-
-    @property
     def yields_tokens(self) -> bool:
         """Whether batches are token blocks carrying ``num_tokens``/``num_padding`` (TB9)."""
         return False
@@ -186,77 +166,6 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         self.control.write({"epoch": self._epoch, "rank": topology.rank, "world_size": topology.world_size,
                             "resume": resume, "generation": generation, "group": group,
                             "ring": list(ring.key) if ring is not None else None})
-
-    def plan(self, epoch: int, world_size: int, num_workers: int, resume: dict[str, Any] | None = None) -> Plan:
-        """The (cached) plan of ``epoch`` for a topology; ``resume`` = a plan state (G6)."""
-        params = replace(self.params, epoch=epoch, world_size=world_size, num_workers=num_workers)
-        key = repr((params, resume))
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = build_plan(self.dataset.manifest.shard_sizes, params, resume, self.level0)
-            check_plan(plan)  # no batch for this topology, or a large drop: logged once (P16, P17)
-            if worker_slot() == (0, 0):  # P20: in the training process, once per dataset
-                warn_if_unshuffled(self.dataset.manifest, plan)
-            self._plans = {key: plan}
-        return plan
-
-    def level0(self, shard_sizes: np.ndarray, params: PlanParams) -> Plan:
-        """Level 0 of an epoch's plan (a ``WeightedDataset`` plans its weighted multiset)."""
-        return base_plan(shard_sizes, params)
-
-    def step_plan(self, epoch: int, world_size: int, num_workers: int,
-                  resume: dict[str, Any] | None = None) -> StepPlan:
-        """What ``ShardLoader`` counts steps and consumed offsets with: the sample plan here,
-        a token plan (offsets in blocks) for token blocks."""
-        return self.plan(epoch, world_size, num_workers, resume)
-
-    # ---- the dataset's part of a loader state (a mixture adds its own: mixture_dataset.py) ----
-    def state_fingerprint(self, epoch: int) -> str:
-        """The fingerprint the loader state's plan of ``epoch`` carries."""
-        return self.fingerprint
-
-    def state_part(self, epoch: int, resume: dict[str, Any] | None, received: Any) -> dict[str, Any]:
-        """Keys a loader state adds for this dataset (none for one dataset)."""
-        return {}
-
-    def plan_state(self, plan: Any, offsets: list[int], epoch: int) -> dict[str, Any]:
-        """The loader state's ``plan``: ``plan`` (from ``step_plan``) after ``offsets``."""
-        return plan_to_state(plan, offsets, self.state_fingerprint(epoch))
-
-    def extra_state(self, plan: Any, offsets: list[int]) -> dict[str, Any]:
-        """Keys a loader state adds for this kind of dataset at ``offsets`` (token blocks)."""
-        return {}
-
-    def load_state_part(self, state: dict[str, Any]) -> str:
-        """Apply the dataset's part of a loader state; returns the fingerprint its plan must carry."""
-        if "sample_weights" in state:
-            raise StateError("loader state: saved with sample weights (it has a 'sample_weights' key); "
-                             "resume it with the same sample_weights= (specs/sample-weights.md SW7)")
-        if "tokens" in state:
-            raise StateError("loader state: saved by a token-block dataset (it has a 'tokens' key); resume "
-                             "it with the same tokens=sk.TokenBlocks(...)")
-        if "mixture" in state:
-            raise StateError("loader state: saved by a mixture (it has a 'mixture' key); resume it with "
-                             "the mixture (sk.StreamingDataset(mixture) or sk.MixtureDataset)")
-        return self.fingerprint
-
-    def prefetch_batches(self, num_workers: int) -> int | None:
-        """Batches each of ``num_workers`` workers keeps in flight when ``ShardLoader`` is given no
-        ``prefetch_factor`` (None: the loader's default; a mixture asks for more, MX15)."""
-        return None
-
-    def new_tally(self) -> SourceTally | None:
-        """What counts received samples per source at the consumed boundary (mixtures only)."""
-        return None
-
-    def num_batches(self, epoch: int, rank: int, world_size: int, num_workers: int,
-                    resume: dict[str, Any] | None = None) -> int:
-        """Batches rank ``rank`` still yields this epoch (all ranks get the same number)."""
-        plan = self.step_plan(epoch, world_size, num_workers, resume)
-        batch = self.params.batch_size
-        width = max(num_workers, 1)
-        consumers = range(rank * width, (rank + 1) * width)
-        return sum(plan.num_batches(c) - plan.start_offsets[c] // batch for c in consumers)
 
     # ---- sizes and random access: sizes count samples; len(ShardLoader) counts steps (R12) ----
     @property

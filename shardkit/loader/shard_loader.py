@@ -1,15 +1,7 @@
 """``ShardLoader``: a torch ``DataLoader`` over a ``StreamingDataset`` that records, per global
 consumer, how many samples the training loop has actually received (G5 in docs/guarantees.md)
 and restores from it, also on another topology (G6). Implements the ``Stateful`` protocol of
-``torch.distributed.checkpoint``.
-
-Loader state (specs/resume-state.md §Loader)::
-
-    {"version": 1, "kind": "shardkit.loader", "epoch": int, "steps": int,
-     "plan": <plan state: fingerprint, params, offsets per consumer, parent>}
-
-``state_dict()`` is collective when ``torch.distributed`` is initialized with world size > 1:
-every rank must call it at the same step; all get the same global state.
+``torch.distributed.checkpoint`` (``state_dict``, ``load_state_dict``: loader/loader_state.py).
 """
 
 from __future__ import annotations
@@ -21,32 +13,28 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from shardkit.errors import StateError
 from shardkit.loader.dataset import StreamingDataset
 from shardkit.loader.epochs import EpochCursor
 from shardkit.loader.guard import passthrough
+from shardkit.loader.loader_state import LOADER_STATE_KIND, LOADER_STATE_VERSION, StatefulLoader, check_loader_state
 from shardkit.loader.loader_stats import LoaderStats
-from shardkit.loader.mixture_state import gather_sum
 from shardkit.loader.rank_stats import gather_rank_stats
-from shardkit.loader.topology import Topology, rank_and_world
+from shardkit.loader.topology import Topology
 from shardkit.loader.transfer.meta import META_KEY, BatchMeta
 from shardkit.loader.transfer.packed import BatchGroup, PackedBatch
 from shardkit.loader.transfer.ring import Ring
-from shardkit.plan import validate_state
 
 log = logging.getLogger(__name__)
-LOADER_STATE_VERSION = 1
-LOADER_STATE_KIND = "shardkit.loader"
+__all__ = ["LOADER_STATE_KIND", "LOADER_STATE_VERSION", "ShardLoader", "check_loader_state"]  # state: loader_state.py
 DEFAULT_PREFETCH = 4  # batches asked ahead per worker (rounded up to whole groups, at least 2 groups:
 # 8 batches at the default group of 4); 2 (DataLoader's default) left workers idle at W=2
 DEFAULT_BATCHES_PER_TRANSFER = 4  # batches per DataLoader item (X8); see __init__
 RING_SPARE_SLOTS = 3  # ring slots per worker beyond the batches in flight: ones the loop holds
 
 
-class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
+class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-ignore]
     def __init__(
         self,
         dataset: StreamingDataset,
@@ -142,10 +130,6 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
                                    self._iter_resume)
         offsets = [self._offsets.get(c, start) for c, start in enumerate(plan.start_offsets)]
         return self.streaming.plan_state(plan, offsets, self.streaming.epoch)
-
-    def _topology(self) -> Topology:
-        rank, world = rank_and_world(self.streaming.options.rank, self.streaming.options.world_size)
-        return Topology(rank, world, 0, self.num_workers)
 
     def __len__(self) -> int:
         """Steps (batches) this rank yields: in the iteration under way, all of them; otherwise
@@ -258,66 +242,6 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         shards = self.streaming.dataset.manifest.shards if self._tally is None else ()  # a tally: a mixture
         return shards[shard_index].name if 0 <= shard_index < len(shards) else None
 
-    # ---- Stateful -----------------------------------------------------------------------------
-    def consumed_snapshot(self) -> tuple[dict[int, int], int]:
-        """This rank's consumed offsets and step count right now (cheap, local; see ``state_dict``)."""
-        return dict(self._offsets), self._steps
-
-    def rewind(self, snapshot: tuple[dict[int, int], int]) -> None:
-        """Take the consumed boundary back to ``snapshot`` (from ``consumed_snapshot``) in the
-        iteration under way: batches handed over since then were a look-ahead the loop never
-        used (``DevicePrefetcher``'s staged batch); an abandoned iteration continues there (R10)."""
-        offsets, steps = snapshot
-        self._offsets.update(offsets)
-        self._steps = steps
-
-    def state_dict(self, snapshot: tuple[dict[int, int], int] | None = None) -> dict[str, Any]:
-        """The global consumed offsets; collective across ranks when distributed (G5).
-
-        ``snapshot`` (from ``consumed_snapshot``) states an earlier boundary, e.g. the one before a
-        batch a device prefetcher has staged but the training loop has not received yet."""
-        consumed, steps = snapshot if snapshot is not None else (self._offsets, self._steps)
-        topology = self._iter_topology or self._topology()
-        resume = self._iter_resume if self._iter_topology else self._resume
-        epoch = self.streaming.epoch
-        plan = self.streaming.step_plan(epoch, topology.world_size, self.num_workers, resume)
-        offsets = list(plan.start_offsets)
-        for consumer, position in consumed.items():
-            offsets[consumer] = position
-        offsets = _gather_offsets(offsets, topology, max(self.num_workers, 1))
-        received = None if self._tally is None else gather_sum(self._tally.at(consumed), topology)
-        extra = self.streaming.state_part(epoch, resume, received)  # a mixture's or weights' part
-        return {
-            "version": LOADER_STATE_VERSION,
-            "kind": LOADER_STATE_KIND,
-            "epoch": epoch,
-            "steps": steps,
-            "plan": self.streaming.plan_state(plan, offsets, epoch),
-            **extra,
-            **self.streaming.extra_state(plan, offsets),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume at the saved consumed boundary at the next ``iter(loader)`` — on any topology."""
-        check_loader_state(state, None)  # its shape first (L5), then the dataset's part (a mixture's)
-        check_loader_state(state, self.streaming.load_state_part(state))
-        self.streaming.set_epoch(int(state["epoch"]))
-        self._resume = state["plan"]
-        self._offsets, self._steps, self._iter_topology = {}, 0, None
-        self._cursor.chosen()
-        if self._nothing_left(self._resume):  # saved at the end of its epoch: the next one follows (R10)
-            self._cursor.restored_ended(self.streaming.epoch)
-
-    def _nothing_left(self, resume: dict[str, Any]) -> bool:
-        """Whether the epoch of plan state ``resume`` has no batch left for any consumer."""
-        topology = self._topology()
-        try:
-            plan = self.streaming.step_plan(self.streaming.epoch, topology.world_size, self.num_workers, resume)
-        except StateError:
-            return False  # refused with its reason at the next iter(loader) (R9)
-        batch = self.streaming.params.batch_size
-        return all(plan.num_batches(c) == plan.start_offsets[c] // batch for c in range(plan.num_consumers))
-
 
 def _unprofiled_next(batches: Iterator[Any]) -> Callable[[], Any]:
     """``next(batches)`` without DataLoader's per-item ``record_function`` when no profiler is on.
@@ -353,38 +277,3 @@ def _stats_line(stats: dict[str, Any]) -> str:
         f"p99 {stats['wait_p99_s'] * 1e3:.2f} ms, cache hits {stats['cache']['cache_hits']:.0f} "
         f"misses {stats['cache']['cache_misses']:.0f}"
     )
-
-
-def check_loader_state(state: Any, fingerprint: str | None) -> None:
-    """Refuse malformed, newer or foreign states with a clear ``StateError`` (G6); ``None``:
-    check the shape only."""
-    if not isinstance(state, dict) or state.get("kind") != LOADER_STATE_KIND:
-        raise StateError("not a shardkit loader state (missing kind='shardkit.loader')")
-    version = state.get("version")
-    if not isinstance(version, int) or version > LOADER_STATE_VERSION:
-        raise StateError(f"loader state version {version!r}; this shardkit reads <= {LOADER_STATE_VERSION}")
-    if not isinstance(state.get("epoch"), int) or not isinstance(state.get("plan"), dict):
-        raise StateError("loader state needs an int 'epoch' and a 'plan' object")
-    params = state["plan"].get("params")
-    if not isinstance(params, dict):
-        raise StateError(f"state.params: plan params: expected an object, got {type(params).__name__}")
-    if fingerprint is not None:
-        validate_state(state["plan"], fingerprint)  # also refuses a malformed plan
-    if params.get("epoch") != state["epoch"]:
-        raise StateError("loader state: 'epoch' and plan params disagree")
-
-
-def _gather_offsets(offsets: list[int], topology: Topology, width: int) -> list[int]:
-    """Every rank's offsets for its own consumers, combined (all_gather; no pickling)."""
-    if topology.world_size == 1:
-        return offsets
-    if not (dist.is_available() and dist.is_initialized()):
-        raise StateError(
-            "state_dict() with world_size > 1 needs torch.distributed initialized: it gathers "
-            "every rank's consumed offsets"
-        )
-    lo = topology.rank * width
-    mine = torch.tensor(offsets[lo : lo + width], dtype=torch.int64)
-    parts = [torch.empty_like(mine) for _ in range(topology.world_size)]
-    dist.all_gather(parts, mine)
-    return [int(x) for x in torch.cat(parts).tolist()]

@@ -159,9 +159,11 @@ def stream_range(url: str, start: int, end: int, write: Write, *, verify: bool |
         _check(response, start, end)
         _drain(response, start, end, write)
     except BaseException:
+        response.close()  # its file holds the socket open past conn.close()
         conn.close()  # mid-body or unknown state: never reused
         raise
     if response.will_close:
+        response.close()
         conn.close()
     else:
         _POOL.give_back(endpoint, conn)

@@ -1,0 +1,146 @@
+"""The loader state of a ``ShardLoader``: what it saves (``state_dict``), how it restores
+(``load_state_dict``) and the checks a state passes first (G5, G6 in docs/guarantees.md).
+
+Loader state (specs/resume-state.md §Loader)::
+
+    {"version": 1, "kind": "shardkit.loader", "epoch": int, "steps": int,
+     "plan": <plan state: fingerprint, params, offsets per consumer, parent>}
+
+plus the keys the kind of dataset adds (a mixture's, sample weights', token blocks').
+``state_dict()`` is collective when ``torch.distributed`` is initialized with world size > 1:
+every rank must call it at the same step; all get the same global state.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+
+from shardkit.errors import StateError
+from shardkit.loader.epochs import EpochCursor
+from shardkit.loader.mixture_state import SourceTally, gather_sum
+from shardkit.loader.topology import Topology, rank_and_world
+from shardkit.plan import validate_state
+
+if TYPE_CHECKING:
+    from shardkit.loader.dataset import StreamingDataset
+
+LOADER_STATE_VERSION = 1
+LOADER_STATE_KIND = "shardkit.loader"
+
+
+class StatefulLoader:
+    """The ``Stateful`` part of ``ShardLoader`` (loader/shard_loader.py), which mixes it in and
+    sets the attributes declared here: the consumed boundary of the iteration under way
+    (``_offsets`` per consumer, ``_steps``) and the plan it runs (``_iter_topology``,
+    ``_iter_resume``), or a loaded plan state for the next one (``_resume``)."""
+
+    streaming: StreamingDataset
+    num_workers: int
+    _offsets: dict[int, int]
+    _steps: int
+    _iter_topology: Topology | None
+    _iter_resume: dict[str, Any] | None
+    _resume: dict[str, Any] | None
+    _tally: SourceTally | None
+    _cursor: EpochCursor
+
+    def _topology(self) -> Topology:
+        rank, world = rank_and_world(self.streaming.options.rank, self.streaming.options.world_size)
+        return Topology(rank, world, 0, self.num_workers)
+
+    def consumed_snapshot(self) -> tuple[dict[int, int], int]:
+        """This rank's consumed offsets and step count right now (cheap, local; see ``state_dict``)."""
+        return dict(self._offsets), self._steps
+
+    def rewind(self, snapshot: tuple[dict[int, int], int]) -> None:
+        """Take the consumed boundary back to ``snapshot`` (from ``consumed_snapshot``) in the
+        iteration under way: batches handed over since then were a look-ahead the loop never
+        used (``DevicePrefetcher``'s staged batch); an abandoned iteration continues there (R10)."""
+        offsets, steps = snapshot
+        self._offsets.update(offsets)
+        self._steps = steps
+
+    def state_dict(self, snapshot: tuple[dict[int, int], int] | None = None) -> dict[str, Any]:
+        """The global consumed offsets; collective across ranks when distributed (G5).
+
+        ``snapshot`` (from ``consumed_snapshot``) states an earlier boundary, e.g. the one before a
+        batch a device prefetcher has staged but the training loop has not received yet."""
+        consumed, steps = snapshot if snapshot is not None else (self._offsets, self._steps)
+        topology = self._iter_topology or self._topology()
+        resume = self._iter_resume if self._iter_topology else self._resume
+        epoch = self.streaming.epoch
+        plan = self.streaming.step_plan(epoch, topology.world_size, self.num_workers, resume)
+        offsets = list(plan.start_offsets)
+        for consumer, position in consumed.items():
+            offsets[consumer] = position
+        offsets = _gather_offsets(offsets, topology, max(self.num_workers, 1))
+        received = None if self._tally is None else gather_sum(self._tally.at(consumed), topology)
+        extra = self.streaming.state_part(epoch, resume, received)  # a mixture's or weights' part
+        return {
+            "version": LOADER_STATE_VERSION,
+            "kind": LOADER_STATE_KIND,
+            "epoch": epoch,
+            "steps": steps,
+            "plan": self.streaming.plan_state(plan, offsets, epoch),
+            **extra,
+            **self.streaming.extra_state(plan, offsets),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume at the saved consumed boundary at the next ``iter(loader)`` — on any topology."""
+        check_loader_state(state, None)  # its shape first (L5), then the dataset's part (a mixture's)
+        check_loader_state(state, self.streaming.load_state_part(state))
+        self.streaming.set_epoch(int(state["epoch"]))
+        self._resume = state["plan"]
+        self._offsets, self._steps, self._iter_topology = {}, 0, None
+        self._cursor.chosen()
+        if self._nothing_left(self._resume):  # saved at the end of its epoch: the next one follows (R10)
+            self._cursor.restored_ended(self.streaming.epoch)
+
+    def _nothing_left(self, resume: dict[str, Any]) -> bool:
+        """Whether the epoch of plan state ``resume`` has no batch left for any consumer."""
+        topology = self._topology()
+        try:
+            plan = self.streaming.step_plan(self.streaming.epoch, topology.world_size, self.num_workers, resume)
+        except StateError:
+            return False  # refused with its reason at the next iter(loader) (R9)
+        batch = self.streaming.params.batch_size
+        return all(plan.num_batches(c) == plan.start_offsets[c] // batch for c in range(plan.num_consumers))
+
+
+def check_loader_state(state: Any, fingerprint: str | None) -> None:
+    """Refuse malformed, newer or foreign states with a clear ``StateError`` (G6); ``None``:
+    check the shape only."""
+    if not isinstance(state, dict) or state.get("kind") != LOADER_STATE_KIND:
+        raise StateError("not a shardkit loader state (missing kind='shardkit.loader')")
+    version = state.get("version")
+    if not isinstance(version, int) or version > LOADER_STATE_VERSION:
+        raise StateError(f"loader state version {version!r}; this shardkit reads <= {LOADER_STATE_VERSION}")
+    if not isinstance(state.get("epoch"), int) or not isinstance(state.get("plan"), dict):
+        raise StateError("loader state needs an int 'epoch' and a 'plan' object")
+    params = state["plan"].get("params")
+    if not isinstance(params, dict):
+        raise StateError(f"state.params: plan params: expected an object, got {type(params).__name__}")
+    if fingerprint is not None:
+        validate_state(state["plan"], fingerprint)  # also refuses a malformed plan
+    if params.get("epoch") != state["epoch"]:
+        raise StateError("loader state: 'epoch' and plan params disagree")
+
+
+def _gather_offsets(offsets: list[int], topology: Topology, width: int) -> list[int]:
+    """Every rank's offsets for its own consumers, combined (all_gather; no pickling)."""
+    if topology.world_size == 1:
+        return offsets
+    if not (dist.is_available() and dist.is_initialized()):
+        raise StateError(
+            "state_dict() with world_size > 1 needs torch.distributed initialized: it gathers "
+            "every rank's consumed offsets"
+        )
+    lo = topology.rank * width
+    mine = torch.tensor(offsets[lo : lo + width], dtype=torch.int64)
+    parts = [torch.empty_like(mine) for _ in range(topology.world_size)]
+    dist.all_gather(parts, mine)
+    return [int(x) for x in torch.cat(parts).tolist()]
