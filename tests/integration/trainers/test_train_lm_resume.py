@@ -48,8 +48,6 @@ def test_killed_lm_run_on_a_mixture_resumed_elastically_trains_every_token_once(
     assert resumed["resumed_from_step"] >= 6 and resumed["world_size"] == 1
     report = load_audit("audit_tokens").audit(str(tmp_path / "audit"), data, 1)
     assert report["ok"], report
-    epoch = report["epochs"][0]
-    assert epoch["pairs"] == epoch["expected"] == sum(n + 1 for n in LENGTHS if n), epoch  # + EOS each
     per_source = report["epochs"][0]["sources"]
     assert sorted(per_source) == ["s0", "s1", "s2"]
     assert all(s["pairs"] == s["expected"] == s["logged"] > 0 for s in per_source.values()), per_source
