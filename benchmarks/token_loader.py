@@ -84,8 +84,13 @@ def pack_litdata(out: Path, root: Path, num_docs: int, seq_len: int) -> float:
     from litdata.streaming.item_loader import TokensLoader
 
     started = time.perf_counter()
-    with _stdout_to_stderr():  # litdata and its writer process print progress on stdout
-        _optimize(litdata, TokensLoader, out, root, num_docs, seq_len)
+    method = multiprocessing.get_start_method(allow_none=True)
+    try:
+        with _stdout_to_stderr():  # litdata and its writer process print progress on stdout
+            _optimize(litdata, TokensLoader, out, root, num_docs, seq_len)
+    finally:  # litdata's optimize() calls set_start_method("spawn", force=True) for the whole process:
+        # the loaders measured after it would start spawn workers (no shared ring: 3-4x slower)
+        multiprocessing.set_start_method(method, force=True)
     return time.perf_counter() - started
 
 

@@ -173,6 +173,7 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
         context = self.multiprocessing_context
         method = context.get_start_method() if context is not None else multiprocessing.get_start_method()
         if method != "fork":
+            _warn_no_ring(method)
             self._ring = None
             return None
         try:
@@ -277,3 +278,19 @@ def _stats_line(stats: dict[str, Any]) -> str:
         f"p99 {stats['wait_p99_s'] * 1e3:.2f} ms, cache hits {stats['cache']['cache_hits']:.0f} "
         f"misses {stats['cache']['cache_misses']:.0f}"
     )
+
+
+_warned_methods: set[str] = set()
+
+
+def _warn_no_ring(method: str) -> None:
+    """Once per start method and process: workers that are not forked cannot inherit the shared
+    batch ring (X5), so every batch is pickled through the DataLoader's pipe instead (3-4x
+    slower for large batches, e.g. token blocks). Some libraries switch the whole process to
+    spawn (``multiprocessing.set_start_method("spawn", force=True)``) without saying so."""
+    if method in _warned_methods:
+        return
+    _warned_methods.add(method)
+    log.warning("DataLoader workers start with %r, not fork: batches go through pipes instead of the "
+                "shared batch ring (specs/batch-transport.md X5), several times slower for large batches; "
+                "pass ShardLoader(..., multiprocessing_context='fork') where the platform allows it", method)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import collections
 import gc
+import logging
 from typing import Any
 
 import pytest
 import torch
 
 import shardkit as sk
+from shardkit.loader import shard_loader
 from tests.helpers.datasets import check_delivered_sample
 from tests.helpers.resume import (
     PIN_WITHOUT_ACCELERATOR,
@@ -168,15 +170,21 @@ def test_ragged_and_bytes_fields_arrive_as_ragged(uneven_dataset: str) -> None:
 
 
 @pytest.mark.parametrize("context", [None, "spawn"])
-def test_batches_the_loop_keeps_stay_intact(uneven_dataset: str, context: str | None) -> None:
+def test_batches_the_loop_keeps_stay_intact(uneven_dataset: str, context: str | None,
+                                           caplog: pytest.LogCaptureFixture) -> None:
     """specs/batch-transport.md X3–X5 end to end: a loop that keeps every batch of an epoch (far
     more than the shared ring's slots) gets every one intact — later batches fall back to fresh
     buffers instead of overwriting held ones — and the ring is free again once they are dropped.
-    Spawned workers cannot inherit the ring and use fresh buffers throughout."""
+    Spawned workers cannot inherit the ring and use fresh buffers throughout, which the loader
+    says once (a library may have switched the process to spawn unasked)."""
     loader = loader_for(uneven_dataset, batch_size=8, num_workers=2, shuffle=False,
                         multiprocessing_context=context)
-    batches = list(loader)
+    shard_loader._warned_methods.clear()
+    with caplog.at_level(logging.WARNING, logger="shardkit"):
+        batches = list(loader)
     ring = loader._ring
+    warned = [r for r in caplog.records if "not fork" in r.getMessage()]
+    assert len(warned) == (1 if context == "spawn" else 0)
     if context == "spawn":
         assert ring is None
         assert loader.stats()["fresh_buffers"] == 0  # counted only where a ring exists
