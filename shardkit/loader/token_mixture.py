@@ -20,14 +20,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
 
 from shardkit.errors import StateError
 from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.mixture_dataset import MixtureDataset
 from shardkit.loader.mixture_state import SOURCES_KEY, mixture_of
 from shardkit.loader.token_dataset import TOKENS_KEY, TokenDataset
-from shardkit.loader.transfer.arena import alloc_like
 from shardkit.plan import PlanParams
 from shardkit.plan.mixture_state_check import MIX_STATE_VERSION
 from shardkit.plan.token_config import TokenBlocks
@@ -116,7 +114,7 @@ class TokenMixtureDataset(MixtureDataset, TokenDataset):
     def _to_batch(self, arrays: dict[str, Any], slots: dict[str, np.ndarray]) -> dict[str, Any]:
         shown = slots if self.with_source else {k: v for k, v in slots.items() if k != "_source"}
         batch = TokenDataset._to_batch(self, arrays, shown)
-        batch[SOURCES_KEY] = alloc_like(self._block_tally(arrays, slots["_source"]), torch.int64)
+        batch[SOURCES_KEY] = tuple(self._block_tally(arrays, slots["_source"]).tolist())  # as a sample mixture's
         return batch
 
     def _block_tally(self, arrays: dict[str, Any], sources: np.ndarray) -> np.ndarray:
