@@ -81,7 +81,7 @@ class Remainder:
             a, b = marks[r, part:part + 2].tolist()
             window, edges = int(windows[j]), (bounds[j], bounds[len(cuts) + j])
             if shared[window] == 1:  # one cut: random needs no sort
-                self.counts[rows[r], part, :n] = np.bincount(sequence.cut_outputs(a, b, edges)[0], minlength=n)
+                self.counts[rows[r], part, :n] = sequence.cut_counts(a, b, edges)
                 continue
             if ranks is None or ranks[0] != window:
                 ranks = (window, sequence.window_ranks(window, edges)[0])

@@ -21,7 +21,7 @@ import numpy as np
 
 from shardkit.errors import PlanError
 from shardkit.plan.mixture_prefix import interleave_prefixes
-from shardkit.plan.rng import first_of_permutation, permutation, philox_key
+from shardkit.plan.rng import first_of_permutation, first_of_permutation_counts, permutation, philox_key, raw_stream
 from shardkit.plan.sequence import EpochSequence, SampleSequence, window_bounds
 from shardkit.plan.spans import Span, Window
 
@@ -222,11 +222,28 @@ class MixedSequence(SampleSequence):
             keep = np.lexsort((rank, source))
             return source[keep], rank[keep]
         first, last = bounds
-        raw = np.random.Philox(key=philox_key(SALT_MIX_WINDOW, *self._key, index)).random_raw(int((last - first).sum()))
+        raw = self._window_raw(index, int((last - first).sum()))
         picked = np.flatnonzero(first_of_permutation(raw, hi - w_lo) & ~first_of_permutation(raw, lo - w_lo))
         bases = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(last - first)])
         source = np.searchsorted(bases, picked, side="right") - 1
         return source, first[source] + picked - bases[source]
+
+    def cut_counts(self, lo: int, hi: int, bounds: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        """Per source, its outputs among ``lo:hi`` inside one window (the sources of
+        :meth:`cut_outputs`, counted); ``bounds``: the window's prefixes. ``random``: the
+        window's Philox stream and a few passes over it, no order and no list."""
+        if self._stratified or self._key is None:
+            return np.bincount(self.cut_outputs(lo, hi, bounds)[0], minlength=len(self._streams))
+        index, sizes = lo // self._window, bounds[1] - bounds[0]
+        raw = self._window_raw(index, int(sizes.sum()))
+        found = first_of_permutation_counts(raw, hi - index * self._window, sizes)
+        if lo > index * self._window:
+            found -= first_of_permutation_counts(raw, lo - index * self._window, sizes)
+        return found
+
+    def _window_raw(self, index: int, length: int) -> np.ndarray:
+        """The Philox stream whose ``argsort`` is ``random`` window ``index``'s order."""
+        return raw_stream(philox_key(SALT_MIX_WINDOW, *(self._key or ()), index), length)
 
     def windows(self, start: int, stop: int) -> Iterator[Window]:
         self.check_range(start, stop)
@@ -268,7 +285,7 @@ class MixedSequence(SampleSequence):
         within = np.concatenate([_zero_based_perm(self._key, index, i, int(m)) for i, m in enumerate(sizes)])
         source = np.repeat(np.arange(len(sizes)), sizes)[merged]
         order = bases[source] + within[merged]
-        raw = np.random.Philox(key=philox_key(SALT_MIX_WINDOW, *self._key, index, -1)).random_raw(total)
+        raw = raw_stream(philox_key(SALT_MIX_WINDOW, *self._key, index, -1), total)
         result: np.ndarray = order[_sorted_within_blocks(raw, self._batch)]
         return result
 
