@@ -20,8 +20,9 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from shardkit.errors import PlanError
+from shardkit.plan.mixture_cuts import first_counts
 from shardkit.plan.mixture_prefix import interleave_prefixes
-from shardkit.plan.rng import first_of_permutation, first_of_permutation_counts, permutation, philox_key, raw_stream
+from shardkit.plan.rng import first_of_permutation, permutation, philox_key, raw_stream
 from shardkit.plan.sequence import EpochSequence, SampleSequence, window_bounds
 from shardkit.plan.spans import Span, Window
 
@@ -222,28 +223,26 @@ class MixedSequence(SampleSequence):
             keep = np.lexsort((rank, source))
             return source[keep], rank[keep]
         first, last = bounds
-        raw = self._window_raw(index, int((last - first).sum()))
+        raw = raw_stream(philox_key(SALT_MIX_WINDOW, *self._key, index), int((last - first).sum()))
         picked = np.flatnonzero(first_of_permutation(raw, hi - w_lo) & ~first_of_permutation(raw, lo - w_lo))
         bases = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(last - first)])
         source = np.searchsorted(bases, picked, side="right") - 1
         return source, first[source] + picked - bases[source]
 
-    def cut_counts(self, lo: int, hi: int, bounds: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-        """Per source, its outputs among ``lo:hi`` inside one window (the sources of
-        :meth:`cut_outputs`, counted); ``bounds``: the window's prefixes. ``random``: the
-        window's Philox stream and a few passes over it, no order and no list."""
+    def cut_counts(self, lo: np.ndarray, hi: np.ndarray, bounds: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        """Row ``j``: per source, its outputs among ``lo[j]:hi[j]`` (inside one window, each in
+        another; ``bounds``: their windows' prefixes, a row each): the sources of
+        :meth:`cut_outputs`, counted. ``random``: each window's Philox stream and a few passes
+        over it, no order and no list (mixture_cuts.py)."""
         if self._stratified or self._key is None:
-            return np.bincount(self.cut_outputs(lo, hi, bounds)[0], minlength=len(self._streams))
-        index, sizes = lo // self._window, bounds[1] - bounds[0]
-        raw = self._window_raw(index, int(sizes.sum()))
-        found = first_of_permutation_counts(raw, hi - index * self._window, sizes)
-        if lo > index * self._window:
-            found -= first_of_permutation_counts(raw, lo - index * self._window, sizes)
+            n = len(self._streams)
+            return np.array([np.bincount(self.cut_outputs(a, b, (f, g))[0], minlength=n) for a, b, f, g
+                             in zip(lo.tolist(), hi.tolist(), *bounds, strict=True)], dtype=np.int64).reshape(-1, n)
+        w_lo = lo // self._window * self._window
+        keys = [philox_key(SALT_MIX_WINDOW, *self._key, j) for j in (lo // self._window).tolist()]
+        sizes = bounds[1] - bounds[0]
+        found: np.ndarray = first_counts(keys, sizes, hi - w_lo) - first_counts(keys, sizes, lo - w_lo)
         return found
-
-    def _window_raw(self, index: int, length: int) -> np.ndarray:
-        """The Philox stream whose ``argsort`` is ``random`` window ``index``'s order."""
-        return raw_stream(philox_key(SALT_MIX_WINDOW, *(self._key or ()), index), length)
 
     def windows(self, start: int, stop: int) -> Iterator[Window]:
         self.check_range(start, stop)

@@ -10,7 +10,6 @@ resume state saved under one NumPy must resume exactly under another. No RNG sta
 from __future__ import annotations
 
 import hashlib
-import math
 import threading
 
 import numpy as np
@@ -62,39 +61,6 @@ def first_of_permutation(raw: np.ndarray, count: int) -> np.ndarray:
         ties = np.flatnonzero(raw == value)
         mask[ties[:count - int(mask.sum())]] = True
     return mask
-
-
-def first_of_permutation_counts(raw: np.ndarray, count: int, sizes: np.ndarray) -> np.ndarray:
-    """Per block of ``raw`` (consecutive, of ``sizes`` summing to its length), how many of its
-    indices are among the first ``count`` of ``argsort(raw, stable)``: the block sums of
-    :func:`first_of_permutation`, exactly, in O(len) and a few passes.
-
-    A raw stream is uniform over 64 bits, so the ``count``-th smallest value lies near
-    ``count / len`` of the range: the values below a band of about 4 standard deviations
-    around there are counted per block, and only those inside it are partitioned. Should the
-    band miss it, or values tie at its edge, the exact mask above is summed instead.
-    """
-    n = len(raw)
-    if count >= n or count <= 0:
-        return sizes.astype(np.int64) if count > 0 else np.zeros(len(sizes), dtype=np.int64)
-    starts = np.cumsum(sizes) - sizes
-    filled = np.flatnonzero(sizes)  # reduceat wants strictly rising starts
-    spread = 4 * math.isqrt(count) + 8
-    lo = np.uint64(max(((count - spread) << 64) // n, 0))
-    hi = np.uint64(min(((count + spread) << 64) // n, _WORD))
-    found = np.zeros(len(sizes), dtype=np.int64)
-    found[filled] = np.add.reduceat(raw < lo, starts[filled], dtype=np.int64)
-    inside = np.flatnonzero(raw - lo <= hi - lo)  # lo <= raw <= hi, as wrapping differences
-    need = count - int(found.sum())
-    if 0 < need <= len(inside):
-        values = raw[inside]
-        taken = values <= np.partition(values, need - 1)[need - 1]
-        if int(np.count_nonzero(taken)) == need:  # no tie at the last value taken
-            found += np.bincount(np.searchsorted(starts, inside[taken], side="right") - 1, minlength=len(sizes))
-            return found
-    mask = first_of_permutation(raw, count)
-    found[filled] = np.add.reduceat(mask, starts[filled], dtype=np.int64)
-    return found
 
 
 def sample_rng(seed: int, epoch: int, index: int, copy: int = 0) -> np.random.Generator:
