@@ -37,12 +37,13 @@ def first_counts(keys: Sequence[int], sizes: np.ndarray, counts: np.ndarray) -> 
         for a in range(0, len(rows), CHUNK):
             chunk = rows[a:a + CHUNK]
             raw = np.stack([raw_stream(keys[j], length) for j in chunk.tolist()])
-            found[chunk] = _first_counts(raw, sizes[chunk], counts[chunk])
+            found[chunk] = first_counts_of(raw, sizes[chunk], counts[chunk])
     return found
 
 
-def _first_counts(raw: np.ndarray, sizes: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """:func:`first_counts` of the streams ``raw`` (one per row, ``0 < counts < width``)."""
+def first_counts_of(raw: np.ndarray, sizes: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """:func:`first_counts` of the raw streams ``raw`` (one per row; ``0 < counts < width``):
+    exact for any values, ties included; fast for uniform ones."""
     m, width = raw.shape
     spread = 3 * np.sqrt(counts * (width - counts) / width).astype(np.int64) + 8  # ~3 standard deviations
     lo = _scaled(np.maximum(counts - spread, 0), width)
