@@ -51,8 +51,9 @@ def first_counts_of(raw: np.ndarray, sizes: np.ndarray, counts: np.ndarray) -> n
     starts = (np.cumsum(sizes, axis=1) - sizes + np.arange(m)[:, None] * width).reshape(-1)
     filled = np.flatnonzero(sizes.reshape(-1))  # reduceat wants strictly rising starts
     found = np.zeros(sizes.size, dtype=np.int64)
-    found[filled] = np.add.reduceat((raw < lo[:, None]).reshape(-1), starts[filled], dtype=np.int64)
-    inside = np.flatnonzero(raw - lo[:, None] <= (hi - lo)[:, None])  # lo <= raw <= hi, wrapping
+    below = raw < lo[:, None]
+    found[filled] = np.add.reduceat(below.reshape(-1), starts[filled], dtype=np.int64)
+    inside = np.flatnonzero((raw <= hi[:, None]) ^ below)  # lo <= raw <= hi
     row = inside // width
     need = counts - found.reshape(m, -1).sum(axis=1)
     per_row = np.bincount(row, minlength=m)
