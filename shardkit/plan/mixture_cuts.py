@@ -46,13 +46,13 @@ def first_counts_of(raw: np.ndarray, sizes: np.ndarray, counts: np.ndarray) -> n
     exact for any values, ties included; fast for uniform ones."""
     m, width = raw.shape
     spread = 3 * np.sqrt(counts * (width - counts) / width).astype(np.int64) + 8  # ~3 standard deviations
-    lo = _scaled(np.maximum(counts - spread, 0), width)
-    hi = _scaled(np.minimum(counts + spread, width), width)
+    lo = _scaled(np.maximum(counts - spread, 0) / width)
+    hi = _scaled(np.minimum(counts + spread, width) / width)
     starts = (np.cumsum(sizes, axis=1) - sizes + np.arange(m)[:, None] * width).reshape(-1)
     filled = np.flatnonzero(sizes.reshape(-1))  # reduceat wants strictly rising starts
     found = np.zeros(sizes.size, dtype=np.int64)
     below = raw < lo[:, None]
-    found[filled] = np.add.reduceat(below.reshape(-1), starts[filled], dtype=np.int64)
+    found[filled] = np.add.reduceat(below.reshape(-1).view(np.uint8), starts[filled], dtype=np.int32)
     inside = np.flatnonzero((raw <= hi[:, None]) ^ below)  # lo <= raw <= hi
     row = inside // width
     need = counts - found.reshape(m, -1).sum(axis=1)
@@ -75,6 +75,7 @@ def first_counts_of(raw: np.ndarray, sizes: np.ndarray, counts: np.ndarray) -> n
     return result
 
 
-def _scaled(counts: np.ndarray, width: int) -> np.ndarray:
-    """``counts / width`` of the 64-bit range, rounded down (any value would be exact)."""
-    return np.array([min((c << 64) // width, _WORD) for c in counts.tolist()], dtype=np.uint64)
+def _scaled(fractions: np.ndarray) -> np.ndarray:
+    """``fractions`` of the 64-bit range, roughly (any band is exact: it only sets the cost)."""
+    scaled: np.ndarray = np.minimum(fractions * 2.0**64, 2.0**64 - 2048).astype(np.uint64)
+    return scaled
