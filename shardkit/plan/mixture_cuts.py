@@ -1,14 +1,15 @@
-"""Per-source counts of many cut ``random`` windows at once (specs/mixture.md MX12).
+"""Per-source counts of many cut ``random`` windows at once (specs/mixture.md MX16).
 
-A ``random`` window's order is ``argsort`` of its Philox raw stream (the sources' samples in
-blocks, source after source), so the samples of source ``i`` among its first ``t`` outputs
-are block ``i``'s values below the ``t``-th smallest. Counting that needs every value of the
-stream but no order: the stream is uniform over 64 bits, so the ``t``-th smallest lies near
-``t / length`` of the range; the values below a band of about 3 standard deviations of
-the count around there are counted per block, and only those inside it are sorted to place the ``t``-th one.
-When the band misses it, or values tie at it, that window is counted from the exact mask of
-:func:`first_of_permutation` instead: the result is exact either way, the band only sets the
-cost. Windows go 16 at a time through each pass (1 MiB of stream at 8,192-sample windows).
+A ``random`` window's order is the stable ``argsort`` of its Philox raw stream (the sources'
+samples in blocks, source after source), so the samples of source ``i`` among its first ``t``
+outputs are block ``i``'s values below the stream's ``t``-th smallest. Counting that needs
+every value of the stream but no order: the stream is uniform over 64 bits, so the ``t``-th
+smallest lies near ``t / length`` of the range. The values below a band of about 3 standard
+deviations of that count around there are counted per block, and only the few inside it are
+sorted to place the ``t``-th one. When the band misses it, or values tie at it, the window is
+counted from the exact mask of :func:`first_of_permutation` instead: exact either way, the
+band only sets the cost. Windows go 16 at a time through each pass (1 MiB of stream at
+8,192-sample windows).
 """
 
 from __future__ import annotations
