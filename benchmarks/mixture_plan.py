@@ -2,15 +2,15 @@
 1e5 shards for 4,096 consumers - plan, seek, save, elastic re-plan, and a resume with new
 weights (the started epoch re-planned on another topology, the next epoch under the new mix);
 an epoch whose mix changes at 3 steps inside it (MX11); and a resume whose new weights re-plan
-the rest of the started epoch now (MX12: lazy, O(consumers x sources) plus one window order per
-cut window; on ``--remix-samples``, default ``--samples``), with a seek into its last consumer,
-its first windows read and a consumer's shard list (what a reader with a cache asks first), for
-both compositions (``random`` cuts cost one window order each).
+the rest of the started epoch now (MX12: lazy, O(consumers x sources) plus, for ``random``, one
+pass over the Philox stream of each window a range cuts; on ``--remix-samples``, default
+``--samples``), with a seek into its last consumer, its first windows read and a consumer's
+shard list (what a reader with a cache asks first), for both compositions.
 
     python -m benchmarks.mixture_plan [--reps 3] [--samples 1e9] [--remix-samples 1e9]
 
-Prints one JSON line per step: median seconds over ``reps`` and the peak traced memory
-(tracemalloc, MiB) of one run of that step. Pure plan arithmetic: no data is read.
+Prints one JSON line per step: median seconds (wall clock and process CPU time) over ``reps``
+and the peak traced memory (tracemalloc, MiB) of one run of that step. Pure plan arithmetic: no data is read.
 """
 
 from __future__ import annotations
@@ -44,16 +44,18 @@ def sources(weights: list[float], total: int = NUM_SAMPLES) -> tuple[MixSource, 
 
 
 def measure(name: str, reps: int, step: Callable[[], Any], **extra: Any) -> Any:
-    times = []
+    times, cpu = [], []
     for _ in range(reps):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         result = step()
         times.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - cpu_started)
     tracemalloc.start()
     step()
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     print(json.dumps({"bench": "mixture_plan", "step": name, "seconds": round(statistics.median(times), 4),
+                      "cpu_seconds": round(statistics.median(cpu), 4),
                       "peak_mib": round(peak / 2**20, 1), **extra}), flush=True)
     return result
 

@@ -13,7 +13,6 @@ reading runs of its stream, as for any epoch.
 
 from __future__ import annotations
 
-import collections
 import functools
 from collections.abc import Iterator
 
@@ -73,19 +72,22 @@ class Remainder:
                 if marks[r, part + 1] > marks[r, part] and not sequence.ranks_exact(*marks[r, part:part + 2].tolist())]
         if not cuts:
             return
-        windows = np.array([marks[r, part] // win for r, part in cuts], dtype=np.int64)
+        r, part = np.array(cuts, dtype=np.int64).reshape(-1, 2).T
+        a, b = marks[r, part], marks[r, part + 1]
+        windows = a // win
         bounds = sequence.prefixes(np.concatenate([windows * win, np.minimum((windows + 1) * win, total)]))
-        shared = collections.Counter(windows.tolist())
+        _, where, shared = np.unique(windows, return_inverse=True, return_counts=True)
+        alone = shared[where] == 1  # a window of one cut: random counts it without an order
+        first, last = bounds[:len(cuts)], bounds[len(cuts):]
+        self.counts[rows[r[alone]], part[alone], :n] = sequence.cut_counts(a[alone], b[alone],
+                                                                          (first[alone], last[alone]))
         ranks: tuple[int, np.ndarray] | None = None
-        for j, (r, part) in enumerate(cuts):
-            a, b = marks[r, part:part + 2].tolist()
-            window, edges = int(windows[j]), (bounds[j], bounds[len(cuts) + j])
-            if shared[window] == 1:  # one cut: random needs no sort
-                self.counts[rows[r], part, :n] = np.bincount(sequence.cut_outputs(a, b, edges)[0], minlength=n)
-                continue
+        for j in np.flatnonzero(~alone).tolist():  # windows of several cuts: one order each
+            window = int(windows[j])
             if ranks is None or ranks[0] != window:
-                ranks = (window, sequence.window_ranks(window, edges)[0])
-            self.counts[rows[r], part, :n] = np.bincount(ranks[1][a - window * win:b - window * win], minlength=n)
+                ranks = (window, sequence.window_ranks(window, (first[j], last[j]))[0])
+            cut = ranks[1][int(a[j]) - window * win:int(b[j]) - window * win]
+            self.counts[rows[r[j]], part[j], :n] = np.bincount(cut, minlength=n)
 
     def cut_ranks(self, k: int, part: int, source: int) -> np.ndarray:
         """The ranks (sorted) of ``source`` in cut ``part`` of range ``k``."""

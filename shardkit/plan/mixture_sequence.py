@@ -20,8 +20,9 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from shardkit.errors import PlanError
+from shardkit.plan.mixture_cuts import first_counts
 from shardkit.plan.mixture_prefix import interleave_prefixes
-from shardkit.plan.rng import first_of_permutation, permutation, philox_key
+from shardkit.plan.rng import first_of_permutation, permutation, philox_key, raw_stream
 from shardkit.plan.sequence import EpochSequence, SampleSequence, window_bounds
 from shardkit.plan.spans import Span, Window
 
@@ -222,11 +223,26 @@ class MixedSequence(SampleSequence):
             keep = np.lexsort((rank, source))
             return source[keep], rank[keep]
         first, last = bounds
-        raw = np.random.Philox(key=philox_key(SALT_MIX_WINDOW, *self._key, index)).random_raw(int((last - first).sum()))
+        raw = raw_stream(philox_key(SALT_MIX_WINDOW, *self._key, index), int((last - first).sum()))
         picked = np.flatnonzero(first_of_permutation(raw, hi - w_lo) & ~first_of_permutation(raw, lo - w_lo))
         bases = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(last - first)])
         source = np.searchsorted(bases, picked, side="right") - 1
         return source, first[source] + picked - bases[source]
+
+    def cut_counts(self, lo: np.ndarray, hi: np.ndarray, bounds: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        """Row ``j``: per source, its outputs among ``lo[j]:hi[j]`` (inside one window, each in
+        another; ``bounds``: their windows' prefixes, a row each): the sources of
+        :meth:`cut_outputs`, counted. ``random``: each window's Philox stream and a few passes
+        over it, no order and no list (mixture_cuts.py)."""
+        if self._stratified or self._key is None:
+            n = len(self._streams)
+            return np.array([np.bincount(self.cut_outputs(a, b, (f, g))[0], minlength=n) for a, b, f, g
+                             in zip(lo.tolist(), hi.tolist(), *bounds, strict=True)], dtype=np.int64).reshape(-1, n)
+        w_lo = lo // self._window * self._window
+        keys = [philox_key(SALT_MIX_WINDOW, *self._key, j) for j in (lo // self._window).tolist()]
+        sizes = bounds[1] - bounds[0]
+        found: np.ndarray = first_counts(keys, sizes, hi - w_lo) - first_counts(keys, sizes, lo - w_lo)
+        return found
 
     def windows(self, start: int, stop: int) -> Iterator[Window]:
         self.check_range(start, stop)
@@ -268,7 +284,7 @@ class MixedSequence(SampleSequence):
         within = np.concatenate([_zero_based_perm(self._key, index, i, int(m)) for i, m in enumerate(sizes)])
         source = np.repeat(np.arange(len(sizes)), sizes)[merged]
         order = bases[source] + within[merged]
-        raw = np.random.Philox(key=philox_key(SALT_MIX_WINDOW, *self._key, index, -1)).random_raw(total)
+        raw = raw_stream(philox_key(SALT_MIX_WINDOW, *self._key, index, -1), total)
         result: np.ndarray = order[_sorted_within_blocks(raw, self._batch)]
         return result
 

@@ -29,9 +29,9 @@ def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def loader(roots: dict[str, str], weights: dict[str, float], batch_size: int, workers: int,
-           apply_mix: str = "now") -> sk.ShardLoader:
+           apply_mix: str = "now", composition: str = "stratified") -> sk.ShardLoader:
     mix = sk.Mixture([sk.Source(roots[n], w, n) for n, w in weights.items()], samples_per_epoch=150,
-                     composition="stratified")
+                     composition=composition)
     dataset = sk.MixtureDataset(mix, batch_size=batch_size, seed=7, tail="pad", shuffle_window=8,
                                 with_source=True, apply_mix=apply_mix)
     return sk.ShardLoader(dataset, num_workers=workers)
@@ -49,16 +49,17 @@ def take(shard_loader: sk.ShardLoader, steps: int | None = None) -> list[tuple[s
     return got
 
 
-def test_new_weights_now_replan_the_rest_of_the_epoch(roots: dict[str, str]) -> None:
-    first = loader(roots, OLD, 4, 0)
+@pytest.mark.parametrize("composition", ["stratified", "random"])  # random: cut windows counted (MX16)
+def test_new_weights_now_replan_the_rest_of_the_epoch(roots: dict[str, str], composition: str) -> None:
+    first = loader(roots, OLD, 4, 0, composition=composition)
     consumed = take(first, 7)
     state = json.loads(json.dumps(first.state_dict()))
-    second = loader(roots, NEW, 3, 2)
+    second = loader(roots, NEW, 3, 2, composition=composition)
     second.load_state_dict(state)
     more = take(second, 5)
     saved = json.loads(json.dumps(second.state_dict()))
     assert saved["mixture"]["remix"]["base"]["plan"] == state["plan"] and saved["mixture"]["version"] == 2
-    third = loader(roots, NEW, 2, 1)
+    third = loader(roots, NEW, 2, 1, composition=composition)
     third.load_state_dict(saved)  # the same weights: the re-planned rest resumes exactly (elastic here)
     rest = take(third)
     remaining = 150 - len(consumed)

@@ -16,7 +16,7 @@ from shardkit.errors import PlanError
 from shardkit.plan import Plan, PlanParams
 from shardkit.plan.mixture import MixSource, MixSpec, largest_remainder
 from shardkit.plan.mixture_remainder import Remainder, UntakenStream
-from shardkit.plan.mixture_sequence import Interleave, SourceStream
+from shardkit.plan.mixture_sequence import Interleave, MixedSequence, SourceStream
 from shardkit.plan.mixture_state import mixture_plan, mixture_to_state, resume_epoch
 from shardkit.plan.sequence import Slice
 from tests.helpers import mixture_strategies as ms
@@ -186,3 +186,29 @@ def test_vectorised_interleave_prefixes_equal_the_bisected_ones(counts: list[int
     mix = Interleave(counts)
     positions = data.draw(st.lists(st.integers(0, mix.total), max_size=40)) + [0, mix.total]
     assert mix.prefixes(np.array(positions)).tolist() == [mix.prefix(p) for p in positions]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 3000), min_size=1, max_size=5).filter(lambda q: sum(q) > 1),
+       st.sampled_from(["random", "stratified"]), st.integers(2, 2500), st.integers(1, 64), st.data())
+def test_cut_windows_are_counted_as_their_listed_order_counts_them(
+        counts: list[int], composition: str, window: int, batch: int, data: st.DataObject) -> None:
+    """MX12 cut rule: the samples of each source among outputs lo:hi of a cut window, counted
+    without ordering it (random: from its Philox stream, mixture_cuts.py), equal those of the
+    window's listed order (window_ranks: the slow reference), for cuts in many windows at once,
+    the last (shorter) window included."""
+    streams = [SourceStream(np.array([max(q, 1)]), np.zeros(1, dtype=np.int64), i, 0) for i, q in enumerate(counts)]
+    sequence = MixedSequence(streams, counts, composition, window, batch, (data.draw(st.integers(0, 99)), 3))
+    win, total = sequence.window, len(sequence)
+    windows = sorted(data.draw(st.sets(st.integers(0, (total - 1) // win), min_size=1, max_size=20)))
+    lo, hi = [], []
+    for j in windows:
+        size = min(win, total - j * win)
+        a = data.draw(st.integers(0, size - 1))
+        lo.append(j * win + a)
+        hi.append(j * win + data.draw(st.integers(a + 1, size)))
+    edges = sequence.prefixes(np.array([j * win for j in windows] + [min((j + 1) * win, total) for j in windows]))
+    found = sequence.cut_counts(np.array(lo), np.array(hi), (edges[:len(windows)], edges[len(windows):]))
+    for j, a, b, counted in zip(windows, lo, hi, found.tolist(), strict=True):
+        listed = sequence.window_ranks(j)[0][a - j * win:b - j * win]
+        assert counted == np.bincount(listed, minlength=len(counts)).tolist()
