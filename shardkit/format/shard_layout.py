@@ -103,7 +103,7 @@ def encode_footer(index_offset: int, index: bytes) -> bytes:
     return FOOTER.pack(index_offset, len(index), 0, xxh64_int(index), VERSION[0], VERSION[1], FOOTER_MAGIC)
 
 
-def decode_footer(tail: bytes, file_size: int, where: str) -> tuple[int, int, int]:
+def decode_footer(tail: bytes | memoryview, file_size: int, where: str) -> tuple[int, int, int]:
     """``(index_offset, index_length, index_checksum)`` from the last 32 bytes of a shard."""
     if file_size < HEADER_SIZE + FOOTER_SIZE or len(tail) < FOOTER_SIZE:
         raise CorruptShardError(f"{where}: {file_size} bytes, too short for a shard (truncated?)")
@@ -122,7 +122,7 @@ def decode_footer(tail: bytes, file_size: int, where: str) -> tuple[int, int, in
     return offset, length, checksum
 
 
-def decode_index(index: bytes, checksum: int, index_offset: int, where: str) -> ShardIndex:
+def decode_index(index: bytes | memoryview, checksum: int, index_offset: int, where: str) -> ShardIndex:
     if xxh64_int(index) != checksum:
         raise CorruptShardError(f"{where}: index checksum mismatch at offset {index_offset}")
     try:
