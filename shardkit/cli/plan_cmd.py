@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
-
-import numpy as np
 
 from shardkit.cli import mix_cmd
 from shardkit.cli.common import add_storage_options, dataset_path, int_at_least, print_json
 from shardkit.cli.dataset_cmds import load
-from shardkit.errors import ShardkitError
 from shardkit.plan import Plan, PlanParams, build_plan
 from shardkit.plan.params import DEFAULT_SPREAD, default_spread
 from shardkit.plan.quality import LabelQuality, label_quality, quality_advice
 from shardkit.read import StoredDataset
+from shardkit.read.field_values import QualityFieldError as QualityFieldError  # the old home
+from shardkit.read.field_values import read_label_codes
 from shardkit.read.mixture import is_mixture_file
 
 _MAX_ROWS = 32
@@ -101,31 +99,7 @@ def _warn(warnings: list[str], code: int) -> int:
     return code
 
 
-class QualityFieldError(ShardkitError, ValueError):
-    """``--quality FIELD`` names a field the samples lack or cannot compare (usage: exit 2)."""
-
-    exit_code = 2
-
-
-def read_labels(dataset: StoredDataset, field: str) -> np.ndarray:
-    """One integer code per sample (manifest order) for the values of ``field``."""
-    if field not in dataset.manifest.schema:
-        known = ", ".join(sorted(dataset.manifest.schema))
-        raise QualityFieldError(f"{dataset.url}: no field {field!r} in the schema (fields: {known})")
-    codes: dict[Any, int] = {}
-    labels = np.empty(dataset.manifest.num_samples, dtype=np.int64)
-    for index, sample in enumerate(dataset.samples()):
-        value = sample.get(field)
-        if isinstance(value, np.ndarray) and value.size == 1:
-            value = value.item()
-        try:
-            labels[index] = codes.setdefault(value, len(codes))
-        except TypeError:
-            raise QualityFieldError(
-                f"{dataset.url}: sample {index}: field {field!r} is a {type(value).__name__}; "
-                f"--quality needs a scalar label (int, str, bytes)"
-            ) from None
-    return labels
+read_labels = read_label_codes  # the old name (moved to the read layer for the loader, P20)
 
 
 def measure_quality(dataset: StoredDataset, plan: Plan, field: str, num_batches: int) -> LabelQuality:

@@ -103,7 +103,7 @@ def encode_footer(index_offset: int, index: bytes) -> bytes:
     return FOOTER.pack(index_offset, len(index), 0, xxh64_int(index), VERSION[0], VERSION[1], FOOTER_MAGIC)
 
 
-def decode_footer(tail: bytes, file_size: int, where: str) -> tuple[int, int, int]:
+def decode_footer(tail: bytes | memoryview, file_size: int, where: str) -> tuple[int, int, int]:
     """``(index_offset, index_length, index_checksum)`` from the last 32 bytes of a shard."""
     if file_size < HEADER_SIZE + FOOTER_SIZE or len(tail) < FOOTER_SIZE:
         raise CorruptShardError(f"{where}: {file_size} bytes, too short for a shard (truncated?)")
@@ -122,7 +122,7 @@ def decode_footer(tail: bytes, file_size: int, where: str) -> tuple[int, int, in
     return offset, length, checksum
 
 
-def decode_index(index: bytes, checksum: int, index_offset: int, where: str) -> ShardIndex:
+def decode_index(index: bytes | memoryview, checksum: int, index_offset: int, where: str) -> ShardIndex:
     if xxh64_int(index) != checksum:
         raise CorruptShardError(f"{where}: index checksum mismatch at offset {index_offset}")
     try:
@@ -141,25 +141,32 @@ def decode_index(index: bytes, checksum: int, index_offset: int, where: str) -> 
 def _check_index(
     blocks: np.ndarray, offsets: np.ndarray, first: np.ndarray, num_samples: int, end: int, where: str
 ) -> None:
-    """I3/I4: blocks are contiguous from the header to the index; counts agree."""
+    """I3/I4: blocks are contiguous from the header to the index; counts agree. Vectorised with
+    few array operations: every reader checks the index of every shard it opens, and a spread
+    read opens about `spread` times as many shards (specs/partition.md P21)."""
     if int(first[-1]) != num_samples or len(offsets) != num_samples + len(blocks):
         raise CorruptShardError(f"{where}: index counts disagree ({num_samples} samples)")
+    if not len(blocks):
+        if end != HEADER_SIZE:
+            raise CorruptShardError(f"{where}: blocks end at {HEADER_SIZE}, index starts at {end}")
+        return
     _check_offsets(blocks, offsets, first, where)
-    unknown = np.flatnonzero(blocks["layout"] > MAX_LAYOUT)
-    if len(unknown):
+    unknown = blocks["layout"] > MAX_LAYOUT
+    if np.count_nonzero(unknown):  # count_nonzero: a plain C call, cheaper than a ufunc reduction
+        i = int(np.argmax(unknown))
         raise UnsupportedVersionError(
-            f"{where}: block {int(unknown[0])} has layout {int(blocks['layout'][unknown[0]])}; this shardkit "
+            f"{where}: block {i} has layout {int(blocks['layout'][i])}; this shardkit "
             f"reads layouts 0..{MAX_LAYOUT} (format {VERSION[0]}.{VERSION[1]})"
         )
-    # Vectorised: every reader checks the index of every shard it opens (a spread read opens
-    # about `spread` times as many shards, specs/partition.md P21).
-    ends = HEADER_SIZE + np.cumsum(blocks["stored_size"].astype(np.int64))
-    starts = ends - blocks["stored_size"].astype(np.int64)
-    misplaced = np.flatnonzero(blocks["offset"].astype(np.int64) != starts)
-    if len(misplaced):
-        i = int(misplaced[0])
+    stored = blocks["stored_size"].astype(np.int64)
+    starts = np.cumsum(stored)  # each block's end, then (in place) its expected start
+    expected = HEADER_SIZE + int(starts[-1])
+    starts -= stored
+    starts += HEADER_SIZE
+    misplaced = blocks["offset"].astype(np.int64) != starts
+    if np.count_nonzero(misplaced):
+        i = int(np.argmax(misplaced))
         raise CorruptShardError(f"{where}: block {i} at offset {int(blocks[i]['offset'])}, expected {int(starts[i])}")
-    expected = int(ends[-1]) if len(blocks) else HEADER_SIZE
     if expected != end:
         raise CorruptShardError(f"{where}: blocks end at {expected}, index starts at {end}")
 
@@ -167,11 +174,10 @@ def _check_index(
 def _check_offsets(blocks: np.ndarray, offsets: np.ndarray, first: np.ndarray, where: str) -> None:
     """I6: each block's sample offsets start at 0, never decrease and end at its raw size, so
     no sample slice reaches outside its block (checked once per index, vectorised)."""
-    if not len(blocks):
-        return
     starts = first[:-1] + np.arange(len(blocks))  # position of each block's offset 0
-    ends = starts + blocks["num_samples"].astype(np.int64)
-    steps = np.diff(offsets.astype(np.int64))
-    steps[ends[:-1]] = 0  # the jump from one block's last offset to the next block's first
-    if (offsets[starts] != 0).any() or (offsets[ends] != blocks["raw_size"]).any() or (steps < 0).any():
+    ends = starts + blocks["num_samples"]
+    falling = offsets[1:] < offsets[:-1]
+    falling[ends[:-1]] = False  # the jump from one block's last offset to the next block's first
+    if np.count_nonzero(offsets[starts]) or np.count_nonzero(offsets[ends] != blocks["raw_size"]) \
+            or np.count_nonzero(falling):
         raise CorruptShardError(f"{where}: sample offsets in the index are not within their blocks")

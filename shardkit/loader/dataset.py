@@ -84,6 +84,9 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
     mixes that many times more shards; by default 12 for a dataset not shuffled at pack time and
     1 for one that was (specs/partition.md P18-P19; 1 = each consumer reads one contiguous run
     of shards).
+    ``quality_field``: a label field whose distinct values per local batch the training process
+    measures against a uniform shuffle's when it plans the first epoch, as ``shardkit plan
+    --quality FIELD`` does (one read of every sample's field), logging once when poor (P20).
     The plans of its epochs and its part of a loader state: loader/dataset_plans.py.
     """
 
@@ -112,6 +115,7 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
         transform: Transform | None = None,
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
         tokens: TokenBlocks | None = None,
+        quality_field: str | None = None,
     ) -> None:
         if not isinstance(path, str):
             raise TypeError(f"StreamingDataset: expected a dataset path or a Mixture, got {type(path).__name__}")
@@ -124,6 +128,7 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
         cache_dir, limit = cache_settings(cache_dir, cache_limit)  # None: $SHARDKIT_CACHE_DIR
         self.options = StreamOptions(with_index=with_index, cache_dir=cache_dir,
                                      cache_limit=limit, storage_options=storage_options)
+        self.quality_field = quality_field
         self.transform = transform
         self._transform_context = transform is not None and takes_context(transform)  # ctx (SampleContext)?
         self.collate_fn = collate_fn or collate_samples

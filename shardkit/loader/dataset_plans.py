@@ -20,9 +20,10 @@ from shardkit.loader.mixture_state import SourceTally
 from shardkit.loader.topology import worker_slot
 from shardkit.plan import Plan, PlanParams, build_plan, plan_to_state
 from shardkit.plan.plan import base_plan
-from shardkit.plan.quality import warn_if_unshuffled
+from shardkit.plan.quality import warn_if_poor_labels, warn_if_unshuffled
 from shardkit.plan.rotation import StepPlan
 from shardkit.read import StoredDataset
+from shardkit.read.field_values import read_label_codes
 
 
 class DatasetPlans:
@@ -32,6 +33,8 @@ class DatasetPlans:
     params: PlanParams
     dataset: StoredDataset
     _plans: dict[str, Plan]
+    quality_field: str | None = None  # P20: measure this field's labels per batch (opt-in)
+    _quality_measured = False
 
     @property
     def fingerprint(self) -> str:
@@ -47,9 +50,20 @@ class DatasetPlans:
             plan = build_plan(self.dataset.manifest.shard_sizes, params, resume, self.level0)
             check_plan(plan)  # no batch for this topology, or a large drop: logged once (P16, P17)
             if worker_slot() == (0, 0):  # P20: in the training process, once per dataset
-                warn_if_unshuffled(self.dataset.manifest, plan)
+                self.warn_quality(plan)
             self._plans = {key: plan}
         return plan
+
+    def warn_quality(self, plan: Plan) -> None:
+        """P20: from the plan's shard mixing; with ``quality_field``, from that field's values
+        instead (``shardkit plan --quality``'s measure: all labels read once, on the first plan
+        this dataset builds in this process)."""
+        if self.quality_field is None:
+            warn_if_unshuffled(self.dataset.manifest, plan)
+        elif not self._quality_measured:
+            self._quality_measured = True
+            labels = read_label_codes(self.dataset, self.quality_field)
+            warn_if_poor_labels(self.fingerprint, plan, labels, self.quality_field)
 
     def level0(self, shard_sizes: np.ndarray, params: PlanParams) -> Plan:
         """Level 0 of an epoch's plan (a ``WeightedDataset`` plans its weighted multiset)."""

@@ -150,9 +150,13 @@ class Plan:
         total = self.num_samples(consumer)
         if not 0 <= start <= total:
             raise PlanError(f"consumer {consumer}: start must be in 0..{total}, got {start}")
-        shards = self._consumer_sequence(consumer).shards(start, total)
+        return tuple(self._first_reads(consumer, start, total).tolist())
+
+    def _first_reads(self, consumer: int, start: int, stop: int) -> np.ndarray:
+        """``shards_of`` as an array (``summary`` lists every consumer's: no Python step per shard)."""
+        shards = self._consumer_sequence(consumer).shards(start, stop)
         _, first = np.unique(shards, return_index=True)
-        return tuple(int(shard) for shard in shards[np.sort(first)])
+        return shards[np.sort(first)]
 
     def remainder(self, offsets: Sequence[int]) -> SampleSequence:
         """Unconsumed real samples per consumer (from ``offsets``), then the dropped tail."""
@@ -194,7 +198,7 @@ class Plan:
         problem = check_epoch_yield(self.num_source_samples, self._params, self.level)  # P16, P17
         consumers = []
         for consumer in range(self.num_consumers):
-            shards = self.shards_of(consumer)
+            shards = self._first_reads(consumer, 0, self.num_samples(consumer)).tolist()
             consumers.append(
                 {
                     "consumer": consumer,
@@ -205,7 +209,7 @@ class Plan:
                     "real_samples": self.num_real_samples(consumer),
                     "start_offset": self._start_offsets[consumer],
                     "num_shards": len(shards),
-                    "shards": list(shards),
+                    "shards": shards,
                 }
             )
         return {

@@ -231,3 +231,16 @@ def warn_if_unshuffled(manifest: Any, plan: Plan) -> None:
     if message is not None:
         _warned.add(manifest.fingerprint)
         log.warning("%s", message)
+
+
+def warn_if_poor_labels(fingerprint: str, plan: Plan, labels: np.ndarray, field: str) -> LabelQuality:
+    """The loader's opt-in label warning (P20, ``quality_field=``): the label quality of
+    ``shardkit plan DATASET --quality FIELD`` (:func:`label_quality` over ``labels``, one code
+    per sample) and, when poor, its advice logged once per dataset and field in this process."""
+    quality = label_quality(plan, labels, field)
+    message = quality_advice(quality)
+    key = f"{fingerprint}:{field}"
+    if message is not None and key not in _warned:
+        _warned.add(key)
+        log.warning("%s", message)
+    return quality

@@ -1,4 +1,5 @@
-"""One numeric field of every sample, in manifest order (per-sample weights, specs/sample-weights.md).
+"""One field of every sample, in manifest order: numbers (per-sample weights,
+specs/sample-weights.md) or label codes (shuffle quality, specs/partition.md P14, P20).
 
 One pass over the dataset: every block of every shard is read and decoded once. Column blocks
 give a scalar column straight from its array; row blocks go sample by sample. Errors name the
@@ -12,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from shardkit.errors import FormatError
+from shardkit.errors import FormatError, ShardkitError
 from shardkit.read.column_pieces import ColumnPiece, as_samples
 from shardkit.read.dataset import StoredDataset, open_dataset
 from shardkit.read.options import ReadOptions
@@ -22,6 +23,13 @@ from shardkit.read.sources import open_source
 
 class FieldValueError(FormatError):
     """A field that the samples lack, or whose value is not one number."""
+
+
+class QualityFieldError(ShardkitError, ValueError):
+    """A quality field (``--quality FIELD``, ``quality_field=``) the samples lack or cannot
+    compare (the CLI's usage exit: 2)."""
+
+    exit_code = 2
 
 
 def field_values(path: str, field: str, storage_options: dict[str, Any] | None = None) -> np.ndarray:
@@ -67,3 +75,25 @@ def _number(value: Any, field: str, where: str, index: int) -> float:
         f"{where}: sample {index} (manifest order): field {field!r} is "
         f"{type(value).__name__} {value!r:.40}; sample weights need one number per sample"
     )
+
+
+def read_label_codes(dataset: StoredDataset, field: str) -> np.ndarray:
+    """One integer code per sample (manifest order, codes in first-seen order) for the values of
+    ``field``: what P14's label quality counts (one read of the whole dataset)."""
+    if field not in dataset.manifest.schema:
+        known = ", ".join(sorted(dataset.manifest.schema))
+        raise QualityFieldError(f"{dataset.url}: no field {field!r} in the schema (fields: {known})")
+    codes: dict[Any, int] = {}
+    labels = np.empty(dataset.manifest.num_samples, dtype=np.int64)
+    for index, sample in enumerate(dataset.samples()):
+        value = sample.get(field)
+        if isinstance(value, np.ndarray) and value.size == 1:
+            value = value.item()
+        try:
+            labels[index] = codes.setdefault(value, len(codes))
+        except TypeError:
+            raise QualityFieldError(
+                f"{dataset.url}: sample {index}: field {field!r} is a {type(value).__name__}; "
+                f"a quality field needs a scalar label (int, str, bytes)"
+            ) from None
+    return labels

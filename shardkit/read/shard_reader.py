@@ -1,18 +1,17 @@
 """``ShardReader``: one shard, random access by sample index, reading only the blocks it needs.
 
 Opening costs one suffix read (footer + index; its length is in the manifest, so exactly one
-request when the manifest entry is given). A block is checked against its xxh64 before it is
-decompressed, and decompressed within its declared size. From a store (no local copy), a run
-of blocks is fetched ahead by concurrent range requests that join adjacent blocks (K33).
+request when the manifest entry is given: read/shard_index_read.py). Blocks are fetched,
+checked (I5) and decompressed by ``ShardBlocks`` (read/shard_blocks.py); this module turns them
+into samples. From a store (no local copy), a run of blocks is fetched ahead by concurrent range
+requests that join adjacent blocks (K33).
 
-Thread-safety: not thread-safe; use one reader per thread. Blocks are decompressed with the
-calling thread's zstd context (``thread_decompressor``: one per thread, not one per reader), so
-the read-ahead helper thread (``ReadOptions.read_ahead``) uses its own.
+Thread-safety: not thread-safe; use one reader per thread (the read-ahead helper thread,
+``ReadOptions.read_ahead``, decompresses with its own zstd context).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -21,48 +20,24 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import CorruptShardError, FormatError
-from shardkit.format import BlockDecompressor, ShardInfo, decode_block, decode_sample
-from shardkit.format.block_codec import CODEC_RAW, check_block_size, thread_decompressor
-from shardkit.format.checksum import xxh64_int
+from shardkit.format import ShardInfo, decode_block, decode_sample
 from shardkit.format.column_block import LAYOUT_COLUMNS
 from shardkit.format.column_parse import parse_columns
-from shardkit.format.limits import MAX_BLOCK_BYTES, MAX_BLOCK_BYTES_ENV, check_block_limit
-from shardkit.format.shard_layout import (
-    FOOTER_SIZE,
-    HEADER_SIZE,
-    ShardIndex,
-    check_header,
-    decode_footer,
-    decode_index,
-)
+from shardkit.format.shard_layout import HEADER_SIZE, ShardIndex, check_header
 from shardkit.read.column_pieces import ColumnPiece, as_samples
 from shardkit.read.options import ReadOptions
 from shardkit.read.range_ahead import RangesAhead
 from shardkit.read.read_ahead import BlocksAhead
+from shardkit.read.shard_blocks import ShardBlocks
+from shardkit.read.shard_index_read import check_against_manifest, read_shard_index
+from shardkit.read.shard_index_read import resolve_max_block_bytes as resolve_max_block_bytes  # its old home
 from shardkit.read.sources import ByteSource
 from shardkit.read.stats import ReadStats
 
-_DEFAULT_SUFFIX = 64 << 10
-_ZSTD_SLACK = 1 << 20  # a zstd frame may be a little larger than its content (incompressible)
 SampleChunk = list[dict[str, Any]] | ColumnPiece  # a block's sample dicts, or (with views) a selection of its columns
 
 
-def resolve_max_block_bytes(max_block_bytes: int | None = None) -> int:
-    """A reader's block limit (I12): ``max_block_bytes`` if given, else ``SHARDKIT_MAX_BLOCK_BYTES``
-    from the environment, else ``MAX_BLOCK_BYTES`` (256 MiB, what every writer keeps to)."""
-    if max_block_bytes is not None:
-        return check_block_limit(max_block_bytes)
-    text = os.environ.get(MAX_BLOCK_BYTES_ENV)
-    if not text:
-        return MAX_BLOCK_BYTES
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    return check_block_limit(value, MAX_BLOCK_BYTES_ENV)
-
-
-class ShardReader:
+class ShardReader(ShardBlocks):
     def __init__(
         self,
         source: ByteSource,
@@ -89,36 +64,11 @@ class ShardReader:
 
     # ---- structure --------------------------------------------------------------------------
     def _read_index(self) -> ShardIndex:
-        size = self.source.size()
-        if self.info is not None and size != self.info.num_bytes:
-            raise CorruptShardError(
-                f"{self.where}: file is {size} bytes, manifest says {self.info.num_bytes} (truncated?)"
-            )
-        want = self.info.index_bytes if self.info is not None else _DEFAULT_SUFFIX
-        start = max(HEADER_SIZE, size - max(want, FOOTER_SIZE))
-        if size < HEADER_SIZE + FOOTER_SIZE:
-            raise CorruptShardError(f"{self.where}: {size} bytes, too short for a shard (truncated?)")
-        tail = bytes(self.source.read_range(start, size))
-        index_offset, index_length, checksum = decode_footer(tail, size, self.where)
-        if index_offset < start:  # index longer than guessed: one more request
-            tail = bytes(self.source.read_range(index_offset, size))
-            start = index_offset
-        index_bytes = tail[index_offset - start : index_offset - start + index_length]
-        index = decode_index(index_bytes, checksum, index_offset, self.where)
-        if self.info is not None:
-            self.check_against_manifest(index, self.info)
-        return index
+        return read_shard_index(self.source, self.info, self.where)
 
     def check_against_manifest(self, index: ShardIndex, info: ShardInfo) -> None:
-        """M8: counts and raw sizes agree with the manifest, so the manifest bounds how much
-        any block of this shard can decompress to."""
-        raw_bytes = int(index.blocks["raw_size"].sum())
-        found = (index.num_samples, index.num_blocks, raw_bytes)
-        expected = (info.num_samples, info.num_blocks, info.raw_bytes)
-        if found != expected:
-            raise CorruptShardError(
-                f"{self.where}: index holds (samples, blocks, raw bytes) {found}, manifest says {expected}"
-            )
+        """M8 (``shard_index_read.check_against_manifest``)."""
+        check_against_manifest(index, info, self.where)
 
     def check_header(self) -> None:
         check_header(bytes(self.source.read_range(0, HEADER_SIZE)), self.where)
@@ -134,81 +84,7 @@ class ShardReader:
     def __len__(self) -> int:
         return self.index.num_samples
 
-    # ---- blocks -----------------------------------------------------------------------------
-    def read_stored_block(self, block_index: int) -> bytes | memoryview:
-        """The stored bytes of one block, checksum-verified (I5)."""
-        return self.fetch_stored_blocks(block_index, block_index + 1)[0]
-
-    def fetch_stored_blocks(self, first: int, stop: int) -> list[bytes | memoryview]:
-        """The stored bytes of the adjacent blocks ``[first, stop)``, read with one range request
-        and each checksum-verified (I5). Thread-safe when the source is."""
-        blocks = self.index.blocks
-        for block_index in range(first, stop):
-            self._check_block_size(block_index)
-        start = int(blocks[first]["offset"])
-        end = int(blocks[stop - 1]["offset"]) + int(blocks[stop - 1]["stored_size"])
-        try:
-            data = self.source.read_range(start, end)
-        except Exception as exc:  # the store's error names the URL and range; add the blocks
-            more = f" to block {stop - 1}" if stop - first > 1 else ""
-            exc.add_note(f"reading {self.where}: {self._block_label(first)}{more}")
-            raise
-        view = memoryview(data) if stop - first > 1 else data
-        pieces = []
-        for block_index in range(first, stop):
-            offset = int(blocks[block_index]["offset"]) - start
-            stored = view[offset : offset + int(blocks[block_index]["stored_size"])] if stop - first > 1 else data
-            if xxh64_int(stored) != int(blocks[block_index]["checksum"]):
-                raise CorruptShardError(f"{self.where}: {self._block_label(block_index)}: checksum mismatch")
-            pieces.append(stored)
-        return pieces
-
-    def _check_block_size(self, block_index: int) -> None:
-        """I12, before anything is read: the raw size, and the stored size (a raw block's stored
-        bytes are its raw bytes; a zstd frame is at most a little larger than its content)."""
-        block = self.index.blocks[block_index]
-        try:
-            check_block_size(int(block["raw_size"]), self.max_block_bytes)
-            check_block_size(int(block["stored_size"]) - _ZSTD_SLACK, self.max_block_bytes)
-        except CorruptShardError as exc:
-            raise CorruptShardError(f"{self.where}: {self._block_label(block_index)}: {exc}") from None
-
-    def _block_label(self, block_index: int) -> str:
-        """``block 3 (samples 40..52) at offset 1234``, for errors."""
-        first = int(self.index.first_sample[block_index])
-        last = int(self.index.first_sample[block_index + 1]) - 1
-        offset = int(self.index.blocks[block_index]["offset"])
-        return f"block {block_index} (samples {first}..{last}) at offset {offset}"
-
-    def decode_stored_block(self, block_index: int, stored: bytes | memoryview,
-                            decompressor: BlockDecompressor | None = None,
-                            stop: int | None = None) -> bytes | memoryview:
-        """``decompressor``: a zstd context (default: the calling thread's, ``thread_decompressor``).
-        ``stop``: only the samples before shard sample ``stop`` are wanted; a row block is then
-        decompressed only as far as they reach (P21)."""
-        block = self.index.blocks[block_index]
-        codec = int(block["codec"])
-        prefix = self._raw_end(block_index, stop) if codec != CODEC_RAW else None  # raw: nothing to spare
-        try:
-            return (decompressor or thread_decompressor(self.max_block_bytes)).decompress(
-                codec, stored, int(block["raw_size"]), prefix)
-        except FormatError as exc:
-            raise type(exc)(f"{self.where}: {self._block_label(block_index)}: {exc}") from None
-
-    def _raw_end(self, block_index: int, stop: int | None) -> int | None:
-        """The raw bytes of row block ``block_index`` that hold its samples before shard sample
-        ``stop``; None for all of them (always for a column block: its columns span the block)."""
-        if stop is None:
-            return None
-        local = stop - int(self.index.first_sample[block_index])
-        block = self.index.blocks[block_index]
-        if local >= int(block["num_samples"]) or int(block["layout"]) == LAYOUT_COLUMNS:
-            return None
-        return int(self.index.offsets_of(block_index)[local])
-
-    def read_raw_block(self, block_index: int) -> bytes | memoryview:
-        return self.decode_stored_block(block_index, self.read_stored_block(block_index))
-
+    # ---- samples ----------------------------------------------------------------------------
     def block_samples(self, block_index: int, raw: bytes | memoryview | None = None,
                       part: tuple[int, int] | None = None) -> SampleChunk:
         """Samples ``lo:hi`` (``part``, block-local; default: all) of one block, in order (``raw``:
@@ -251,12 +127,6 @@ class ShardReader:
         piece_bytes = memoryview(raw)[base : int(offsets[hi])]
         return decode_block(piece_bytes, hi - lo, layout, offsets[lo : hi + 1] - base, self.views)
 
-    def _raw_block_ahead(self, block_index: int, stop: int | None = None) -> bytes | memoryview:
-        """``read_raw_block`` for the read-ahead thread (its own zstd context); ``stop`` as for
-        ``decode_stored_block``."""
-        return self.decode_stored_block(block_index, self.read_stored_block(block_index), stop=stop)
-
-    # ---- samples ----------------------------------------------------------------------------
     def __getitem__(self, sample_index: int) -> dict[str, Any]:
         if not 0 <= sample_index < self.num_samples:
             raise IndexError(f"{self.where}: sample {sample_index} out of range [0, {self.num_samples})")

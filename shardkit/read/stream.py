@@ -25,6 +25,7 @@ from shardkit.plan import Plan, Window
 from shardkit.read.column_pieces import ColumnPiece, as_samples, is_run, join_pieces
 from shardkit.read.dataset import StoredDataset
 from shardkit.read.options import ReadOptions
+from shardkit.read.shard_index_read import resolve_max_block_bytes
 from shardkit.read.shard_reader import SampleChunk, ShardReader
 from shardkit.read.sources import LocalFileSource, StoreSource
 from shardkit.read.stats import ReadStats
@@ -73,7 +74,11 @@ class ShardOpener:
         self.cache = cache if not dataset.store.is_local else None
         # A cached shard stays leased (unevictable) while open: keep only the current one.
         self.keep_open = 1 if self.cache is not None else keep_open
-        self._open: OrderedDict[int, tuple[ShardReader, contextlib.ExitStack]] = OrderedDict()
+        # A shard's reader and what closes it: the reader itself, or (a cached shard) a stack that
+        # also gives its lease back.
+        self._open: OrderedDict[int, tuple[ShardReader, Any]] = OrderedDict()
+        # Once per opener, not per shard: a spread read opens ~spread times as many (P21).
+        self._max_block_bytes = resolve_max_block_bytes()
         self._prefetcher: Prefetcher | None = None
         if self.cache is not None and upcoming:
             items = [cache_item(dataset, i) for i in upcoming]
@@ -85,27 +90,31 @@ class ShardOpener:
             self._open.move_to_end(shard_index)
             return entry[0]
         info = self.dataset.manifest.shards[shard_index]
-        stack = contextlib.ExitStack()
+        stack = contextlib.ExitStack() if self.cache is not None else None
         started = time.perf_counter()
         try:
-            reader = ShardReader(self._source(shard_index, info, stack), info, stats=self.stats, options=self.options)
+            source = self._source(shard_index, info, stack)
+            reader = ShardReader(source, info, stats=self.stats, options=self.options,
+                                 max_block_bytes=self._max_block_bytes)
         except BaseException as exc:
-            stack.close()
+            if stack is not None:
+                stack.close()
             exc.add_note(f"while opening shard {info.name} (index {shard_index}) of {self.dataset.url}")
             raise
         self.stats.opened(shard_index, time.perf_counter() - started)
-        stack.callback(reader.close)
-        self._open[shard_index] = (reader, stack)
+        if stack is not None:
+            stack.callback(reader.close)
+        self._open[shard_index] = (reader, stack if stack is not None else reader)
         while len(self._open) > self.keep_open:
             _, (_, old) = self._open.popitem(last=False)
             old.close()
         return reader
 
-    def _source(self, shard_index: int, info: ShardInfo, stack: contextlib.ExitStack) -> Any:
+    def _source(self, shard_index: int, info: ShardInfo, stack: contextlib.ExitStack | None) -> Any:
         store = self.dataset.store
         if store.is_local:
             return LocalFileSource(store.local_path(info.name))
-        if self.cache is None:
+        if self.cache is None or stack is None:
             return StoreSource(store, info.name, info.num_bytes)
         item = cache_item(self.dataset, shard_index)
         if self._prefetcher is not None:
