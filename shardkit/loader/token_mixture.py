@@ -50,6 +50,10 @@ class TokenMixtureDataset(MixtureDataset, TokenDataset):
             raise ValueError("apply_mix='now' is not supported with tokens=: a new mix for the rest of a started "
                              "epoch would change its document order; new weights take effect at the next epoch")
         super().__init__(mixture, batch_size=batch_size, tokens=tokens, apply_mix=apply_mix, **kwargs)
+        weighted = [s.label for s, w in zip(self.mixture.sources, self.opened.weights or (), strict=False) if w is not None]
+        if weighted:
+            raise ValueError(f"tokens= over a mixture whose sources {weighted} have sample_weights is not supported "
+                             f"(MX16): a document repeated in an epoch has no place in the token plan's cuts")
         if self.mixture.weight_unit == "tokens" and self.mixture.token_field != tokens.field:
             raise ValueError(f"mixture token_field {self.mixture.token_field!r} is not the blocks' field "
                              f"{tokens.field!r}: weights in tokens must count the tokens the blocks cut")
