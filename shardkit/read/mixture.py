@@ -82,7 +82,7 @@ class Mixture:
         field(default_factory=dict)
     weight_unit: str = "samples"
     token_field: str = "tokens"
-    file: str | None = None  # the mixture file it was read from (errors name it)
+    file: str | None = field(default=None, compare=False)  # the mixture file it was read from (errors name it)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sources", tuple(self.sources))
