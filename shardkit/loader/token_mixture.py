@@ -50,7 +50,8 @@ class TokenMixtureDataset(MixtureDataset, TokenDataset):
             raise ValueError("apply_mix='now' is not supported with tokens=: a new mix for the rest of a started "
                              "epoch would change its document order; new weights take effect at the next epoch")
         super().__init__(mixture, batch_size=batch_size, tokens=tokens, apply_mix=apply_mix, **kwargs)
-        weighted = [s.label for s, w in zip(self.mixture.sources, self.opened.weights or (), strict=False) if w is not None]
+        weighted = [s.label for s, w in zip(self.mixture.sources, self.opened.weights or (), strict=False)
+                    if w is not None]
         if weighted:
             raise ValueError(f"tokens= over a mixture whose sources {weighted} have sample_weights is not supported "
                              f"(MX16): a document repeated in an epoch has no place in the token plan's cuts")

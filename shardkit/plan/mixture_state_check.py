@@ -49,7 +49,8 @@ def check_state(state: Any) -> None:
         if not isinstance(entry, dict) or sorted(entry) != sorted(keys + ((WEIGHTS_KEY,) if weighted else ())):
             raise StateError(f"state.sources[{i}]: expected keys {sorted(keys)} (version 2 may add {WEIGHTS_KEY!r})")
         if weighted and not isinstance(entry[WEIGHTS_KEY], str):
-            raise StateError(f"state.sources[{i}].{WEIGHTS_KEY}: expected a fingerprint str, got {entry[WEIGHTS_KEY]!r}")
+            raise StateError(f"state.sources[{i}].{WEIGHTS_KEY}: expected a fingerprint str, "
+                             f"got {entry[WEIGHTS_KEY]!r}")
         ints = [entry[k] for k in keys if k not in ("name", "fingerprint", "weight")]
         if not all(_is_int(v) and v >= 0 for v in ints) or not isinstance(entry["name"], str) \
                 or not _is_weight(entry["weight"]):

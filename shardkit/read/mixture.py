@@ -166,6 +166,7 @@ def source_weights(source: Source, dataset: StoredDataset, file: str | None = No
     if source.sample_weights is None:
         return None
     try:
+        values: np.ndarray | Sequence[float]
         if isinstance(source.sample_weights, str):
             where = f"field {source.sample_weights!r} of {dataset.url}"
             values = read_numeric_field(dataset, source.sample_weights)

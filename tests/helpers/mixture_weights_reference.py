@@ -66,7 +66,8 @@ def pass_elements(source: MixSource, base: int, params: PlanParams, pass_index: 
     return found
 
 
-def stream_elements(spec: MixSpec, index: int, params: PlanParams, lo: int, hi: int, epoch_cursor: int) -> list[Element]:
+def stream_elements(spec: MixSpec, index: int, params: PlanParams, lo: int, hi: int,
+                    epoch_cursor: int) -> list[Element]:
     """Stream positions ``lo:hi`` of source ``index`` as elements (copies counted from the pass
     of ``epoch_cursor``); an unweighted source's are ``(id, 0)``."""
     source = spec.sources[index]

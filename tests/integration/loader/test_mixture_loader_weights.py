@@ -101,7 +101,7 @@ def test_a_weighted_source_gives_the_planned_multiset_across_a_kill_and_elastic_
     assert len(web) == sum(elements[e] for e in web)  # every web element distinct: (id, copy)
     assert not any(QUALITY[i] == 0 for _, i, _ in web)
     draws = collections.defaultdict(set)
-    for (name, i, copy), draw in got:
+    for (name, i, _), draw in got:
         if name == "web":
             draws[i].add(draw)
     heavy = [i for i in draws if QUALITY[i] == 6.0]

@@ -121,7 +121,8 @@ def test_equal_weights_are_the_unweighted_stream() -> None:
     params = PlanParams(seed=5, world_size=2, num_workers=2, batch_size=3, shuffle_window=8)
     a, b = mixture_plan(plain, params), mixture_plan(weighted, params)
     for consumer in range(a.num_consumers):
-        assert [i for i, _ in ref.consumer_elements(a, consumer)[0]] == [i for i, _ in ref.consumer_elements(b, consumer)[0]]
+        ids = [[i for i, _ in ref.consumer_elements(p, consumer)[0]] for p in (a, b)]
+        assert ids[0] == ids[1]
     assert plain.digest(0) != weighted.digest(0)  # the state still names the weights
 
 
