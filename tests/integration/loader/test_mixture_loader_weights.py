@@ -124,3 +124,27 @@ def test_an_array_is_the_field_and_other_weights_are_refused_by_name(roots: dict
         sk.ShardLoader(make(roots, 4, changed)).load_state_dict(state)
     with pytest.raises(StateError, match=r"'web'.*sample weights changed"):
         sk.ShardLoader(make(roots, 4, None)).load_state_dict(state)
+
+
+def test_a_new_mix_now_takes_every_weighted_element_at_most_once(roots: dict[str, str]) -> None:
+    """MX16 with MX12 (``apply_mix="now"``): the rest of a started epoch re-planned with new
+    weights on another topology; every web element received is distinct, the epoch still holds 230,
+    and the state's per-source ``consumed`` is what the loop received."""
+    def remixed(web: float, apply: str, batch_size: int) -> sk.MixtureDataset:
+        mix = sk.Mixture([sk.Source(roots["web"], web, "web", sample_weights="quality"),
+                          sk.Source(roots["code"], 1.0 - web)], samples_per_epoch=230, composition="random")
+        dataset = sk.StreamingDataset(mix, batch_size=batch_size, with_source=True, transform=augment,
+                                      apply_mix=apply, **PARAMS)
+        assert isinstance(dataset, sk.MixtureDataset)
+        return dataset
+
+    first = sk.ShardLoader(remixed(0.7, "next_epoch", 4), num_workers=2)
+    got = take(first, 9)
+    second = sk.ShardLoader(remixed(0.2, "now", 3), num_workers=1)
+    second.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    got += take(second)
+    elements = collections.Counter(e for e, _ in got)
+    assert sum(elements.values()) == 230 and all(n == 1 for e, n in elements.items() if e[0] == "web")
+    assert not any(QUALITY[i] == 0 for name, i, _ in elements if name == "web")
+    consumed = {e["name"]: e["consumed"] for e in second.state_dict()["mixture"]["sources"]}
+    assert consumed == dict(collections.Counter(name for name, _, _ in elements))
