@@ -147,4 +147,4 @@ def test_a_new_mix_now_takes_every_weighted_element_at_most_once(roots: dict[str
     assert sum(elements.values()) == 230 and all(n == 1 for e, n in elements.items() if e[0] == "web")
     assert not any(QUALITY[i] == 0 for name, i, _ in elements if name == "web")
     consumed = {e["name"]: e["consumed"] for e in second.state_dict()["mixture"]["sources"]}
-    assert consumed == dict(collections.Counter(name for name, _, _ in elements))
+    assert consumed == dict(collections.Counter(name for name, _, _ in elements.elements()))
