@@ -48,7 +48,9 @@ _SOURCE_KEYS = {"path", "weight", "name", "sample_weights"}
 @dataclass(frozen=True)
 class Source:
     """One dataset of a mixture; ``name`` (default: the path's last component) must be unique
-    and stable - resume states find sources by it."""
+    and stable - resume states find sources by it. ``sample_weights``: a numeric field's name or
+    one weight >= 0 per sample (manifest order) weighting the source's own samples: its passes
+    become weighted multisets (specs/mixture.md MX16); ``weight`` still sets its share."""
 
     path: str
     weight: float = 1.0
