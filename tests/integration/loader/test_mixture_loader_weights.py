@@ -148,3 +148,11 @@ def test_a_new_mix_now_takes_every_weighted_element_at_most_once(roots: dict[str
     assert not any(QUALITY[i] == 0 for name, i, _ in elements if name == "web")
     consumed = {e["name"]: e["consumed"] for e in second.state_dict()["mixture"]["sources"]}
     assert consumed == dict(collections.Counter(name for name, _, _ in elements.elements()))
+
+
+def test_token_blocks_over_a_weighted_source_are_refused_by_name(roots: dict[str, str]) -> None:
+    """MX16: token blocks (MX14) over a mixture with per-sample weights are refused, naming the
+    weighted source, before any weight is read."""
+    mix = sk.Mixture([sk.Source(roots["web"], 0.7, "web", sample_weights="quality"), sk.Source(roots["code"], 0.3)])
+    with pytest.raises(ValueError, match=r"\['web'\] have sample_weights.*MX16"):
+        sk.StreamingDataset(mix, batch_size=2, tokens=sk.TokenBlocks(8))
