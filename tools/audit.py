@@ -11,9 +11,16 @@ A weighted run (``sample_weights=``, specs/sample-weights.md) trains sample ``j`
 of one weight per sample) the audit recomputes every epoch's multiplicities from the dataset
 and counts, per sample, copies beyond ``m_j`` as duplicates and copies short of it as missing.
 
+A mixture run (``--data MIX.toml``, ids = the mixture's ``_index``: source base + index in the
+source) trains each sample as often as the mixture's epoch multiset holds it (specs/mixture.md
+MX1, MX2; with per-sample weights in a source, its weighted passes, MX16): the audit plans each
+epoch from the mixture file as it is now (so not a run resumed with a new mix) and checks every
+sample of every source against its count, as for a weighted run.
+
     python tools/audit.py AUDIT_DIR --num-samples N [--epochs E] [--json]
     python tools/audit.py AUDIT_DIR --data DATASET --sample-weights FIELD|W.npy
         [--samples-per-epoch T] [--seed S] [--endpoint-url URL] [--epochs E] [--json]
+    python tools/audit.py AUDIT_DIR --data MIX.toml [--seed S] [--no-shuffle] [--epochs E] [--json]
 """
 
 from __future__ import annotations
@@ -113,6 +120,25 @@ def weighted_multiplicities(data: str, sample_weights: str, samples_per_epoch: i
     return lambda epoch: multiplicities(weights, total, seed, epoch)
 
 
+def mixture_multiplicities(data: str, seed: int = 0, shuffle: bool = True,
+                           storage_options: dict[str, Any] | None = None) -> tuple[int, Multiplicities]:
+    """The mixture's samples (all sources) and each epoch's count of every sample, by the
+    mixture's global index, from its plan for one consumer (the loader's own plan, MX1, MX16)."""
+    from shardkit.plan import PlanParams  # noqa: PLC0415 - only for a mixture
+    from shardkit.plan.mixture_state import mixture_plan  # noqa: PLC0415
+    from shardkit.read.mixture import load_mixture, open_mixture  # noqa: PLC0415
+
+    spec = open_mixture(load_mixture(data), storage_options).spec()
+    total = sum(source.num_samples for source in spec.sources)
+
+    def of(epoch: int) -> np.ndarray:
+        plan = mixture_plan(spec, PlanParams(seed=seed, epoch=epoch, batch_size=1, shuffle=shuffle))
+        ids = [w.global_indices(plan.shard_offsets) for w in plan.consumer_windows(0)]
+        return np.bincount(np.concatenate(ids + [np.zeros(0, dtype=np.int64)]), minlength=total)
+
+    return total, of
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description="prove every sample was trained exactly once (or m_j times, weighted)")
     p.add_argument("audit_dir")
@@ -123,13 +149,19 @@ def main() -> int:
     p.add_argument("--samples-per-epoch", type=int, default=None, help="the run's T (default: the dataset's size)")
     p.add_argument("--seed", type=int, default=0, help="the run's seed (it keys the weights' rounding)")
     p.add_argument("--endpoint-url", default=None, help="S3 endpoint of --data")
+    p.add_argument("--no-shuffle", action="store_true", help="a mixture run without shuffle (its pass orders)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
-    if (args.sample_weights is None) == (args.num_samples is None) or (args.sample_weights and not args.data):
-        p.error("give --num-samples N, or --data DATASET with --sample-weights for a weighted run")
+    mixture = args.data is not None and args.data.endswith((".toml", ".json")) and not args.sample_weights
+    if not mixture and ((args.sample_weights is None) == (args.num_samples is None)
+                        or (args.sample_weights and not args.data)):
+        p.error("give --num-samples N, --data DATASET with --sample-weights for a weighted run, "
+                "or --data MIX.toml for a mixture run")
     expected = None
-    if args.sample_weights:
-        options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else None
+    options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else None
+    if mixture:
+        args.num_samples, expected = mixture_multiplicities(args.data, args.seed, not args.no_shuffle, options)
+    elif args.sample_weights:
         expected = weighted_multiplicities(args.data, args.sample_weights, args.samples_per_epoch, args.seed, options)
     report = audit(args.audit_dir, args.num_samples or 0, args.epochs, expected)
     if args.json:

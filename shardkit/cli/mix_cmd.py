@@ -2,7 +2,8 @@
 
 Called by the plan command when its path is a mixture file (``.toml``/``.json``); takes the same
 arguments. Per source: samples in the epoch, its share, passes (each sample taken floor or ceil
-of them), where the epoch starts in the source's passes, and samples per step.
+of them), where the epoch starts in the source's passes, and samples per step; a source with
+per-sample weights (MX16) also its pass length and the multiplicity range of a pass.
 """
 
 from __future__ import annotations
@@ -10,11 +11,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import numpy as np
+
 from shardkit.cli.common import print_json, storage_options
 from shardkit.errors import CorruptShardError, PlanError
 from shardkit.plan import PlanParams
 from shardkit.plan.mixture import MixSpec
 from shardkit.plan.mixture_state import mixture_plan
+from shardkit.plan.mixture_weights import pass_length
+from shardkit.plan.sample_weights import SampleWeights
 from shardkit.read.mixture import load_mixture, open_mixture
 
 EXIT_USAGE = 2
@@ -59,12 +64,29 @@ def explain(spec: MixSpec, params: PlanParams, urls: list[str]) -> dict[str, Any
             "first_pass": c // n if n else 0, "pass_position": c % n if n else 0,
             "samples_per_step": q * per_step / total if total else 0.0,
         })
+        if source.sample_weights is not None:  # passes of L elements, not of N samples (MX16)
+            rows[-1].update(weighted(source.sample_weights, q, c))
     return {
         "epoch": params.epoch, "samples_per_epoch": total, "composition": spec.composition,
         "weight_unit": spec.unit, "steps_per_rank": plan.steps_per_rank, "num_consumers": plan.num_consumers,
         "num_dropped": plan.num_dropped, "num_padded": plan.num_padded, "sources": rows,
         "segments": segments(spec, params),
     }
+
+
+def weighted(weights: SampleWeights, count: int, cursor: int) -> dict[str, Any]:
+    """A weighted source's passes (MX16): ``L`` elements each, each sample ``floor``/``ceil`` of
+    its expected multiplicity per pass (``w_j L / sum(w)``)."""
+    length = pass_length(weights)
+    expected = weights.weights.astype(np.float64) * length / weights.total if length else np.zeros(1)
+    return {"sample_weights": {"where": weights.where, "fingerprint": weights.fingerprint, "pass_length": length,
+                               "zero_weight": int(weights.num_samples - length),
+                               "multiplicity_per_pass": [int(np.floor(expected.min())), int(np.ceil(expected.max()))],
+                               "expected_per_pass": [float(expected.min()), float(expected.max())]},
+            "passes": count / length if length else 0.0,
+            "repeats": [int(np.floor(expected.min())) * (count // length) if length else 0,
+                        int(np.ceil(expected.max())) * -(-count // length) if length else 0],
+            "first_pass": cursor // length if length else 0, "pass_position": cursor % length if length else 0}
 
 
 def segments(spec: MixSpec, params: PlanParams) -> list[dict[str, Any]]:
@@ -97,3 +119,11 @@ def _print(report: dict[str, Any], params: PlanParams) -> None:
         start = f"pass {row['first_pass']} @{row['pass_position']}"
         print(f"{row['name']:>12} {row['num_samples']:>10} {row['samples_per_epoch']:>10} "
               f"{row['share']:>7.2%} {row['passes']:>8.3f} {repeats:>8} {start:>16} {row['samples_per_step']:>9.2f}")
+    for row in report["sources"]:
+        if "sample_weights" in row:
+            w = row["sample_weights"]
+            low, high = w["multiplicity_per_pass"]
+            print(f"{row['name']}: weighted by {w['where']}: a pass is {w['pass_length']} elements "
+                  f"({w['zero_weight']} samples of weight 0 left out), each sample {low}..{high} times per pass "
+                  f"(expected {w['expected_per_pass'][0]:.3g}..{w['expected_per_pass'][1]:.3g}); passes, repeats "
+                  f"and the start count these elements")

@@ -26,6 +26,7 @@ from shardkit.loader.mixture_state import SOURCES_KEY, SourceTally, mixture_of, 
 from shardkit.loader.topology import Topology
 from shardkit.loader.transfer.arena import alloc_like
 from shardkit.loader.transfer.ring import Ring
+from shardkit.loader.weighted_dataset import separate_copies
 from shardkit.plan import Plan, PlanParams, shard_offsets
 from shardkit.plan.mixture_remix import EpochSource, remix, remix_description
 from shardkit.plan.mixture_state import (
@@ -217,7 +218,9 @@ class MixtureDataset(StreamingDataset):
                        stats: WorkerStats, options: ReadOptions) -> Iterator[WindowSamples]:
         self._order = self._order_for(plan.params.epoch)
         self._bases = self._sample_bases_of(self._order)
-        return iter_mixture_consumer(self.opened, plan, consumer, start, cache, stats.read, options, self._order)
+        windows = iter_mixture_consumer(self.opened, plan, consumer, start, cache, stats.read, options, self._order)
+        weighted = self.transform is not None and any(w is not None for w in self.opened.weights or ())
+        return map(separate_copies, windows) if weighted else windows  # each copy its own dict (MX16, SW8)
 
     def _tally_of(self, cut: BatchCut, in_plan: np.ndarray, sources: np.ndarray) -> np.ndarray:
         """Real samples per source of a batch, then (weights in tokens) its tokens per source."""

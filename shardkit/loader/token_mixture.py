@@ -30,7 +30,7 @@ from shardkit.plan import PlanParams
 from shardkit.plan.mixture_state_check import MIX_STATE_VERSION
 from shardkit.plan.token_config import TokenBlocks
 from shardkit.plan.token_plan import TokenPlan, build_token_plan, epoch_order
-from shardkit.read.mixture import Mixture, source_lengths
+from shardkit.read.mixture import Mixture, load_mixture, source_lengths
 from shardkit.read.mixture_stream import source_of_indices
 from shardkit.read.options import ReadOptions
 from shardkit.read.token_docs import EpochDocuments
@@ -49,6 +49,12 @@ class TokenMixtureDataset(MixtureDataset, TokenDataset):
         if apply_mix != "next_epoch":
             raise ValueError("apply_mix='now' is not supported with tokens=: a new mix for the rest of a started "
                              "epoch would change its document order; new weights take effect at the next epoch")
+        mixture = load_mixture(mixture) if isinstance(mixture, str) else mixture
+        weighted = [s.label for s in mixture.sources if s.sample_weights is not None]
+        if weighted:
+            raise ValueError(f"tokens= over a mixture whose sources {weighted} have sample_weights is not supported "
+                             f"(specs/mixture.md MX16): a document repeated in an epoch has no place in the token "
+                             f"plan's cuts")
         super().__init__(mixture, batch_size=batch_size, tokens=tokens, apply_mix=apply_mix, **kwargs)
         if self.mixture.weight_unit == "tokens" and self.mixture.token_field != tokens.field:
             raise ValueError(f"mixture token_field {self.mixture.token_field!r} is not the blocks' field "

@@ -115,10 +115,10 @@ class WeightedDataset(StreamingDataset):
         """As the parent's; with a ``transform``, every copy of a sample is its own dict (SW8), so
         an in-place transform never meets a copy it already changed."""
         windows = super()._read_consumer(plan, consumer, start, cache, stats, options)
-        return windows if self.transform is None else map(_separate_copies, windows)
+        return windows if self.transform is None else map(separate_copies, windows)
 
 
-def _separate_copies(window: WindowSamples) -> WindowSamples:
+def separate_copies(window: WindowSamples) -> WindowSamples:
     """``window`` with a deep copy in place of every repeat of a sample dict already in it."""
     if not isinstance(window.samples, list):
         return window
@@ -131,10 +131,12 @@ def _separate_copies(window: WindowSamples) -> WindowSamples:
 
 
 def weighted_class(mixture: bool) -> type[WeightedDataset]:
-    """What ``StreamingDataset(path, sample_weights=...)`` makes; refused for a mixture (SW10)."""
+    """What ``StreamingDataset(path, sample_weights=...)`` makes; a mixture's weights belong to
+    its sources (SW10)."""
     if mixture:
         raise TypeError(
-            "sample_weights is not supported for a mixture (SW10): weight its sources, "
-            "or stream the weighted dataset on its own"
+            "sample_weights= is not an option of a mixture (SW10): give each source its own, "
+            "sk.Source(path, weight=..., sample_weights='field' | array), or the source's "
+            "sample_weights key in the mixture file (specs/mixture.md MX16)"
         )
     return WeightedDataset

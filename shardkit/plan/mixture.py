@@ -18,6 +18,7 @@ from fractions import Fraction
 import numpy as np
 
 from shardkit.errors import PlanError
+from shardkit.plan.sample_weights import SampleWeights
 
 COMPOSITIONS = ("random", "stratified")
 UNITS = ("samples", "tokens")
@@ -32,6 +33,7 @@ class MixSource:
     weight: float = 1.0
     fingerprint: str = ""
     num_tokens: int | None = None  # tokens of all its samples (weights in tokens, MX13)
+    sample_weights: SampleWeights | None = None  # one weight per sample: weighted passes (MX16)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -44,6 +46,14 @@ class MixSource:
         if self.num_tokens is not None and (isinstance(self.num_tokens, bool) or not isinstance(
                 self.num_tokens, int | np.integer) or self.num_tokens < 0):
             raise PlanError(f"source {self.name!r}: num_tokens: expected an int >= 0, got {self.num_tokens!r}")
+        if self.sample_weights is not None and not np.array_equal(self.sample_weights.shard_sizes, sizes):
+            raise PlanError(f"source {self.name!r}: sample_weights are for shard sizes "
+                            f"{self.sample_weights.shard_sizes.tolist()}, the source has {sizes.tolist()}")
+
+    @property
+    def weights_fingerprint(self) -> str | None:
+        """The per-sample weights' fingerprint (MX16), ``None`` for an unweighted source."""
+        return None if self.sample_weights is None else self.sample_weights.fingerprint
 
     @property
     def num_samples(self) -> int:
@@ -97,6 +107,9 @@ class MixSpec:
         if self.unit not in UNITS:
             raise PlanError(f"mixture weight unit: expected one of {UNITS}, got {self.unit!r}")
         for source in self.sources:
+            if self.unit == "tokens" and source.sample_weights is not None:
+                raise PlanError(f"source {source.name!r}: per-sample weights with weights in tokens are not "
+                                f"supported (a weighted pass's tokens are not the source's; MX16)")
             if self.unit == "tokens" and source.num_samples and not source.num_tokens:
                 raise PlanError(f"source {source.name!r}: weights in tokens need its token total "
                                 f"(num_tokens > 0), got {source.num_tokens!r}")
@@ -178,6 +191,8 @@ class MixSpec:
             h.update(f"|{source.name}|{source.fingerprint}|{source.weight!r}|".encode())
             if self.unit != "samples":
                 h.update(f"{self.unit}:{source.num_tokens}|".encode())
+            if source.sample_weights is not None:
+                h.update(f"weights:{source.weights_fingerprint}|".encode())
             h.update(source.shard_sizes.astype("<i8").tobytes())
         return "mixspec:" + h.hexdigest()
 
@@ -190,6 +205,8 @@ class MixSpec:
             h.update(repr([(g.first_sample, g.counts.tolist()) for g in segments]).encode())
         for source, count, cursor in zip(self.sources, self.counts(epoch), self.cursors(epoch), strict=True):
             h.update(f"|{source.name}|{source.fingerprint}|{count}|{cursor}|".encode())
+            if source.sample_weights is not None:  # an unweighted epoch keeps its digest
+                h.update(f"weights:{source.weights_fingerprint}|".encode())
             h.update(source.shard_sizes.astype("<i8").tobytes())
         return "mix:" + h.hexdigest()
 

@@ -21,7 +21,7 @@ import numpy as np
 from shardkit.errors import PlanError
 from shardkit.plan.mixture_sequence import MixedSequence, SourceStream
 from shardkit.plan.sequence import SampleSequence
-from shardkit.plan.spans import Span
+from shardkit.plan.spans import Decoded, Span, join_decoded
 
 Leaf = tuple[MixedSequence, int, int]
 START, RUN, END = range(3)  # the parts of a range, in U_i's order
@@ -127,16 +127,23 @@ class UntakenStream(SourceStream):
         return int(self._cum[-1])
 
     def spans(self, lo: int, hi: int) -> list[Span]:
+        return self.decode(lo, hi)[0]
+
+    def decode(self, lo: int, hi: int) -> Decoded:
+        """As :meth:`SourceStream.decode`: each run of old ranks (or of the rest) decoded by its
+        own stream, so a weighted source (MX16) keeps its index and copy numbers."""
         n = len(self)
-        found = self._untaken(min(lo, n), min(hi, n))
+        pieces = list(self._untaken(min(lo, n), min(hi, n)))
         a, b = max(lo - n, 0), max(hi - n, 0)
-        return found + (self._rest.spans(a, b) if b > a else [])
+        if b > a:
+            pieces.append((self._rest, a, b))
+        return join_decoded([stream.decode(x, y) for stream, x, y in pieces], [y - x for _, x, y in pieces])
 
     def shards(self, lo: int, hi: int) -> np.ndarray:
         return np.array([span.shard_index for span in self.spans(lo, hi)], dtype=np.int64)
 
-    def _untaken(self, lo: int, hi: int) -> list[Span]:
-        found: list[Span] = []
+    def _untaken(self, lo: int, hi: int) -> Iterator[tuple[SourceStream, int, int]]:
+        """Untaken ranks ``lo:hi`` as ``(old stream, first rank, end rank)`` runs."""
         j = int(np.searchsorted(self._cum, lo, side="right")) - 1
         while lo < hi:
             top = min(hi, int(self._cum[j + 1]))
@@ -145,12 +152,12 @@ class UntakenStream(SourceStream):
             stream = self._remainder.leaves[k][0].streams[self._source]
             if part == RUN:
                 first = int(self._remainder.run_first[k, self._source])
-                found.extend(stream.spans(first + a, first + b))
+                yield stream, first + a, first + b
             else:
                 ranks = self._remainder.cut_ranks(k, part, self._source)[a:b]
-                found.extend(span for x, y in _rank_runs(ranks) for span in stream.spans(x, y))
+                for x, y in _rank_runs(ranks):
+                    yield stream, x, y
             lo, j = top, j + 1
-        return found
 
 
 def _rank_runs(ranks: np.ndarray) -> Iterator[tuple[int, int]]:

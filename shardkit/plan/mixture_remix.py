@@ -29,7 +29,8 @@ import numpy as np
 from shardkit.errors import StateError
 from shardkit.plan.mixture import MixSource, MixSpec, largest_remainder
 from shardkit.plan.mixture_remainder import Remainder, UntakenStream
-from shardkit.plan.mixture_sequence import MixedSequence, SourceStream
+from shardkit.plan.mixture_sequence import MixedSequence
+from shardkit.plan.mixture_weights import source_stream
 from shardkit.plan.params import PlanParams
 from shardkit.plan.plan import Plan
 from shardkit.plan.state import build_plan
@@ -83,8 +84,9 @@ def remix(old: EpochSource, base_state: dict[str, Any], spec: MixSpec, weights: 
         from shardkit.plan.mixture_state import shard_bases_of, source_order  # noqa: PLC0415 - cycle
 
         bases = shard_bases_of(sources)
-        streams = [UntakenStream(untaken, i, SourceStream(s.shard_sizes, source_order(s, params.seed, params.shuffle),
-                                                          int(bases[i]), cursors[i] + advance[i]))
+        streams = [UntakenStream(untaken, i, source_stream(s, source_order(s, params.seed, params.shuffle),
+                                                           int(bases[i]), cursors[i] + advance[i], cursors[i],
+                                                           params.seed))
                    for i, s in enumerate(sources)]
         key = (params.seed, params.epoch, REMIX_KEY_WORD - depth) if params.shuffle else None
         sequence = MixedSequence(streams, counts.tolist(), composition, params.shuffle_window, params.batch_size, key)
@@ -120,6 +122,8 @@ def remix_description(epoch_source: EpochSource, state: dict[str, Any], weights:
         entry: dict[str, Any] = {"name": s.name, "fingerprint": s.fingerprint, "num_samples": s.num_samples,
                                  "weight": float(weights.get(s.name, 0.0)), "count": a, "cursor": c,
                                  "consumed": int(before.get(s.name, {}).get("consumed", 0))}
+        if s.sample_weights is not None:
+            entry["sample_weights"] = s.weights_fingerprint
         if state.get("unit") == "tokens":
             entry.update(num_tokens=int(s.num_tokens or 0),
                          consumed_tokens=int(before.get(s.name, {}).get("consumed_tokens", 0)))

@@ -24,7 +24,7 @@ from shardkit.plan.mixture_cuts import first_counts
 from shardkit.plan.mixture_prefix import interleave_prefixes
 from shardkit.plan.rng import first_of_permutation, permutation, philox_key, raw_stream
 from shardkit.plan.sequence import EpochSequence, SampleSequence, window_bounds
-from shardkit.plan.spans import Span, Window
+from shardkit.plan.spans import Decoded, Span, Window, join_decoded
 
 SALT_MIX_ORDER = 11  # a source's shard order: (11, seed, name word)
 SALT_MIX_WINDOW = 12  # window j's permutation: (12, seed, epoch, j[, source])
@@ -50,7 +50,7 @@ class SourceStream:
         return len(self._pass)
 
     def _pieces(self, lo: int, hi: int) -> Iterator[tuple[int, int]]:
-        n = len(self._pass)
+        n = self.num_samples
         start, stop = self._cursor + lo, self._cursor + hi
         while start < stop:
             inner = start % n
@@ -65,6 +65,12 @@ class SourceStream:
     def shards(self, lo: int, hi: int) -> np.ndarray:
         found = [self._pass.shards(a, b) + self._base for a, b in self._pieces(lo, hi)]
         return np.concatenate(found) if found else _NO_SHARDS
+
+    def decode(self, lo: int, hi: int) -> Decoded:
+        """Ranks ``lo:hi`` as spans, and per rank its index into the spans' samples and its copy
+        number; ``None`` for both: one sample per rank, in span order, copy 0 (unweighted)."""
+        return self.spans(lo, hi), None, None
+
 
 
 class Interleave:
@@ -147,7 +153,7 @@ class MixedSequence(SampleSequence):
         self._batch = batch
         self._window = -(-window // batch) * batch if self._stratified else window
         self._key = key
-        self._last: tuple[int, tuple[Span, ...], np.ndarray] | None = None  # the latest window (read-only)
+        self._last: tuple[int, tuple[Span, ...], np.ndarray, np.ndarray | None] | None = None  # latest window
 
     def __len__(self) -> int:
         return self._mix.total
@@ -254,21 +260,30 @@ class MixedSequence(SampleSequence):
             w_lo = index * self._window
             w_hi = min(w_lo + self._window, len(self))
             hi = self._mix.prefix(w_hi)
-            spans, order = self._window_of(index, lo, hi)
-            yield Window(spans, order[max(start, w_lo) - w_lo : min(stop, w_hi) - w_lo])
+            spans, order, copies = self._window_of(index, lo, hi)
+            kept = slice(max(start, w_lo) - w_lo, min(stop, w_hi) - w_lo)
+            yield Window(spans, order[kept], None if copies is None else copies[kept])
             lo = hi
 
-    def _window_of(self, index: int, lo: list[int], hi: list[int]) -> tuple[tuple[Span, ...], np.ndarray]:
-        """Window ``index``'s spans and order; the latest one is kept, because the consumers
-        that split a window (and a remainder's pieces, MX12) ask for it in turn."""
+    def _window_of(self, index: int, lo: list[int], hi: list[int],
+                   ) -> tuple[tuple[Span, ...], np.ndarray, np.ndarray | None]:
+        """Window ``index``'s spans, order and copy numbers (``None``: all 0); the latest one is
+        kept, because the consumers that split a window (and a remainder's pieces, MX12) ask for
+        it in turn. A weighted source (MX16) decodes each of its samples once, however many
+        copies: its ranks map to the decoded samples through an index."""
         last = self._last  # one tuple read, one tuple write: safe across threads
         if last is not None and last[0] == index:
-            return last[1], last[2]
-        spans = tuple(span for s, a, b in zip(self._streams, lo, hi, strict=True) for span in s.spans(a, b))
+            return last[1], last[2], last[3]
+        parts = [s.decode(a, b) for s, a, b in zip(self._streams, lo, hi, strict=True)]
+        listed, where, copies = join_decoded(parts, [b - a for a, b in zip(lo, hi, strict=True)])
+        spans = tuple(listed)
         order = self._order(index, lo, hi)
+        if where is not None and copies is not None:
+            order, copies = where[order], copies[order]
+            copies.flags.writeable = False
         order.flags.writeable = False
-        self._last = (index, spans, order)
-        return spans, order
+        self._last = (index, spans, order, copies)
+        return spans, order, copies
 
     def _order(self, index: int, lo: list[int], hi: list[int]) -> np.ndarray:
         sizes = np.array(hi, dtype=np.int64) - np.array(lo, dtype=np.int64)

@@ -20,8 +20,9 @@ from shardkit.errors import PlanError, StateError
 from shardkit.plan.mixture import MixSource, MixSpec, ScheduleStep
 from shardkit.plan.mixture_remix import EpochSource, later_spec, remix, remix_description
 from shardkit.plan.mixture_segments import segmented_sequence
-from shardkit.plan.mixture_sequence import SALT_MIX_ORDER, MixedSequence, SourceStream, name_word
-from shardkit.plan.mixture_state_check import MIX_KIND, MIX_STATE_KEYS, MIX_STATE_VERSION, check_state
+from shardkit.plan.mixture_sequence import SALT_MIX_ORDER, MixedSequence, name_word
+from shardkit.plan.mixture_state_check import MIX_KIND, MIX_STATE_KEYS, MIX_STATE_VERSION, WEIGHTS_KEY, check_state
+from shardkit.plan.mixture_weights import source_stream
 from shardkit.plan.params import PlanParams
 from shardkit.plan.partition import equal_steps
 from shardkit.plan.plan import Plan
@@ -59,9 +60,9 @@ def mixed_sequence(spec: MixSpec, params: PlanParams) -> SampleSequence:
     segments, cursors, bases = spec.segments(params.epoch), spec.cursors(params.epoch), shard_bases(spec)
     orders = [source_order(s, params.seed, params.shuffle) for s in spec.sources]
     key = (params.seed, params.epoch) if params.shuffle else None
-    parts = []
+    parts, first = [], cursors
     for k, segment in enumerate(segments):
-        streams = [SourceStream(s.shard_sizes, orders[i], int(bases[i]), int(cursors[i]))
+        streams = [source_stream(s, orders[i], int(bases[i]), int(cursors[i]), int(first[i]), params.seed)
                    for i, s in enumerate(spec.sources)]
         # segment 0 keeps the key of an unsegmented epoch; later ones add -k (no word of an
         # unsegmented window key is negative but the last, MX11)
@@ -111,12 +112,15 @@ def mixture_description(spec: MixSpec, epoch: int, consumed: Sequence[int] | Non
     segments = spec.segments(epoch)
     if len(segments) > 1:
         state["segments"] = [{"first_sample": g.first_sample, "weights": list(g.weights)} for g in segments[1:]]
+    for entry, source in zip(sources, spec.sources, strict=True):
+        if source.sample_weights is not None:  # per-sample weights: their fingerprint (MX16)
+            entry[WEIGHTS_KEY] = source.weights_fingerprint
     if spec.unit != "samples":
         state["unit"] = spec.unit
         for entry, source, tokens in zip(sources, spec.sources, _per_source(spec, consumed_tokens, "consumed_tokens"),
                                          strict=True):
             entry.update(num_tokens=int(source.num_tokens or 0), consumed_tokens=tokens)
-    if len(state) > len(MIX_STATE_KEYS) - 1:
+    if len(state) > len(MIX_STATE_KEYS) - 1 or any(WEIGHTS_KEY in entry for entry in sources):
         state["version"] = MIX_STATE_VERSION
     return state
 
@@ -235,7 +239,13 @@ def saved_spec(spec: MixSpec, state: dict[str, Any]) -> MixSpec:
         if tokens is not None and tokens != current.num_tokens:
             raise StateError(f"{where}: source changed since the state was saved: {tokens} tokens, now "
                              f"{current.num_tokens}")
-        sources.append(MixSource(current.name, current.shard_sizes, entry["weight"], current.fingerprint, tokens))
+        if entry.get(WEIGHTS_KEY) != current.weights_fingerprint:
+            raise StateError(f"{where}: the source's sample weights changed since the state was saved: weights "
+                             f"fingerprint {entry.get(WEIGHTS_KEY)!r}, now {current.weights_fingerprint!r}"
+                             + (f" ({current.sample_weights.where})" if current.sample_weights is not None else "")
+                             + "; resume with the weights the epoch was planned with")
+        sources.append(MixSource(current.name, current.shard_sizes, entry["weight"], current.fingerprint, tokens,
+                                 current.sample_weights))
         cursors.append(entry["cursor"])
     epoch = state["epoch"]
     schedule = tuple(ScheduleStep(epoch, tuple(g["weights"]), g["first_sample"]) for g in state.get("segments", []))

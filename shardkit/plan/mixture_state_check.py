@@ -13,6 +13,7 @@ MIX_STATE_KEYS = ("version", "kind", "epoch", "samples_per_epoch", "composition"
 OPTIONAL_KEYS = ("segments", "unit", "remix")  # version 2
 SOURCE_KEYS = ("name", "fingerprint", "num_samples", "weight", "count", "cursor", "consumed")
 TOKEN_KEYS = ("num_tokens", "consumed_tokens")  # per source, with unit "tokens" (version 2)
+WEIGHTS_KEY = "sample_weights"  # per source with per-sample weights: their fingerprint (version 2, MX16)
 
 
 def check_state(state: Any) -> None:
@@ -44,8 +45,12 @@ def check_state(state: Any) -> None:
             isinstance(entry, dict) and "consumed_tokens" in entry for entry in sources):
         keys += ("consumed_tokens",)  # token blocks over weights in samples count tokens too (MX14)
     for i, entry in enumerate(sources):
-        if not isinstance(entry, dict) or sorted(entry) != sorted(keys):
-            raise StateError(f"state.sources[{i}]: expected keys {sorted(keys)}")
+        weighted = version >= 2 and isinstance(entry, dict) and WEIGHTS_KEY in entry
+        if not isinstance(entry, dict) or sorted(entry) != sorted(keys + ((WEIGHTS_KEY,) if weighted else ())):
+            raise StateError(f"state.sources[{i}]: expected keys {sorted(keys)} (version 2 may add {WEIGHTS_KEY!r})")
+        if weighted and not isinstance(entry[WEIGHTS_KEY], str):
+            raise StateError(f"state.sources[{i}].{WEIGHTS_KEY}: expected a fingerprint str, "
+                             f"got {entry[WEIGHTS_KEY]!r}")
         ints = [entry[k] for k in keys if k not in ("name", "fingerprint", "weight")]
         if not all(_is_int(v) and v >= 0 for v in ints) or not isinstance(entry["name"], str) \
                 or not _is_weight(entry["weight"]):

@@ -74,15 +74,16 @@ class SampleWeights:
 
 class Rounding:
     """``c(x)``: samples of an epoch of ``total`` placed up to running weight ``x`` (monotone,
-    ``c(0) = 0``, ``c(X_N) = total``)."""
+    ``c(0) = 0``, ``c(X_N) = total``). ``offset``: ``U`` itself (a mixture source's pass draws
+    its own, specs/mixture.md MX16), else the epoch's."""
 
-    def __init__(self, weights: SampleWeights, total: int, seed: int, epoch: int) -> None:
+    def __init__(self, weights: SampleWeights, total: int, seed: int, epoch: int, offset: float | None = None) -> None:
         if total and weights.total <= 0:
             raise PlanError(f"{weights.where}: every weight is 0, but samples_per_epoch is {total}")
         self.total = total
         self._end = weights.total
         self._scale = total / self._end if self._end > 0 else 0.0
-        self.offset = epoch_offset(seed, epoch)
+        self.offset = epoch_offset(seed, epoch) if offset is None else offset
 
     def __call__(self, running: np.ndarray) -> np.ndarray:
         placed = np.minimum(np.floor(self.offset + running * self._scale), self.total).astype(np.int64)

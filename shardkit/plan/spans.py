@@ -82,3 +82,21 @@ def shard_offsets(shard_sizes: ShardSizes) -> np.ndarray:
 def global_index(offsets: np.ndarray, span: Span, i: int) -> int:
     """Global index of the ``i``-th sample of ``span``: samples before its shard + position."""
     return int(offsets[span.shard_index]) + span.start + i
+
+
+# A run of ranks decoded: spans, per rank its index into their samples and its copy number
+# (``None`` for both: one sample per rank in span order, copy 0; a weighted mixture source, MX16).
+Decoded = tuple[list[Span], np.ndarray | None, np.ndarray | None]
+
+
+def join_decoded(parts: Sequence[Decoded], ranks: Sequence[int]) -> Decoded:
+    """``parts`` (of ``ranks[k]`` ranks each) one after another, as one :data:`Decoded`."""
+    spans = [span for part in parts for span in part[0]]
+    if all(part[1] is None for part in parts):
+        return spans, None, None
+    index, copies, base = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)], 0
+    for (found, where, copy), count in zip(parts, ranks, strict=True):
+        index.append(base + (np.arange(count, dtype=np.int64) if where is None else where))
+        copies.append(np.zeros(count, dtype=np.int64) if copy is None else copy)
+        base += sum(span.num_samples for span in found)
+    return spans, np.concatenate(index), np.concatenate(copies)

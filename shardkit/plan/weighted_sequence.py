@@ -79,6 +79,12 @@ class WeightedSequence(SampleSequence):
                 order, copies = order[permuted], copies[permuted]
             yield Window(tuple(spans), order[kept], copies[kept])
 
+    def decode(self, lo: int, hi: int) -> tuple[list[Span], np.ndarray, np.ndarray]:
+        """Positions ``lo:hi`` without a window order: the spans decoding their distinct samples,
+        per position its index into those spans' samples, and its copy number."""
+        self.check_range(lo, hi)
+        return self._content(lo, hi)
+
     def _content(self, lo: int, hi: int) -> tuple[list[Span], np.ndarray, np.ndarray]:
         """Spans decoding the distinct samples of positions ``lo:hi``, and per position its
         index into their concatenation and its copy number (SW8)."""

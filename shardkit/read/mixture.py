@@ -12,6 +12,7 @@ A mixture file (``.toml`` or ``.json``, the same keys)::
     path = "s3://bucket/web"            # relative paths: from the file's folder
     weight = 0.7
     name = "web"                        # default: the path's last component
+    sample_weights = "quality"          # optional: a numeric field weighting its samples (MX16)
 
     [[schedule]]                        # optional: weights from an epoch on (MX6)
     first_epoch = 3
@@ -33,23 +34,34 @@ import numpy as np
 
 from shardkit.errors import PlanError
 from shardkit.plan.mixture import COMPOSITIONS, UNITS, MixSource, MixSpec, ScheduleStep
+from shardkit.plan.sample_weights import SampleWeights
 from shardkit.read.dataset import StoredDataset, open_dataset, split_manifest_path
+from shardkit.read.field_values import read_numeric_field
 from shardkit.read.token_lengths import document_lengths
 
 _TOP_KEYS = {"samples_per_epoch", "composition", "sources", "schedule", "weight_unit", "token_field"}
 _STEP_KEYS = {"first_epoch", "first_sample", "weights"}
 ScheduleKey = int | tuple[int, int]  # an epoch, or (epoch, mixed position in it)
-_SOURCE_KEYS = {"path", "weight", "name"}
+_SOURCE_KEYS = {"path", "weight", "name", "sample_weights"}
 
 
 @dataclass(frozen=True)
 class Source:
     """One dataset of a mixture; ``name`` (default: the path's last component) must be unique
-    and stable - resume states find sources by it."""
+    and stable - resume states find sources by it. ``sample_weights``: a numeric field's name or
+    one weight >= 0 per sample (manifest order) weighting the source's own samples: its passes
+    become weighted multisets (specs/mixture.md MX16); ``weight`` still sets its share."""
 
     path: str
     weight: float = 1.0
     name: str | None = None
+    # a numeric field's name, or one weight >= 0 per sample (manifest order): weighted passes (MX16)
+    sample_weights: str | np.ndarray | Sequence[float] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.sample_weights is not None and not isinstance(self.sample_weights, str | np.ndarray | Sequence):
+            raise PlanError(f"mixture source {self.label!r}: sample_weights: expected a field name or one weight "
+                            f"per sample, got {type(self.sample_weights).__name__}")
 
     @property
     def label(self) -> str:
@@ -72,6 +84,7 @@ class Mixture:
         field(default_factory=dict)
     weight_unit: str = "samples"
     token_field: str = "tokens"
+    file: str | None = field(default=None, compare=False)  # the mixture file it was read from (errors name it)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sources", tuple(self.sources))
@@ -115,18 +128,23 @@ class OpenMixture:
     mixture: Mixture
     datasets: tuple[StoredDataset, ...]
     lengths: tuple[np.ndarray, ...] | None = None  # per source, its samples' tokens (weights in tokens)
+    weights: tuple[SampleWeights | None, ...] | None = None  # per source, its per-sample weights (MX16)
 
     def __post_init__(self) -> None:
         if self.lengths is None and self.mixture.weight_unit == "tokens":
             self.lengths = tuple(source_lengths(s, ds, self.mixture.token_field)
                                  for s, ds in zip(self.mixture.sources, self.datasets, strict=True))
+        if self.weights is None:
+            self.weights = tuple(source_weights(s, ds, self.mixture.file)
+                                 for s, ds in zip(self.mixture.sources, self.datasets, strict=True))
 
     def spec(self) -> MixSpec:
         tokens = [None] * len(self.datasets) if self.lengths is None else [int(n.sum()) for n in self.lengths]
+        weights = self.weights or (None,) * len(self.datasets)
         sources = tuple(
             MixSource(s.label, np.asarray(ds.manifest.shard_sizes, dtype=np.int64), s.weight,
-                      ds.manifest.fingerprint, k)
-            for s, ds, k in zip(self.mixture.sources, self.datasets, tokens, strict=True))
+                      ds.manifest.fingerprint, k, w)
+            for s, ds, k, w in zip(self.mixture.sources, self.datasets, tokens, weights, strict=True))
         total = sum(source.num_samples for source in sources)
         size = total if self.mixture.samples_per_epoch is None else self.mixture.samples_per_epoch
         labels = [source.name for source in sources]
@@ -141,6 +159,25 @@ def source_lengths(source: Source, dataset: StoredDataset, field: str) -> np.nda
         return document_lengths(dataset, field)
     except Exception as exc:
         exc.add_note(f"while counting the tokens of mixture source {source.label!r} ({source.path})")
+        raise
+
+
+def source_weights(source: Source, dataset: StoredDataset, file: str | None = None) -> SampleWeights | None:
+    """``source``'s per-sample weights (a field read once: one pass over the dataset), or None;
+    errors name the source (and the mixture file)."""
+    if source.sample_weights is None:
+        return None
+    try:
+        values: np.ndarray | Sequence[float]
+        if isinstance(source.sample_weights, str):
+            where = f"field {source.sample_weights!r} of {dataset.url}"
+            values = read_numeric_field(dataset, source.sample_weights)
+        else:
+            where, values = f"sample_weights of {dataset.url}", source.sample_weights
+        return SampleWeights(values, np.asarray(dataset.manifest.shard_sizes, dtype=np.int64), where)
+    except Exception as exc:
+        exc.add_note(f"while reading the sample weights of mixture source {source.label!r} ({source.path})"
+                     + (f" in {file}" if file else ""))
         raise
 
 
@@ -192,7 +229,7 @@ def mixture_from_dict(data: Any, where: str) -> Mixture:
         raise PlanError(f"{where}: samples_per_epoch: expected an int, got {size!r}")
     try:
         return Mixture(sources, size, str(data.get("composition", "random")), schedule,
-                       str(data.get("weight_unit", "samples")), str(data.get("token_field", "tokens")))
+                       str(data.get("weight_unit", "samples")), str(data.get("token_field", "tokens")), where)
     except PlanError as exc:
         raise PlanError(f"{where}: {exc}") from None
 
@@ -217,4 +254,8 @@ def _source(entry: Any, folder: str, where: str) -> Source:
     weight = entry.get("weight", 1.0)
     if isinstance(weight, bool) or not isinstance(weight, int | float):
         raise PlanError(f"{where}: weight: expected a number, got {weight!r}")
-    return Source(path, float(weight), entry.get("name"))
+    weights = entry.get("sample_weights")
+    if weights is not None and not isinstance(weights, str):
+        raise PlanError(f"{where}: sample_weights: expected a numeric field's name (an array goes through "
+                        f"sk.Source(..., sample_weights=array)), got {weights!r:.80}")
+    return Source(path, float(weight), entry.get("name"), weights)

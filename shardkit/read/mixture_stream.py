@@ -72,7 +72,8 @@ def iter_mixture_consumer(opened: OpenMixture, plan: Plan, consumer: int, start:
         bases = shard_bases(opened.spec())
     else:
         lengths = None if opened.lengths is None else tuple(opened.lengths[i] for i in order)
-        opened = OpenMixture(opened.mixture, tuple(opened.datasets[i] for i in order), lengths)
+        weights = tuple((opened.weights or (None,) * len(opened.datasets))[i] for i in order)
+        opened = OpenMixture(opened.mixture, tuple(opened.datasets[i] for i in order), lengths, weights)
         sizes = [0] + [len(ds.manifest.shard_sizes) for ds in opened.datasets]
         bases = np.cumsum(sizes, dtype=np.int64)
     upcoming = list(plan.shards_of(consumer, start)) if cache is not None else None

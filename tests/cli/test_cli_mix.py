@@ -142,3 +142,31 @@ def test_corrupt_bytes_met_counting_tokens_exit_1_naming_the_file(mixture_dir: P
         '[[sources]]\npath = "web"\nweight = 0.5\n[[sources]]\npath = "code"\nweight = 0.5\n')
     assert main(["plan", str(mixture_dir / "tokens.toml"), "--batch-size", "2"]) == 1
     assert "lengths-000.u32" in capsys.readouterr().err
+
+
+def test_plan_explains_a_weighted_source(mixture_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """MX16: a source's ``sample_weights`` key (a numeric field, here ``id``: sample 0 has weight 0)
+    is read once; the report gives its pass of 39 elements and the multiplicity range per pass."""
+    (mixture_dir / "weighted.toml").write_text(TOML.replace('weight = 0.7\n', 'weight = 0.7\nsample_weights = "id"\n'))
+    report = plan_json(mixture_dir / "weighted.toml", capsys)
+    web, code = report["sources"]
+    weights = web["sample_weights"]
+    assert (weights["pass_length"], weights["zero_weight"], weights["multiplicity_per_pass"]) == (39, 1, [0, 2])
+    assert weights["where"].startswith("field 'id' of ") and web["passes"] == pytest.approx(42 / 39)
+    assert "sample_weights" not in code
+    loaded = load_mixture(str(mixture_dir / "weighted.toml"))
+    assert loaded.sources[0].sample_weights == "id" and loaded.sources[1].sample_weights is None
+    assert main(["plan", str(mixture_dir / "weighted.toml"), "--batch-size", "3"]) == 0
+    assert "web: weighted by field 'id' of" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("key", "match"), [('"nope"', "no field 'nope'"), ('"text"', "field 'text'"),
+                                            ("[1, 2]", "sample_weights: expected a numeric field's name")])
+def test_a_bad_weight_field_exits_2_naming_the_source_and_the_file(
+        mixture_dir: Path, key: str, match: str, capsys: pytest.CaptureFixture[str]) -> None:
+    (mixture_dir / "badweights.toml").write_text(
+        f"[[sources]]\npath = 'web'\nname = 'webby'\nsample_weights = {key}\n[[sources]]\npath = 'code'\n")
+    assert main(["plan", str(mixture_dir / "badweights.toml"), "--batch-size", "2"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(match, err) and "badweights.toml" in err, err
+    assert "'webby'" in err or "sources[0]" in err, err

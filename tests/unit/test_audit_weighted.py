@@ -100,3 +100,35 @@ def test_the_audit_cli_checks_a_weighted_run(dataset: str, tmp_path: Path) -> No
     bad = run("bad", *common, "--sample-weights", "weight")
     assert bad.returncode == 1 and "extra copies 1" in bad.stdout, bad.stdout
     assert run("good").returncode == 2
+
+
+def test_the_audit_checks_a_mixture_run_with_a_weighted_source(dataset: str, tmp_path: Path) -> None:
+    """MX16 (mixture.md): ``--data MIX.toml`` audits each sample of each source against the
+    mixture epoch's count (weighted passes included): exit 0 for the planned multiset, exit 1
+    for one copy too many of the weighted source."""
+    tool = load_audit()
+    other = str(tmp_path / "other")
+    with sk.ShardWriter(other, shard_size=400) as writer:
+        for i in range(7):
+            writer.write({"id": i})
+    mix = tmp_path / "mix.toml"
+    mix.write_text(f'samples_per_epoch = 50\n[[sources]]\npath = "{dataset}"\nname = "w"\nweight = 0.8\n'
+                   f'sample_weights = "weight"\n[[sources]]\npath = "{other}"\nweight = 0.2\n')
+    total, expected = tool.mixture_multiplicities(str(mix), SEED)
+    assert total == NUM_SAMPLES + 7 and int(expected(0).sum()) == 50
+    assert expected(0)[:NUM_SAMPLES].max() > 1 and expected(0)[NUM_SAMPLES:].sum() == 10
+    rng = np.random.default_rng(1)
+    epochs = [rng.permutation(np.repeat(np.arange(total), expected(e))).tolist() for e in range(2)]
+    write_run(tmp_path / "good", epochs)
+    heavy = int(np.argmax(expected(0)[:NUM_SAMPLES]))
+    write_run(tmp_path / "bad", [epochs[0] + [heavy], epochs[1]])
+
+    def run(folder: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(REPO / "tools" / "audit.py"), str(tmp_path / folder), "--data",
+                               str(mix), "--seed", str(SEED), "--epochs", "2"],
+                              capture_output=True, text=True, cwd=REPO, timeout=120)
+
+    good = run("good")
+    assert good.returncode == 0 and "AUDIT OK" in good.stdout, good.stdout + good.stderr
+    bad = run("bad")
+    assert bad.returncode == 1 and "extra copies 1" in bad.stdout, bad.stdout
