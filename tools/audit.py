@@ -13,7 +13,7 @@ and counts, per sample, copies beyond ``m_j`` as duplicates and copies short of 
 
 A mixture run (``--data MIX.toml``, ids = the mixture's ``_index``: source base + index in the
 source) trains each sample as often as the mixture's epoch multiset holds it (specs/mixture.md
-MX1, MX2; with per-sample weights in a source, its weighted passes, MX16): the audit plans each
+MX1, MX2; with per-sample weights in a source, its weighted passes, MX17): the audit plans each
 epoch from the mixture file as it is now (so not a run resumed with a new mix) and checks every
 sample of every source against its count, as for a weighted run.
 
@@ -123,7 +123,7 @@ def weighted_multiplicities(data: str, sample_weights: str, samples_per_epoch: i
 def mixture_multiplicities(data: str, seed: int = 0, shuffle: bool = True,
                            storage_options: dict[str, Any] | None = None) -> tuple[int, Multiplicities]:
     """The mixture's samples (all sources) and each epoch's count of every sample, by the
-    mixture's global index, from its plan for one consumer (the loader's own plan, MX1, MX16)."""
+    mixture's global index, from its plan for one consumer (the loader's own plan, MX1, MX17)."""
     from shardkit.plan import PlanParams  # noqa: PLC0415 - only for a mixture
     from shardkit.plan.mixture_state import mixture_plan  # noqa: PLC0415
     from shardkit.read.mixture import load_mixture, open_mixture  # noqa: PLC0415

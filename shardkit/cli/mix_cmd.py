@@ -3,7 +3,7 @@
 Called by the plan command when its path is a mixture file (``.toml``/``.json``); takes the same
 arguments. Per source: samples in the epoch, its share, passes (each sample taken floor or ceil
 of them), where the epoch starts in the source's passes, and samples per step; a source with
-per-sample weights (MX16) also its pass length and the multiplicity range of a pass.
+per-sample weights (MX17) also its pass length and the multiplicity range of a pass.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def explain(spec: MixSpec, params: PlanParams, urls: list[str]) -> dict[str, Any
             "first_pass": c // n if n else 0, "pass_position": c % n if n else 0,
             "samples_per_step": q * per_step / total if total else 0.0,
         })
-        if source.sample_weights is not None:  # passes of L elements, not of N samples (MX16)
+        if source.sample_weights is not None:  # passes of L elements, not of N samples (MX17)
             rows[-1].update(weighted(source.sample_weights, q, c))
     return {
         "epoch": params.epoch, "samples_per_epoch": total, "composition": spec.composition,
@@ -75,7 +75,7 @@ def explain(spec: MixSpec, params: PlanParams, urls: list[str]) -> dict[str, Any
 
 
 def weighted(weights: SampleWeights, count: int, cursor: int) -> dict[str, Any]:
-    """A weighted source's passes (MX16): ``L`` elements each, each sample ``floor``/``ceil`` of
+    """A weighted source's passes (MX17): ``L`` elements each, each sample ``floor``/``ceil`` of
     its expected multiplicity per pass (``w_j L / sum(w)``)."""
     length = pass_length(weights)
     expected = weights.weights.astype(np.float64) * length / weights.total if length else np.zeros(1)

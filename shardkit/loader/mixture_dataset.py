@@ -220,7 +220,7 @@ class MixtureDataset(StreamingDataset):
         self._bases = self._sample_bases_of(self._order)
         windows = iter_mixture_consumer(self.opened, plan, consumer, start, cache, stats.read, options, self._order)
         weighted = self.transform is not None and any(w is not None for w in self.opened.weights or ())
-        return map(separate_copies, windows) if weighted else windows  # each copy its own dict (MX16, SW8)
+        return map(separate_copies, windows) if weighted else windows  # each copy its own dict (MX17, SW8)
 
     def _tally_of(self, cut: BatchCut, in_plan: np.ndarray, sources: np.ndarray) -> np.ndarray:
         """Real samples per source of a batch, then (weights in tokens) its tokens per source."""

@@ -53,7 +53,7 @@ class TokenMixtureDataset(MixtureDataset, TokenDataset):
         weighted = [s.label for s in mixture.sources if s.sample_weights is not None]
         if weighted:
             raise ValueError(f"tokens= over a mixture whose sources {weighted} have sample_weights is not supported "
-                             f"(specs/mixture.md MX16): a document repeated in an epoch has no place in the token "
+                             f"(specs/mixture.md MX17): a document repeated in an epoch has no place in the token "
                              f"plan's cuts")
         super().__init__(mixture, batch_size=batch_size, tokens=tokens, apply_mix=apply_mix, **kwargs)
         if self.mixture.weight_unit == "tokens" and self.mixture.token_field != tokens.field:

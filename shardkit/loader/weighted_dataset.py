@@ -137,6 +137,6 @@ def weighted_class(mixture: bool) -> type[WeightedDataset]:
         raise TypeError(
             "sample_weights= is not an option of a mixture (SW10): give each source its own, "
             "sk.Source(path, weight=..., sample_weights='field' | array), or the source's "
-            "sample_weights key in the mixture file (specs/mixture.md MX16)"
+            "sample_weights key in the mixture file (specs/mixture.md MX17)"
         )
     return WeightedDataset

@@ -33,7 +33,7 @@ class MixSource:
     weight: float = 1.0
     fingerprint: str = ""
     num_tokens: int | None = None  # tokens of all its samples (weights in tokens, MX13)
-    sample_weights: SampleWeights | None = None  # one weight per sample: weighted passes (MX16)
+    sample_weights: SampleWeights | None = None  # one weight per sample: weighted passes (MX17)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -52,7 +52,7 @@ class MixSource:
 
     @property
     def weights_fingerprint(self) -> str | None:
-        """The per-sample weights' fingerprint (MX16), ``None`` for an unweighted source."""
+        """The per-sample weights' fingerprint (MX17), ``None`` for an unweighted source."""
         return None if self.sample_weights is None else self.sample_weights.fingerprint
 
     @property
@@ -109,7 +109,7 @@ class MixSpec:
         for source in self.sources:
             if self.unit == "tokens" and source.sample_weights is not None:
                 raise PlanError(f"source {source.name!r}: per-sample weights with weights in tokens are not "
-                                f"supported (a weighted pass's tokens are not the source's; MX16)")
+                                f"supported (a weighted pass's tokens are not the source's; MX17)")
             if self.unit == "tokens" and source.num_samples and not source.num_tokens:
                 raise PlanError(f"source {source.name!r}: weights in tokens need its token total "
                                 f"(num_tokens > 0), got {source.num_tokens!r}")

@@ -131,7 +131,7 @@ class UntakenStream(SourceStream):
 
     def decode(self, lo: int, hi: int) -> Decoded:
         """As :meth:`SourceStream.decode`: each run of old ranks (or of the rest) decoded by its
-        own stream, so a weighted source (MX16) keeps its index and copy numbers."""
+        own stream, so a weighted source (MX17) keeps its index and copy numbers."""
         n = len(self)
         pieces = list(self._untaken(min(lo, n), min(hi, n)))
         a, b = max(lo - n, 0), max(hi - n, 0)

@@ -269,7 +269,7 @@ class MixedSequence(SampleSequence):
                    ) -> tuple[tuple[Span, ...], np.ndarray, np.ndarray | None]:
         """Window ``index``'s spans, order and copy numbers (``None``: all 0); the latest one is
         kept, because the consumers that split a window (and a remainder's pieces, MX12) ask for
-        it in turn. A weighted source (MX16) decodes each of its samples once, however many
+        it in turn. A weighted source (MX17) decodes each of its samples once, however many
         copies: its ranks map to the decoded samples through an index."""
         last = self._last  # one tuple read, one tuple write: safe across threads
         if last is not None and last[0] == index:

@@ -113,7 +113,7 @@ def mixture_description(spec: MixSpec, epoch: int, consumed: Sequence[int] | Non
     if len(segments) > 1:
         state["segments"] = [{"first_sample": g.first_sample, "weights": list(g.weights)} for g in segments[1:]]
     for entry, source in zip(sources, spec.sources, strict=True):
-        if source.sample_weights is not None:  # per-sample weights: their fingerprint (MX16)
+        if source.sample_weights is not None:  # per-sample weights: their fingerprint (MX17)
             entry[WEIGHTS_KEY] = source.weights_fingerprint
     if spec.unit != "samples":
         state["unit"] = spec.unit

@@ -13,7 +13,7 @@ MIX_STATE_KEYS = ("version", "kind", "epoch", "samples_per_epoch", "composition"
 OPTIONAL_KEYS = ("segments", "unit", "remix")  # version 2
 SOURCE_KEYS = ("name", "fingerprint", "num_samples", "weight", "count", "cursor", "consumed")
 TOKEN_KEYS = ("num_tokens", "consumed_tokens")  # per source, with unit "tokens" (version 2)
-WEIGHTS_KEY = "sample_weights"  # per source with per-sample weights: their fingerprint (version 2, MX16)
+WEIGHTS_KEY = "sample_weights"  # per source with per-sample weights: their fingerprint (version 2, MX17)
 
 
 def check_state(state: Any) -> None:

@@ -1,4 +1,4 @@
-"""Per-sample weights inside a mixture source: its stream walks *weighted passes* (specs/mixture.md MX16).
+"""Per-sample weights inside a mixture source: its stream walks *weighted passes* (specs/mixture.md MX17).
 
 A source given per-sample weights (a :class:`SampleWeights`, one per sample in manifest order)
 keeps everything a source has - a fixed shard order, a stream repeating passes, cursors, counts

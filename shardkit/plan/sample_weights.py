@@ -75,7 +75,7 @@ class SampleWeights:
 class Rounding:
     """``c(x)``: samples of an epoch of ``total`` placed up to running weight ``x`` (monotone,
     ``c(0) = 0``, ``c(X_N) = total``). ``offset``: ``U`` itself (a mixture source's pass draws
-    its own, specs/mixture.md MX16), else the epoch's."""
+    its own, specs/mixture.md MX17), else the epoch's."""
 
     def __init__(self, weights: SampleWeights, total: int, seed: int, epoch: int, offset: float | None = None) -> None:
         if total and weights.total <= 0:

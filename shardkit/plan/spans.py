@@ -85,7 +85,7 @@ def global_index(offsets: np.ndarray, span: Span, i: int) -> int:
 
 
 # A run of ranks decoded: spans, per rank its index into their samples and its copy number
-# (``None`` for both: one sample per rank in span order, copy 0; a weighted mixture source, MX16).
+# (``None`` for both: one sample per rank in span order, copy 0; a weighted mixture source, MX17).
 Decoded = tuple[list[Span], np.ndarray | None, np.ndarray | None]
 
 

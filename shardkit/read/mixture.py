@@ -12,7 +12,7 @@ A mixture file (``.toml`` or ``.json``, the same keys)::
     path = "s3://bucket/web"            # relative paths: from the file's folder
     weight = 0.7
     name = "web"                        # default: the path's last component
-    sample_weights = "quality"          # optional: a numeric field weighting its samples (MX16)
+    sample_weights = "quality"          # optional: a numeric field weighting its samples (MX17)
 
     [[schedule]]                        # optional: weights from an epoch on (MX6)
     first_epoch = 3
@@ -50,12 +50,12 @@ class Source:
     """One dataset of a mixture; ``name`` (default: the path's last component) must be unique
     and stable - resume states find sources by it. ``sample_weights``: a numeric field's name or
     one weight >= 0 per sample (manifest order) weighting the source's own samples: its passes
-    become weighted multisets (specs/mixture.md MX16); ``weight`` still sets its share."""
+    become weighted multisets (specs/mixture.md MX17); ``weight`` still sets its share."""
 
     path: str
     weight: float = 1.0
     name: str | None = None
-    # a numeric field's name, or one weight >= 0 per sample (manifest order): weighted passes (MX16)
+    # a numeric field's name, or one weight >= 0 per sample (manifest order): weighted passes (MX17)
     sample_weights: str | np.ndarray | Sequence[float] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -128,7 +128,7 @@ class OpenMixture:
     mixture: Mixture
     datasets: tuple[StoredDataset, ...]
     lengths: tuple[np.ndarray, ...] | None = None  # per source, its samples' tokens (weights in tokens)
-    weights: tuple[SampleWeights | None, ...] | None = None  # per source, its per-sample weights (MX16)
+    weights: tuple[SampleWeights | None, ...] | None = None  # per source, its per-sample weights (MX17)
 
     def __post_init__(self) -> None:
         if self.lengths is None and self.mixture.weight_unit == "tokens":

@@ -145,7 +145,7 @@ def test_corrupt_bytes_met_counting_tokens_exit_1_naming_the_file(mixture_dir: P
 
 
 def test_plan_explains_a_weighted_source(mixture_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """MX16: a source's ``sample_weights`` key (a numeric field, here ``id``: sample 0 has weight 0)
+    """MX17: a source's ``sample_weights`` key (a numeric field, here ``id``: sample 0 has weight 0)
     is read once; the report gives its pass of 39 elements and the multiplicity range per pass."""
     (mixture_dir / "weighted.toml").write_text(TOML.replace('weight = 0.7\n', 'weight = 0.7\nsample_weights = "id"\n'))
     report = plan_json(mixture_dir / "weighted.toml", capsys)

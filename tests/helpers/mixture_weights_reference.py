@@ -1,6 +1,6 @@
-"""Weighted mixture sources for the plan tests: strategies and a materialising reference (MX16).
+"""Weighted mixture sources for the plan tests: strategies and a materialising reference (MX17).
 
-The reference expands a weighted source's stream straight from specs/mixture.md MX16: pass ``p``
+The reference expands a weighted source's stream straight from specs/mixture.md MX17: pass ``p``
 lists the shards in the source's fixed order, each sample ``j`` repeated ``m_j`` times with
 ``m_j = floor(U_p + X_j L / X_N) - floor(U_p + X_{j-1} L / X_N)`` (the running sums ``X`` of
 ``SampleWeights``, ``U_p`` the pass's offset), copy ``k M + r`` for the ``r``-th copy in the
@@ -88,7 +88,7 @@ def stream_elements(spec: MixSpec, index: int, params: PlanParams, lo: int, hi: 
 
 
 def expected_elements(spec: MixSpec, params: PlanParams) -> collections.Counter[Element]:
-    """The epoch's multiset of elements per MX16: each source's stream range cursor..cursor+count."""
+    """The epoch's multiset of elements per MX17: each source's stream range cursor..cursor+count."""
     found: collections.Counter[Element] = collections.Counter()
     for i, (count, cursor) in enumerate(zip(spec.counts(params.epoch), spec.cursors(params.epoch), strict=True)):
         found.update(stream_elements(spec, i, params, int(cursor), int(cursor + count), int(cursor)))

@@ -103,7 +103,7 @@ def test_the_audit_cli_checks_a_weighted_run(dataset: str, tmp_path: Path) -> No
 
 
 def test_the_audit_checks_a_mixture_run_with_a_weighted_source(dataset: str, tmp_path: Path) -> None:
-    """MX16 (mixture.md): ``--data MIX.toml`` audits each sample of each source against the
+    """MX17 (mixture.md): ``--data MIX.toml`` audits each sample of each source against the
     mixture epoch's count (weighted passes included): exit 0 for the planned multiset, exit 1
     for one copy too many of the weighted source."""
     tool = load_audit()

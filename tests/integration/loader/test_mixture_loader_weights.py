@@ -1,4 +1,4 @@
-"""Per-sample weights inside mixture sources through ``ShardLoader`` (specs/mixture.md MX16): a
+"""Per-sample weights inside mixture sources through ``ShardLoader`` (specs/mixture.md MX17): a
 weight field and an array give the plan's multiset of ``(source, sample, copy)`` with 2
 workers, across a kill and elastic resumes (workers, batch size); each copy has its own
 ``ctx.copy`` and draw; other weights are refused by name."""
@@ -69,7 +69,7 @@ def take(shard_loader: sk.ShardLoader, steps: int | None = None) -> list[tuple[E
 
 
 def planned(spec: MixSpec, epoch: int) -> collections.Counter[Element]:
-    """The plan layer's epoch multiset (the MX16 reference) as (source name, id, copy)."""
+    """The plan layer's epoch multiset (the MX17 reference) as (source name, id, copy)."""
     expected = expected_elements(spec, PlanParams(epoch=epoch, **PARAMS))
     starts = np.cumsum([0] + [s.num_samples for s in spec.sources])
     owners = source_of(spec, [i for i, _ in expected])
@@ -79,7 +79,7 @@ def planned(spec: MixSpec, epoch: int) -> collections.Counter[Element]:
 
 def test_a_weighted_source_gives_the_planned_multiset_across_a_kill_and_elastic_resumes(
         roots: dict[str, str]) -> None:
-    """MX16 with MX5/MX10: killed after 6 steps on 2 workers x batch 4, resumed on 1 worker x
+    """MX17 with MX5/MX10: killed after 6 steps on 2 workers x batch 4, resumed on 1 worker x
     batch 3, killed again, resumed on 2 workers x batch 5: the elements received equal the plan's
     multiset; a zero-weight sample never comes, and every copy draws its own numbers (SW8)."""
     first = sk.ShardLoader(make(roots, 4), num_workers=2)
@@ -109,7 +109,7 @@ def test_a_weighted_source_gives_the_planned_multiset_across_a_kill_and_elastic_
 
 
 def test_an_array_is_the_field_and_other_weights_are_refused_by_name(roots: dict[str, str]) -> None:
-    """MX16/MX7: the same weights as an array plan the same epoch; a state planned with other
+    """MX17/MX7: the same weights as an array plan the same epoch; a state planned with other
     weights is refused naming the source and both fingerprints."""
     from_field = sk.ShardLoader(make(roots, 4), num_workers=0)
     got = take(from_field, 3)
@@ -127,7 +127,7 @@ def test_an_array_is_the_field_and_other_weights_are_refused_by_name(roots: dict
 
 
 def test_a_new_mix_now_takes_every_weighted_element_at_most_once(roots: dict[str, str]) -> None:
-    """MX16 with MX12 (``apply_mix="now"``): the rest of a started epoch re-planned with new
+    """MX17 with MX12 (``apply_mix="now"``): the rest of a started epoch re-planned with new
     weights on another topology; every web element received is distinct, the epoch still holds 230,
     and the state's per-source ``consumed`` is what the loop received."""
     def remixed(web: float, apply: str, batch_size: int) -> sk.MixtureDataset:
@@ -151,8 +151,8 @@ def test_a_new_mix_now_takes_every_weighted_element_at_most_once(roots: dict[str
 
 
 def test_token_blocks_over_a_weighted_source_are_refused_by_name(roots: dict[str, str]) -> None:
-    """MX16: token blocks (MX14) over a mixture with per-sample weights are refused, naming the
+    """MX17: token blocks (MX14) over a mixture with per-sample weights are refused, naming the
     weighted source, before any weight is read."""
     mix = sk.Mixture([sk.Source(roots["web"], 0.7, "web", sample_weights="quality"), sk.Source(roots["code"], 0.3)])
-    with pytest.raises(ValueError, match=r"\['web'\] have sample_weights.*MX16"):
+    with pytest.raises(ValueError, match=r"\['web'\] have sample_weights.*MX17"):
         sk.StreamingDataset(mix, batch_size=2, tokens=sk.TokenBlocks(8))

@@ -1,4 +1,4 @@
-"""Per-sample weights inside mixture sources: specs/mixture.md MX16 over kill points, elastic
+"""Per-sample weights inside mixture sources: specs/mixture.md MX17 over kill points, elastic
 changes, segmented epochs, new mixes and refusals."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def chains(draw: st.DrawFn, /) -> tuple[MixSpec, list[PlanParams], list[int]]:
 @given(chains())
 def test_weighted_sources_deliver_the_epoch_multiset_across_resume_chains(
         case: tuple[MixSpec, list[PlanParams], list[int]]) -> None:
-    """MX16 with MX5: over any chain of same-topology and elastic resumes (ranks, workers, batch
+    """MX17 with MX5: over any chain of same-topology and elastic resumes (ranks, workers, batch
     size, tail, window), both compositions and segmented epochs, the elements delivered at every
     level plus the last plan's rest and dropped tail are exactly the plan's multiset of
     ``(sample, copy)`` - weighted passes expanded by the reference - and every element of a
@@ -71,7 +71,7 @@ def test_weighted_sources_deliver_the_epoch_multiset_across_resume_chains(
 @given(ref.weighted_specs(), st.integers(0, 2**20), st.integers(0, 50))
 def test_every_weighted_pass_rounds_each_sample_within_one_and_sums_exactly(
         spec: MixSpec, seed: int, pass_index: int) -> None:
-    """MX16: pass ``p`` of a weighted source holds ``L`` elements (its samples of weight > 0);
+    """MX17: pass ``p`` of a weighted source holds ``L`` elements (its samples of weight > 0);
     each ``m_j`` is ``floor`` or ``ceil`` of ``w_j L / sum(w)``, weight 0 never appears."""
     for source in spec.sources:
         if source.sample_weights is None:
@@ -88,7 +88,7 @@ def test_every_weighted_pass_rounds_each_sample_within_one_and_sums_exactly(
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ref.weighted_specs(max_epoch_samples=300), st.data())
 def test_a_new_mix_now_takes_each_weighted_element_at_most_once(spec: MixSpec, data: st.DataObject) -> None:
-    """MX16 with MX12: re-planning the rest with new weights takes the epoch's untaken elements,
+    """MX17 with MX12: re-planning the rest with new weights takes the epoch's untaken elements,
     then the stream after the epoch: every element is distinct and the elements of a weighted
     source are its stream positions ``cursor .. cursor + count`` (the remixed state's count)."""
     weights = [0.0 if s.num_samples == 0 else data.draw(st.sampled_from([0.0, 0.3, 2.0])) for s in spec.sources]
@@ -111,7 +111,7 @@ def test_a_new_mix_now_takes_each_weighted_element_at_most_once(spec: MixSpec, d
 
 
 def test_equal_weights_are_the_unweighted_stream() -> None:
-    """MX16: all-equal weights give every sample multiplicity 1 in every pass, so the mixture
+    """MX17: all-equal weights give every sample multiplicity 1 in every pass, so the mixture
     delivers exactly the samples (in the same order) of the unweighted one; copies count passes."""
     plain = MixSpec((MixSource("web", np.array([20, 20]), 0.7, "fp-web"),
                      MixSource("code", np.array([6]), 0.3, "fp-code")), 60, "stratified")
@@ -127,7 +127,7 @@ def test_equal_weights_are_the_unweighted_stream() -> None:
 
 
 def test_a_heavy_sample_gets_distinct_copies_across_passes() -> None:
-    """MX16/SW8: a small weighted source read for several passes in one epoch: each copy of its
+    """MX17/SW8: a small weighted source read for several passes in one epoch: each copy of its
     heavy sample has its own copy number (so its own ctx.rng())."""
     weights = SampleWeights([1.0, 0.0, 6.0, 1.0], [2, 2])
     spec = MixSpec((MixSource("tiny", np.array([2, 2]), 1.0, "fp", sample_weights=weights),), 40)
@@ -150,7 +150,7 @@ def weighted_spec(values: list[float] | None = None) -> MixSpec:
 
 
 def test_the_state_names_the_weights_and_a_change_is_refused_by_name() -> None:
-    """MX16/MX7: a weighted source's state entry holds its weights' fingerprint (version 2);
+    """MX17/MX7: a weighted source's state entry holds its weights' fingerprint (version 2);
     other weights, or none, are refused naming the source."""
     state = saved_state(weighted_spec())
     assert state["version"] == 2 and state["sources"][0]["sample_weights"].startswith("blake2b:")
