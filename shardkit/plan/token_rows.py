@@ -66,7 +66,9 @@ def next_nonempty(segment_lengths: np.ndarray) -> np.ndarray:
     return np.where(nxt < n, nxt, -1).astype(np.int64)
 
 
-def merge_pieces(pieces: Sequence[Piece]) -> list[Piece]:
+def merge_pieces(pieces: Sequence[Piece]) -> Sequence[Piece]:
+    if len(pieces) < 2:
+        return pieces
     out: list[Piece] = []
     for p in pieces:
         if out and out[-1].doc_index == p.doc_index and out[-1].stop == p.start:
@@ -160,6 +162,10 @@ class _Parts:
                             "with boundary tokens; the data changed since the lengths were read")
         if self.bos is None and (self.eos is None or stop <= size):  # most segments: one view
             self.ids.append(values[start:stop])
+        elif self.bos is None:  # ... or its tokens (if any) and the EOS
+            if start < size:
+                self.ids.append(values[start:size])
+            self.ids.append(self.eos)  # type: ignore[arg-type]
         else:
             self.ids += _slices(values, start, stop, self.bos, self.eos)
         if stop < length:  # the row ends inside the document: the label is its next segment token
@@ -232,7 +238,8 @@ def assemble(blocks: Sequence[Block], docs: TokenDocs, seq_len: int, mode: str, 
     """Rows for ``blocks``: int64 ``input_ids``/``labels``/``position_ids`` of shape (B, L),
     int32 ``cu_seqlens``, int ``max_seqlen``/``num_tokens``/``num_padding``; with ``provenance``
     also int64 ``doc_index`` (-1 at padding) and ``token_offset`` (for audits). ``empty(shape,
-    dtype)`` allocates the (B, L) arrays (e.g. in the memory a batch is sent from).
+    dtype)`` allocates the (B, L) arrays and ``cu_seqlens`` (e.g. in the memory a batch is sent
+    from).
 
     Each row segment (a run of one document's positions) adds views of its document; one
     ``np.concatenate`` per array then writes the rows (``_Parts``)."""
@@ -249,8 +256,9 @@ def assemble(blocks: Sequence[Block], docs: TokenDocs, seq_len: int, mode: str, 
         if block.num_padding:
             parts.padding(block.num_padding)
             seqlens.append(block.num_padding)
-    cu = np.zeros(len(seqlens) + 1, dtype=np.int32)
-    np.cumsum(seqlens, out=cu[1:])
+    cu = empty((len(seqlens) + 1,), np.int32)
+    cu[0] = 0
+    np.cumsum(np.array(seqlens, dtype=np.int32), out=cu[1:])
     num_padding = sum(block.num_padding for block in blocks)
     return {**parts.join(len(blocks), seq_len, cu, empty), "cu_seqlens": cu, "max_seqlen": max(seqlens, default=0),
             "num_tokens": len(blocks) * seq_len - num_padding, "num_padding": num_padding}
