@@ -40,6 +40,8 @@ from shardkit.read.token_docs import EpochDocuments
 from shardkit.read.token_lengths import document_lengths
 
 TOKENS_KEY = "tokens"  # the loader state's token part
+TRANSFER_BATCHES = 8  # batches per DataLoader item by default (X8): a block batch takes ~0.1 ms to make,
+# so DataLoader's per-item cost (queues, feeder thread, unpickling) weighed on it at 4 (benchmarks T6)
 
 
 class TokenDataset(StreamingDataset):
@@ -64,6 +66,9 @@ class TokenDataset(StreamingDataset):
     @property
     def yields_tokens(self) -> bool:
         return True
+
+    def transfer_batches(self) -> int | None:
+        return TRANSFER_BATCHES
 
     # ---- plan -----------------------------------------------------------------------------------
     def lengths(self) -> np.ndarray:
