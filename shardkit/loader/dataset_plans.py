@@ -119,6 +119,11 @@ class DatasetPlans:
         ``prefetch_factor`` (None: the loader's default; a mixture asks for more, MX15)."""
         return None
 
+    def transfer_batches(self) -> int | None:
+        """Batches per DataLoader item when ``ShardLoader`` is given no ``batches_per_transfer``
+        (None: the loader's default, X8; token blocks send more, their batches being cheap to make)."""
+        return None
+
     def new_tally(self) -> SourceTally | None:
         """What counts received samples per source at the consumed boundary (mixtures only)."""
         return None

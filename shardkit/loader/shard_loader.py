@@ -46,7 +46,7 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
         in_order: bool = True,
         timeout: float = 0,
         log_every: int | None = None,
-        batches_per_transfer: int = DEFAULT_BATCHES_PER_TRANSFER,
+        batches_per_transfer: int | None = None,
     ) -> None:
         """Arguments as for ``torch.utils.data.DataLoader``, plus:
 
@@ -56,10 +56,13 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
         feeder thread, unpickling: ~2–3 µs per token sample at batch 64 on 2 cores) is paid
         once per group; the loop still receives one batch per step. ``prefetch_factor`` then
         counts groups (default: enough groups for ``DEFAULT_PREFETCH`` batches, at least 2).
-        1 sends batches one by one.
+        1 sends batches one by one. None: the dataset's choice (token blocks: 8), else
+        ``DEFAULT_BATCHES_PER_TRANSFER``.
         """
         if not isinstance(dataset, StreamingDataset):
             raise TypeError(f"ShardLoader needs a StreamingDataset, got {type(dataset).__name__}")
+        if batches_per_transfer is None:
+            batches_per_transfer = dataset.transfer_batches() or DEFAULT_BATCHES_PER_TRANSFER
         if type(batches_per_transfer) is not int or batches_per_transfer < 1:  # bool is not int here
             raise ValueError(f"batches_per_transfer must be an int >= 1, got {batches_per_transfer!r}")
         group = batches_per_transfer if num_workers > 0 else 1

@@ -26,7 +26,7 @@ from shardkit.loader.guard import check_caller
 from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.token_batch import batch_blocks, to_tensors
 from shardkit.loader.topology import Topology
-from shardkit.loader.transfer.arena import alloc
+from shardkit.loader.transfer.arena import alloc, alloc_array
 from shardkit.loader.transfer.packed import in_groups
 from shardkit.loader.transfer.ring import Ring
 from shardkit.plan import PlanParams
@@ -40,6 +40,8 @@ from shardkit.read.token_docs import EpochDocuments
 from shardkit.read.token_lengths import document_lengths
 
 TOKENS_KEY = "tokens"  # the loader state's token part
+TRANSFER_BATCHES = 8  # batches per DataLoader item by default (X8): a block batch takes ~0.1 ms to make,
+# so DataLoader's per-item cost (queues, feeder thread, unpickling) weighed on it at 4 (benchmarks T6)
 
 
 class TokenDataset(StreamingDataset):
@@ -64,6 +66,9 @@ class TokenDataset(StreamingDataset):
     @property
     def yields_tokens(self) -> bool:
         return True
+
+    def transfer_batches(self) -> int | None:
+        return TRANSFER_BATCHES
 
     # ---- plan -----------------------------------------------------------------------------------
     def lengths(self) -> np.ndarray:
@@ -186,7 +191,7 @@ class TokenDataset(StreamingDataset):
         return self._to_batch(arrays, slots)
 
     def _to_batch(self, arrays: dict[str, Any], slots: dict[str, np.ndarray]) -> dict[str, Any]:
-        placed = {id(arrays[key]) for key in ("input_ids", "labels", "position_ids")}  # already in the arena
+        placed = {id(arrays[key]) for key in ("input_ids", "labels", "position_ids", "cu_seqlens")}  # in the arena
         batch = to_tensors(arrays, tensor=lambda a: torch.from_numpy(a) if id(a) in placed else _tensor(a))
         for key, per_document in slots.items():  # slots make assemble add doc_index
             doc = arrays["doc_index"]
@@ -204,8 +209,9 @@ def _tensor(values: np.ndarray) -> torch.Tensor:
 
 
 def _arena_rows(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """(B, L) int64 rows allocated where the emitter wants them: ``assemble`` writes in place."""
-    return alloc(shape, torch.int64).numpy()
+    """(B, L) int64 rows and int32 ``cu_seqlens`` allocated where the emitter wants them:
+    ``assemble`` writes in place."""
+    return alloc_array(shape, np.dtype(dtype))
 
 
 def _torch_dtype(values: np.ndarray) -> torch.dtype:

@@ -66,7 +66,9 @@ def next_nonempty(segment_lengths: np.ndarray) -> np.ndarray:
     return np.where(nxt < n, nxt, -1).astype(np.int64)
 
 
-def merge_pieces(pieces: Sequence[Piece]) -> list[Piece]:
+def merge_pieces(pieces: Sequence[Piece]) -> Sequence[Piece]:
+    if len(pieces) < 2:
+        return pieces
     out: list[Piece] = []
     for p in pieces:
         if out and out[-1].doc_index == p.doc_index and out[-1].stop == p.start:
@@ -127,7 +129,11 @@ def _slices(values: np.ndarray, start: int, stop: int, bos: np.ndarray | None,
 class _Parts:
     """A batch's arrays as lists of views — document slices, shared constants — that one
     ``np.concatenate`` per array joins straight into the rows: the batch is a few C copies,
-    with Python work per row segment, never per token and no batch-sized temporaries."""
+    with Python work per row segment, never per token and no batch-sized temporaries.
+
+    Labels are not gathered: inside a segment each label is the next input of the same row
+    segment, so they are the inputs shifted by one (one copy), then each segment's last label
+    (the segment token after it, or its document's target) and the padding are written over."""
 
     def __init__(self, docs: TokenDocs, seq_len: int, mode: str, provenance: bool) -> None:
         o = docs.options
@@ -137,34 +143,53 @@ class _Parts:
         self.extra = int(self.bos is not None) + int(self.eos is not None)
         self.counting = _counting(seq_len)
         self.ids: list[np.ndarray] = []
-        self.labels: list[np.ndarray] = []
+        self.last_labels: list[int] = []  # per segment (padding included): the label of its last position
+        self.pads: list[tuple[int, int]] = []  # (segment number, positions) of each padding segment
         self.keep: list[np.ndarray] | None = None if docs.loss_masks is None else []
         self.positions: list[np.ndarray] = []
         self.doc_index: list[np.ndarray] = []
         self.token_offset: list[np.ndarray] = []
 
     def segment(self, d: int, start: int, stop: int) -> None:
-        """Positions ``start … stop-1`` of document ``d``: inputs, labels (the next segment
-        token, TB4), position ids, provenance."""
-        docs, o, n = self.docs, self.docs.options, stop - start
+        """Positions ``start … stop-1`` of document ``d``: inputs, the label of the last one
+        (the next segment token, TB4), position ids, provenance."""
+        docs, n = self.docs, stop - start
         values = docs.documents[d]
         length = int(docs.segment_lengths[d])
-        if len(values) + self.extra != length:
-            raise PlanError(f"document {d}: {len(values)} tokens, but its length was given as {length} "
+        size = len(values)
+        if size + self.extra != length:
+            raise PlanError(f"document {d}: {size} tokens, but its length was given as {length} "
                             "with boundary tokens; the data changed since the lengths were read")
-        self.ids += _slices(values, start, stop, self.bos, self.eos)
-        self.labels += _slices(values, start + 1, min(stop + 1, length), self.bos, self.eos)
+        if self.bos is None and (self.eos is None or stop <= size):  # most segments: one view
+            self.ids.append(values[start:stop])
+        elif self.bos is None:  # ... or its tokens (if any) and the EOS
+            if start < size:
+                self.ids.append(values[start:size])
+            self.ids.append(self.eos)  # type: ignore[arg-type]
+        else:
+            self.ids += _slices(values, start, stop, self.bos, self.eos)
+        if stop < length:  # the row ends inside the document: the label is its next segment token
+            self.last_labels.append(self._token(values, stop))
+        else:  # the segment's last position: its target lies in the next document (concat)
+            target = None if self.mode == "pack" else _first_target(docs, d)
+            self.last_labels.append(docs.options.ignore_index if target is None else target)
         if self.keep is not None:
             self.keep += self._mask(d, values, start + 1, min(stop + 1, length))
-        if stop == length:  # the segment's last position: its target lies in the next document (concat)
-            target = None if self.mode == "pack" else _first_target(docs, d)
-            self.labels.append(np.array([o.ignore_index if target is None else target], dtype=np.int64))
-            if self.keep is not None:
+            if stop == length:
                 self.keep.append(_constant(True, 1, bool))
         self.positions.append(self.counting[:n])
         if self.provenance:
             self.doc_index.append(_constant(d, n) if n == len(self.counting) else np.full(n, d, dtype=np.int64))
             self.token_offset.append(np.arange(start, stop, dtype=np.int64))
+
+    def _token(self, values: np.ndarray, index: int) -> int:
+        """Token ``index`` of the segment ``[bos] + values + [eos]``."""
+        o = self.docs.options
+        if self.bos is not None:
+            if index == 0:
+                return int(o.bos_id)  # type: ignore[arg-type]
+            index -= 1
+        return int(values[index]) if index < len(values) else int(o.eos_id)  # type: ignore[arg-type]
 
     def _mask(self, d: int, values: np.ndarray, start: int, stop: int) -> list[np.ndarray]:
         """The ``loss_mask`` of segment tokens ``start … stop-1`` (BOS/EOS count as 1)."""
@@ -176,8 +201,9 @@ class _Parts:
 
     def padding(self, count: int) -> None:
         o = self.docs.options
+        self.pads.append((len(self.last_labels), count))
         self.ids.append(_constant(o.pad_id, count))
-        self.labels.append(_constant(o.ignore_index, count))
+        self.last_labels.append(o.ignore_index)
         if self.keep is not None:
             self.keep.append(_constant(True, count, bool))
         self.positions.append(_constant(0, count))
@@ -185,17 +211,25 @@ class _Parts:
             self.doc_index.append(_constant(-1, count))
             self.token_offset.append(_constant(0, count))
 
-    def join(self, num_rows: int, seq_len: int, empty: Empty) -> dict[str, np.ndarray]:
+    def join(self, num_rows: int, seq_len: int, cu: np.ndarray, empty: Empty) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
-        keys = ("input_ids", "labels", "position_ids", *(("doc_index", "token_offset") if self.provenance else ()))
-        parts = (self.ids, self.labels, self.positions, self.doc_index, self.token_offset)
+        keys = ("input_ids", "position_ids", *(("doc_index", "token_offset") if self.provenance else ()))
+        parts = (self.ids, self.positions, self.doc_index, self.token_offset)
         for key, pieces in zip(keys, parts, strict=False):
             out[key] = empty((num_rows, seq_len), np.int64)
             if pieces:
                 np.concatenate(pieces, out=out[key].reshape(-1), casting="unsafe")
+        labels = out["labels"] = empty((num_rows, seq_len), np.int64)
+        flat = labels.reshape(-1)
+        if len(flat):
+            flat[:-1] = out["input_ids"].reshape(-1)[1:]
+            ends = cu[1:]
+            flat[ends - 1] = self.last_labels
+            for segment, count in self.pads:
+                flat[ends[segment] - count : ends[segment]] = self.docs.options.ignore_index
         if self.keep:  # a label whose target's loss_mask is 0 is ignored (TB4)
             keep = np.concatenate(self.keep).reshape(num_rows, seq_len)
-            np.putmask(out["labels"], ~keep, self.docs.options.ignore_index)
+            np.putmask(labels, ~keep, self.docs.options.ignore_index)
         return out
 
 
@@ -204,7 +238,8 @@ def assemble(blocks: Sequence[Block], docs: TokenDocs, seq_len: int, mode: str, 
     """Rows for ``blocks``: int64 ``input_ids``/``labels``/``position_ids`` of shape (B, L),
     int32 ``cu_seqlens``, int ``max_seqlen``/``num_tokens``/``num_padding``; with ``provenance``
     also int64 ``doc_index`` (-1 at padding) and ``token_offset`` (for audits). ``empty(shape,
-    dtype)`` allocates the (B, L) arrays (e.g. in the memory a batch is sent from).
+    dtype)`` allocates the (B, L) arrays and ``cu_seqlens`` (e.g. in the memory a batch is sent
+    from).
 
     Each row segment (a run of one document's positions) adds views of its document; one
     ``np.concatenate`` per array then writes the rows (``_Parts``)."""
@@ -221,8 +256,9 @@ def assemble(blocks: Sequence[Block], docs: TokenDocs, seq_len: int, mode: str, 
         if block.num_padding:
             parts.padding(block.num_padding)
             seqlens.append(block.num_padding)
-    cu = np.zeros(len(seqlens) + 1, dtype=np.int32)
-    np.cumsum(seqlens, out=cu[1:])
+    cu = empty((len(seqlens) + 1,), np.int32)
+    cu[0] = 0
+    np.cumsum(np.array(seqlens, dtype=np.int32), out=cu[1:])
     num_padding = sum(block.num_padding for block in blocks)
-    return {**parts.join(len(blocks), seq_len, empty), "cu_seqlens": cu, "max_seqlen": max(seqlens, default=0),
+    return {**parts.join(len(blocks), seq_len, cu, empty), "cu_seqlens": cu, "max_seqlen": max(seqlens, default=0),
             "num_tokens": len(blocks) * seq_len - num_padding, "num_padding": num_padding}

@@ -16,10 +16,11 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from shardkit.loader.transfer.buffers import ALIGN, aligned, fresh_buffer
-from shardkit.loader.transfer.dtypes import numel, numpy_dtype
+from shardkit.loader.transfer.dtypes import numel, numpy_dtype, torch_dtype
 from shardkit.loader.transfer.ring import Ring, SlotRef
 
 _local = threading.local()
@@ -42,15 +43,24 @@ class Arena:
         self._array = self.buffer.numpy()  # numpy views are several times cheaper than torch's
 
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        np_dtype = numpy_dtype(dtype)
+        if np_dtype is not None:
+            return torch.from_numpy(self.empty_array(shape, np_dtype))
         nbytes = numel(shape) * dtype.itemsize
         self.wanted += aligned(nbytes)
         if self.used + nbytes > self.capacity:
             return torch.empty(shape, dtype=dtype)
         start, self.used = self.used, aligned(self.used + nbytes)
-        np_dtype = numpy_dtype(dtype)
-        if np_dtype is None:
-            return self.buffer[start : start + nbytes].view(dtype).view(shape)
-        return torch.from_numpy(self._array[start : start + nbytes].view(np_dtype).reshape(shape))
+        return self.buffer[start : start + nbytes].view(dtype).view(shape)
+
+    def empty_array(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """As ``empty``, as a numpy array (a fresh one past the capacity)."""
+        nbytes = numel(shape) * dtype.itemsize
+        self.wanted += aligned(nbytes)
+        if self.used + nbytes > self.capacity:
+            return np.empty(shape, dtype=dtype)
+        start, self.used = self.used, aligned(self.used + nbytes)
+        return self._array[start : start + nbytes].view(dtype).reshape(shape)
 
     def offset_of(self, tensor: torch.Tensor) -> int | None:
         """Where ``tensor`` starts in this arena, or None if it lives elsewhere."""
@@ -114,6 +124,15 @@ def alloc(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     if arena is None:
         return torch.empty(shape, dtype=dtype)
     return arena.empty(shape, dtype)
+
+
+def alloc_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """``alloc`` as a numpy array (``dtype`` one numpy and torch share): inside an arena, a view
+    of its buffer with no torch tensor made and unmade (token blocks, several per batch)."""
+    arena: Allocator | None = getattr(_local, "arena", None)
+    if isinstance(arena, Arena):
+        return arena.empty_array(shape, dtype)
+    return alloc(shape, torch_dtype(dtype)).numpy()
 
 
 def alloc_like(values: Any, dtype: torch.dtype) -> torch.Tensor:

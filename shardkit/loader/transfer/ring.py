@@ -42,6 +42,7 @@ from shardkit.loader.transfer.lending import lend
 SLOT_BYTES = 64 << 20  # virtual; only pages a batch touches become memory
 HEADER_BYTES = 4096
 FREE, BUSY = 0, 1
+_FREE_BYTE = bytes([FREE])
 _MAP_NORESERVE = 0x4000 if sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64") else 0
 _ids = itertools.count(1)
 _rings: weakref.WeakValueDictionary[tuple[int, int], Ring] = weakref.WeakValueDictionary()
@@ -79,12 +80,11 @@ class Ring:
     def acquire(self, worker: int) -> int | None:
         """A free slot of ``worker``, now BUSY; None when the trainer holds all of them."""
         first = worker * self.slots
-        free = np.flatnonzero(self._flags[first : first + self.slots] == FREE)
-        if not len(free):
+        found = self._map.find(_FREE_BYTE, first, first + self.slots)  # the flags lead the mapping
+        if found < 0:
             return None
-        slot = int(free[0])
-        self._flags[first + slot] = BUSY
-        return slot
+        self._flags[found] = BUSY
+        return found - first
 
     def give_back(self, worker: int, slot: int) -> None:
         """The worker did not use a slot it acquired."""

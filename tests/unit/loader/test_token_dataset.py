@@ -131,6 +131,17 @@ def test_token_and_sample_states_do_not_mix(tmp_path):
         tokens.load_state_dict(samples.state_dict())
 
 
+def test_token_blocks_travel_in_groups_of_eight_unless_asked_otherwise(tmp_path):
+    """X8: a token-block dataset's batches cross from workers 8 to a DataLoader item by default,
+    a sample dataset's 4; an explicit ``batches_per_transfer`` wins; without workers, 1."""
+    path = write_token_dataset(str(tmp_path / "ds"), [5, 9, 4, 12])
+    tokens = sk.StreamingDataset(path, batch_size=1, tokens=sk.TokenBlocks(4))
+    assert sk.ShardLoader(tokens, num_workers=2).batches_per_transfer == 8
+    assert sk.ShardLoader(tokens, num_workers=2, batches_per_transfer=3).batches_per_transfer == 3
+    assert sk.ShardLoader(tokens).batches_per_transfer == 1
+    assert sk.ShardLoader(sk.StreamingDataset(path, batch_size=1), num_workers=2).batches_per_transfer == 4
+
+
 def test_an_edited_cutter_state_is_refused(tmp_path):
     """TB5: the saved consumer states must be the replay of the saved block offsets."""
     path = write_token_dataset(str(tmp_path / "ds"), [5, 9, 4, 12, 7])
