@@ -39,11 +39,15 @@ def name_word(name: str) -> int:
 class SourceStream:
     """Source ``i``'s epoch slice of its stream: ranks ``0..count`` are stream positions
     ``cursor + rank``, stream position ``s`` being sample ``s mod N`` of the fixed shard order
-    (passes repeat that order, MX2)."""
+    (passes repeat that order, MX2). ``epoch_cursor`` (default ``cursor``): the source's cursor
+    at the start of the epoch; position ``s`` is copy ``(s - epoch_cursor) // N`` of its sample
+    (the times the epoch took it before, MX2), so a repeat draws other augmentations (SW8)."""
 
-    def __init__(self, sizes: np.ndarray, order: np.ndarray, shard_base: int, cursor: int) -> None:
+    def __init__(self, sizes: np.ndarray, order: np.ndarray, shard_base: int, cursor: int,
+                 epoch_cursor: int | None = None) -> None:
         self._pass = EpochSequence(sizes, order, chunk=1)
         self._base, self._cursor = shard_base, cursor
+        self._lead = cursor - (cursor if epoch_cursor is None else epoch_cursor)  # cursor - epoch cursor
 
     @property
     def num_samples(self) -> int:
@@ -66,11 +70,20 @@ class SourceStream:
         found = [self._pass.shards(a, b) + self._base for a, b in self._pieces(lo, hi)]
         return np.concatenate(found) if found else _NO_SHARDS
 
+    def copies(self, lo: int, hi: int) -> np.ndarray | None:
+        """Ranks ``lo:hi``'s copy numbers (class doc); ``None`` while all are 0 (the first time
+        the epoch takes each, as for every source no smaller than its share)."""
+        n = self.num_samples
+        if hi <= lo or self._lead + hi <= n:
+            return None
+        found: np.ndarray = (np.arange(self._lead + lo, self._lead + hi, dtype=np.int64)) // n
+        return found
+
     def decode(self, lo: int, hi: int) -> Decoded:
         """Ranks ``lo:hi`` as spans, and per rank its index into the spans' samples and its copy
-        number; ``None`` for both: one sample per rank, in span order, copy 0 (unweighted)."""
-        return self.spans(lo, hi), None, None
-
+        number; ``None`` for the index: one sample per rank, in span order (unweighted), for
+        the copies: all 0."""
+        return self.spans(lo, hi), None, self.copies(lo, hi)
 
 
 class Interleave:
@@ -270,7 +283,8 @@ class MixedSequence(SampleSequence):
         """Window ``index``'s spans, order and copy numbers (``None``: all 0); the latest one is
         kept, because the consumers that split a window (and a remainder's pieces, MX12) ask for
         it in turn. A weighted source (MX17) decodes each of its samples once, however many
-        copies: its ranks map to the decoded samples through an index."""
+        copies: its ranks map to the decoded samples through an index. A source's repeats in
+        later passes have copy numbers > 0 (MX2, MX17)."""
         last = self._last  # one tuple read, one tuple write: safe across threads
         if last is not None and last[0] == index:
             return last[1], last[2], last[3]
@@ -278,9 +292,11 @@ class MixedSequence(SampleSequence):
         listed, where, copies = join_decoded(parts, [b - a for a, b in zip(lo, hi, strict=True)])
         spans = tuple(listed)
         order = self._order(index, lo, hi)
-        if where is not None and copies is not None:
-            order, copies = where[order], copies[order]
+        if copies is not None:  # per rank: to outputs before the ranks become sample indices
+            copies = copies[order]
             copies.flags.writeable = False
+        if where is not None:
+            order = where[order]
         order.flags.writeable = False
         self._last = (index, spans, order, copies)
         return spans, order, copies

@@ -122,5 +122,5 @@ def source_stream(source: MixSource, order: np.ndarray, shard_base: int, cursor:
     """Source ``source``'s epoch slice from stream position ``cursor`` (weighted when it has
     per-sample weights)."""
     if source.sample_weights is None:
-        return SourceStream(source.shard_sizes, order, shard_base, cursor)
+        return SourceStream(source.shard_sizes, order, shard_base, cursor, epoch_cursor)
     return WeightedStream(source.sample_weights, source.name, order, shard_base, cursor, epoch_cursor, seed)

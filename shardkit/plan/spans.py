@@ -85,18 +85,24 @@ def global_index(offsets: np.ndarray, span: Span, i: int) -> int:
 
 
 # A run of ranks decoded: spans, per rank its index into their samples and its copy number
-# (``None`` for both: one sample per rank in span order, copy 0; a weighted mixture source, MX17).
+# (``None`` for the index: one sample per rank in span order, unweighted; ``None`` for the copies:
+# all 0. A weighted mixture source has both, MX17; an unweighted one repeating a pass, copies, MX2).
 Decoded = tuple[list[Span], np.ndarray | None, np.ndarray | None]
 
 
 def join_decoded(parts: Sequence[Decoded], ranks: Sequence[int]) -> Decoded:
     """``parts`` (of ``ranks[k]`` ranks each) one after another, as one :data:`Decoded`."""
     spans = [span for part in parts for span in part[0]]
-    if all(part[1] is None for part in parts):
-        return spans, None, None
-    index, copies, base = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)], 0
-    for (found, where, copy), count in zip(parts, ranks, strict=True):
-        index.append(base + (np.arange(count, dtype=np.int64) if where is None else where))
-        copies.append(np.zeros(count, dtype=np.int64) if copy is None else copy)
-        base += sum(span.num_samples for span in found)
-    return spans, np.concatenate(index), np.concatenate(copies)
+    index: np.ndarray | None = None
+    copies: np.ndarray | None = None
+    if any(part[1] is not None for part in parts):
+        found, base = [np.zeros(0, dtype=np.int64)], 0
+        for (listed, where, _), count in zip(parts, ranks, strict=True):
+            found.append(base + (np.arange(count, dtype=np.int64) if where is None else where))
+            base += sum(span.num_samples for span in listed)
+        index = np.concatenate(found)
+    if any(part[2] is not None for part in parts):
+        copies = np.concatenate([np.zeros(0, dtype=np.int64)] + [
+            np.zeros(count, dtype=np.int64) if copy is None else copy
+            for (_, _, copy), count in zip(parts, ranks, strict=True)])
+    return spans, index, copies

@@ -4,7 +4,8 @@ The reference expands a weighted source's stream straight from specs/mixture.md 
 lists the shards in the source's fixed order, each sample ``j`` repeated ``m_j`` times with
 ``m_j = floor(U_p + X_j L / X_N) - floor(U_p + X_{j-1} L / X_N)`` (the running sums ``X`` of
 ``SampleWeights``, ``U_p`` the pass's offset), copy ``k M + r`` for the ``r``-th copy in the
-``k``-th pass of the epoch - independently of ``WeightedStream`` and ``WeightedSequence``.
+``k``-th pass of the epoch - independently of ``WeightedStream`` and ``WeightedSequence``; an
+unweighted source's stream position ``s`` is copy ``(s - P) // N`` (``P`` its epoch cursor, MX2).
 """
 
 from __future__ import annotations
@@ -69,12 +70,13 @@ def pass_elements(source: MixSource, base: int, params: PlanParams, pass_index: 
 def stream_elements(spec: MixSpec, index: int, params: PlanParams, lo: int, hi: int,
                     epoch_cursor: int) -> list[Element]:
     """Stream positions ``lo:hi`` of source ``index`` as elements (copies counted from the pass
-    of ``epoch_cursor``); an unweighted source's are ``(id, 0)``."""
+    of ``epoch_cursor``); an unweighted source's position ``s`` is ``(id, (s - epoch_cursor) // N)``
+    (the times the epoch took the sample before, MX2)."""
     source = spec.sources[index]
     base = int(shard_offsets(mixture_shard_sizes(spec))[shard_bases(spec)[index]])
     if source.sample_weights is None:
         ids = ms.pass_ids(spec, index, params)
-        return [(int(ids[s % len(ids)]), 0) for s in range(lo, hi)]
+        return [(int(ids[s % len(ids)]), (s - epoch_cursor) // len(ids)) for s in range(lo, hi)]
     length, stride = pass_length(source.sample_weights), copy_stride(source.sample_weights)
     found: list[Element] = []
     passes: dict[int, list[tuple[int, int]]] = {}
