@@ -37,7 +37,7 @@ from shardkit.plan.mixture_state import (
 )
 from shardkit.plan.state import validate_state
 from shardkit.read.mixture import Mixture, load_mixture, open_mixture
-from shardkit.read.mixture_stream import iter_mixture_consumer, source_of_indices
+from shardkit.read.mixture_stream import iter_mixture_consumer
 from shardkit.read.options import ReadOptions
 from shardkit.read.stream import WindowSamples
 from shardkit.storage import ShardCache
@@ -217,33 +217,46 @@ class MixtureDataset(StreamingDataset):
                        stats: WorkerStats, options: ReadOptions) -> Iterator[WindowSamples]:
         self._order = self._order_for(plan.params.epoch)
         self._bases = self._sample_bases_of(self._order)
+        # What every batch of this iteration reuses (per batch only its own samples are looked at)
+        self._ends = self._bases[1:]  # searchsorted(side="right") on them: the plan source, no "- 1"
+        self._reordered = self._order != tuple(range(len(self._order)))
+        self._order_array = np.asarray(self._order, dtype=np.int64)
         return iter_mixture_consumer(self.opened, plan, consumer, start, cache, stats.read, options, self._order)
 
-    def _tally_of(self, cut: BatchCut, in_plan: np.ndarray, sources: np.ndarray) -> np.ndarray:
+    def _tally_of(self, cut: BatchCut, in_plan: np.ndarray, sources: np.ndarray) -> tuple[int, ...]:
         """Real samples per source of a batch, then (weights in tokens) its tokens per source."""
-        real = ~np.asarray(cut.padded, dtype=bool)
         n = len(self.spec.sources)
-        counts = np.bincount(sources[real], minlength=n)
+        if self.params.tail == "pad":  # only a padded tail holds samples that are not real
+            real = ~np.asarray(cut.padded, dtype=bool)
+            indices, in_plan, sources = cut.indices[real], in_plan[real], sources[real]
+        else:
+            indices = cut.indices
+        counts = np.bincount(sources, minlength=n)
         if self._lengths is None:
-            return counts
-        local = (cut.indices - self._bases[in_plan])[real]
-        tokens = [int(self._lengths[s][i]) for s, i in zip(sources[real].tolist(), local.tolist(), strict=True)]
-        return np.concatenate([counts, np.bincount(sources[real], weights=tokens, minlength=n).astype(np.int64)])
+            return tuple(counts.tolist())
+        local, tokens = indices - self._bases[in_plan], np.zeros(len(indices), dtype=np.int64)
+        for source in np.flatnonzero(counts).tolist():  # by source, not by sample
+            mine = sources == source
+            tokens[mine] = self._lengths[source][local[mine]]
+        tokens_per_source = np.bincount(sources, weights=tokens, minlength=n).astype(np.int64)
+        return tuple(counts.tolist()) + tuple(tokens_per_source.tolist())
 
     def _collate(self, cut: BatchCut) -> Any:
         batch = super()._collate(cut)
         if isinstance(batch, dict):
-            in_plan = source_of_indices(self._bases, cut.indices)
-            reordered = self._order != tuple(range(len(self._order)))
-            sources = np.asarray(self._order, dtype=np.int64)[in_plan] if reordered else in_plan
-            if self.options.with_index and reordered:
+            in_plan = np.searchsorted(self._ends, cut.indices, side="right")  # each sample's source in the plan
+            sources = self._order_array[in_plan] if self._reordered else in_plan
+            if self.options.with_index and self._reordered:
                 # a resumed epoch's plan lists its sources in the saved order: _index is this mixture's
                 index = cut.indices - self._bases[in_plan] + self._sample_bases[sources]
                 batch["_index"] = alloc_like(index, torch.int64)
             if self.with_source:
                 batch["_source"] = alloc_like(sources, torch.int64)
             # exact ints beside the tensors (X9): no tensor view to build and read back per batch
-            batch[SOURCES_KEY] = tuple(self._tally_of(cut, in_plan, sources).tolist())
+            if self._lengths is None and self.params.tail != "pad":  # every sample real: just count them
+                batch[SOURCES_KEY] = tuple(np.bincount(sources, minlength=len(self.spec.sources)).tolist())
+            else:
+                batch[SOURCES_KEY] = self._tally_of(cut, in_plan, sources)
         return batch
 
 

@@ -48,7 +48,9 @@ class SourceTally:
         counts = batch.pop(SOURCES_KEY, None) if isinstance(batch, dict) else None
         if counts is None or meta is None:
             return
-        history = self._history.setdefault(meta.consumer, deque([(0, self._zero)], maxlen=HISTORY))
+        history = self._history.get(meta.consumer)
+        if history is None:  # not one made (and dropped) per batch as setdefault's default
+            history = self._history[meta.consumer] = deque([(0, self._zero)], maxlen=HISTORY)
         history.append((meta.position, tuple(map(operator.add, history[-1][1], counts))))
 
     def at(self, consumed: dict[int, int]) -> np.ndarray:
