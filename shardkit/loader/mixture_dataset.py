@@ -22,7 +22,7 @@ from shardkit.errors import StateError
 from shardkit.loader.batcher import BatchCut
 from shardkit.loader.dataset import StreamingDataset
 from shardkit.loader.loader_stats import WorkerStats
-from shardkit.loader.mixture_state import SOURCES_KEY, SourceTally, mixture_of, with_consumed
+from shardkit.loader.mixture_state import SOURCES_KEY, BatchTallies, SourceTally, mixture_of, with_consumed
 from shardkit.loader.topology import Topology
 from shardkit.loader.transfer.arena import alloc_like
 from shardkit.loader.transfer.ring import Ring
@@ -217,47 +217,36 @@ class MixtureDataset(StreamingDataset):
                        stats: WorkerStats, options: ReadOptions) -> Iterator[WindowSamples]:
         self._order = self._order_for(plan.params.epoch)
         self._bases = self._sample_bases_of(self._order)
-        # What every batch of this iteration reuses (per batch only its own samples are looked at)
-        self._ends = self._bases[1:]  # searchsorted(side="right") on them: the plan source, no "- 1"
         self._reordered = self._order != tuple(range(len(self._order)))
-        self._order_array = np.asarray(self._order, dtype=np.int64)
-        return iter_mixture_consumer(self.opened, plan, consumer, start, cache, stats.read, options, self._order)
-
-    def _tally_of(self, cut: BatchCut, in_plan: np.ndarray, sources: np.ndarray) -> tuple[int, ...]:
-        """Real samples per source of a batch, then (weights in tokens) its tokens per source."""
-        n = len(self.spec.sources)
-        if self.params.tail == "pad":  # only a padded tail holds samples that are not real
-            real = ~np.asarray(cut.padded, dtype=bool)
-            indices, in_plan, sources = cut.indices[real], in_plan[real], sources[real]
-        else:
-            indices = cut.indices
-        counts = np.bincount(sources, minlength=n)
-        if self._lengths is None:
-            return tuple(counts.tolist())
-        local, tokens = indices - self._bases[in_plan], np.zeros(len(indices), dtype=np.int64)
-        for source in np.flatnonzero(counts).tolist():  # by source, not by sample
-            mine = sources == source
-            tokens[mine] = self._lengths[source][local[mine]]
-        tokens_per_source = np.bincount(sources, weights=tokens, minlength=n).astype(np.int64)
-        return tuple(counts.tolist()) + tuple(tokens_per_source.tolist())
+        order = np.asarray(self._order, dtype=np.int64) if self._reordered else None
+        self._tallies = BatchTallies(self._bases[1:], order, len(self.spec.sources), self.params.batch_size,
+                                     self._lengths)
+        windows = iter_mixture_consumer(self.opened, plan, consumer, start, cache, stats.read, options, self._order)
+        return _tallied(windows, self._tallies)
 
     def _collate(self, cut: BatchCut) -> Any:
         batch = super()._collate(cut)
+        counts = self._tallies.take()  # this batch's, taken whatever collate_fn made of it
         if isinstance(batch, dict):
-            in_plan = np.searchsorted(self._ends, cut.indices, side="right")  # each sample's source in the plan
-            sources = self._order_array[in_plan] if self._reordered else in_plan
-            if self.options.with_index and self._reordered:
-                # a resumed epoch's plan lists its sources in the saved order: _index is this mixture's
-                index = cut.indices - self._bases[in_plan] + self._sample_bases[sources]
-                batch["_index"] = alloc_like(index, torch.int64)
-            if self.with_source:
-                batch["_source"] = alloc_like(sources, torch.int64)
-            # exact ints beside the tensors (X9): no tensor view to build and read back per batch
-            if self._lengths is None and self.params.tail != "pad":  # every sample real: just count them
-                batch[SOURCES_KEY] = tuple(np.bincount(sources, minlength=len(self.spec.sources)).tolist())
-            else:
-                batch[SOURCES_KEY] = self._tally_of(cut, in_plan, sources)
+            reindex = self.options.with_index and self._reordered
+            if self.with_source or reindex:
+                in_plan = np.searchsorted(self._bases[1:], cut.indices, side="right")
+                sources = np.asarray(self._order, dtype=np.int64)[in_plan] if self._reordered else in_plan
+                if reindex:
+                    # a resumed epoch's plan lists its sources in the saved order: _index is this mixture's
+                    index = cut.indices - self._bases[in_plan] + self._sample_bases[sources]
+                    batch["_index"] = alloc_like(index, torch.int64)
+                if self.with_source:
+                    batch["_source"] = alloc_like(sources, torch.int64)
+            # exact ints beside the tensors (X9), counted a window at a time as the reader yielded them
+            batch[SOURCES_KEY] = counts
         return batch
+
+
+def _tallied(windows: Iterator[WindowSamples], tallies: BatchTallies) -> Iterator[WindowSamples]:
+    for window in windows:
+        tallies.add(window.indices, window.padded)
+        yield window
 
 
 def _changed(started: dict[str, Any], weights: dict[str, float], composition: str) -> bool:
