@@ -22,7 +22,7 @@ from shardkit.errors import StateError
 from shardkit.loader.batcher import BatchCut
 from shardkit.loader.dataset import StreamingDataset
 from shardkit.loader.loader_stats import WorkerStats
-from shardkit.loader.mixture_state import SOURCES_KEY, SourceTally, mixture_of, with_consumed
+from shardkit.loader.mixture_state import SOURCES_KEY, BatchTallies, SourceTally, mixture_of, with_consumed
 from shardkit.loader.topology import Topology
 from shardkit.loader.transfer.arena import alloc_like
 from shardkit.loader.transfer.ring import Ring
@@ -38,7 +38,7 @@ from shardkit.plan.mixture_state import (
 )
 from shardkit.plan.state import validate_state
 from shardkit.read.mixture import Mixture, load_mixture, open_mixture
-from shardkit.read.mixture_stream import iter_mixture_consumer, source_of_indices
+from shardkit.read.mixture_stream import iter_mixture_consumer
 from shardkit.read.options import ReadOptions
 from shardkit.read.stream import WindowSamples
 from shardkit.storage import ShardCache
@@ -218,36 +218,38 @@ class MixtureDataset(StreamingDataset):
                        stats: WorkerStats, options: ReadOptions) -> Iterator[WindowSamples]:
         self._order = self._order_for(plan.params.epoch)
         self._bases = self._sample_bases_of(self._order)
-        windows = iter_mixture_consumer(self.opened, plan, consumer, start, cache, stats.read, options, self._order)
+        self._reordered = self._order != tuple(range(len(self._order)))
+        order = np.asarray(self._order, dtype=np.int64) if self._reordered else None
+        self._tallies = BatchTallies(self._bases[1:], order, len(self.spec.sources), self.params.batch_size,
+                                     self._lengths)
+        windows = _tallied(iter_mixture_consumer(self.opened, plan, consumer, start, cache, stats.read, options,
+                                                 self._order), self._tallies)
         weighted = self.transform is not None and any(w is not None for w in self.opened.weights or ())
         return map(separate_copies, windows) if weighted else windows  # each copy its own dict (MX17, SW8)
 
-    def _tally_of(self, cut: BatchCut, in_plan: np.ndarray, sources: np.ndarray) -> np.ndarray:
-        """Real samples per source of a batch, then (weights in tokens) its tokens per source."""
-        real = ~np.asarray(cut.padded, dtype=bool)
-        n = len(self.spec.sources)
-        counts = np.bincount(sources[real], minlength=n)
-        if self._lengths is None:
-            return counts
-        local = (cut.indices - self._bases[in_plan])[real]
-        tokens = [int(self._lengths[s][i]) for s, i in zip(sources[real].tolist(), local.tolist(), strict=True)]
-        return np.concatenate([counts, np.bincount(sources[real], weights=tokens, minlength=n).astype(np.int64)])
-
     def _collate(self, cut: BatchCut) -> Any:
         batch = super()._collate(cut)
+        counts = self._tallies.take()  # this batch's, taken whatever collate_fn made of it
         if isinstance(batch, dict):
-            in_plan = source_of_indices(self._bases, cut.indices)
-            reordered = self._order != tuple(range(len(self._order)))
-            sources = np.asarray(self._order, dtype=np.int64)[in_plan] if reordered else in_plan
-            if self.options.with_index and reordered:
-                # a resumed epoch's plan lists its sources in the saved order: _index is this mixture's
-                index = cut.indices - self._bases[in_plan] + self._sample_bases[sources]
-                batch["_index"] = alloc_like(index, torch.int64)
-            if self.with_source:
-                batch["_source"] = alloc_like(sources, torch.int64)
-            # exact ints beside the tensors (X9): no tensor view to build and read back per batch
-            batch[SOURCES_KEY] = tuple(self._tally_of(cut, in_plan, sources).tolist())
+            reindex = self.options.with_index and self._reordered
+            if self.with_source or reindex:
+                in_plan = np.searchsorted(self._bases[1:], cut.indices, side="right")
+                sources = np.asarray(self._order, dtype=np.int64)[in_plan] if self._reordered else in_plan
+                if reindex:
+                    # a resumed epoch's plan lists its sources in the saved order: _index is this mixture's
+                    index = cut.indices - self._bases[in_plan] + self._sample_bases[sources]
+                    batch["_index"] = alloc_like(index, torch.int64)
+                if self.with_source:
+                    batch["_source"] = alloc_like(sources, torch.int64)
+            # exact ints beside the tensors (X9), counted a window at a time as the reader yielded them
+            batch[SOURCES_KEY] = counts
         return batch
+
+
+def _tallied(windows: Iterator[WindowSamples], tallies: BatchTallies) -> Iterator[WindowSamples]:
+    for window in windows:
+        tallies.add(window.indices, window.padded)
+        yield window
 
 
 def _changed(started: dict[str, Any], weights: dict[str, float], composition: str) -> bool:

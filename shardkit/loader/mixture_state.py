@@ -48,7 +48,9 @@ class SourceTally:
         counts = batch.pop(SOURCES_KEY, None) if isinstance(batch, dict) else None
         if counts is None or meta is None:
             return
-        history = self._history.setdefault(meta.consumer, deque([(0, self._zero)], maxlen=HISTORY))
+        history = self._history.get(meta.consumer)
+        if history is None:  # not one made (and dropped) per batch as setdefault's default
+            history = self._history[meta.consumer] = deque([(0, self._zero)], maxlen=HISTORY)
         history.append((meta.position, tuple(map(operator.add, history[-1][1], counts))))
 
     def at(self, consumed: dict[int, int]) -> np.ndarray:
@@ -73,6 +75,53 @@ class SourceTally:
             return {name: {"samples": int(latest[i]), "tokens": int(latest[n + i])}
                     for i, name in enumerate(self.names)}
         return {name: int(c) for name, c in zip(self.names, latest, strict=True)}
+
+
+class BatchTallies:
+    """The ``SOURCES_KEY`` tuples of a consumer's batches, counted a window at a time as the
+    reader yields them (one searchsorted and one bincount per window, not per batch).
+
+    ``ends``: the plan's first global sample of each source after the first; ``order``: this
+    mixture's index of each plan source (None: the same); ``lengths``: tokens per sample of each
+    source of this mixture (weights in tokens, MX13). Batches are every ``batch_size`` samples
+    of what :meth:`add` saw, in order, as ``cut_batches`` cuts them; :meth:`take` hands out the
+    next batch's counts (real samples per source, then tokens per source with ``lengths``)."""
+
+    def __init__(self, ends: np.ndarray, order: np.ndarray | None, num_sources: int, batch_size: int,
+                 lengths: tuple[np.ndarray, ...] | None = None) -> None:
+        self.ends, self.order, self.n, self.batch = ends, order, num_sources, batch_size
+        self.bases = np.concatenate([np.zeros(1, dtype=np.int64), ends])
+        self.lengths = lengths
+        self.ready: deque[tuple[int, ...]] = deque()
+        self.carry = np.zeros(num_sources * (2 if lengths is not None else 1), dtype=np.int64)
+        self.filled = 0  # samples of the batch being filled
+
+    def add(self, indices: np.ndarray, padded: np.ndarray) -> None:
+        """Count the next ``indices`` (global plan indices; ``padded``: pads, not counted)."""
+        in_plan = np.searchsorted(self.ends, indices, side="right")
+        sources = in_plan if self.order is None else self.order[in_plan]
+        batch_of = (np.arange(self.filled, self.filled + len(indices), dtype=np.int64) // self.batch)
+        keys = batch_of * self.n + sources
+        real = ~np.asarray(padded, dtype=bool)
+        if not real.all():
+            keys, sources, indices, in_plan = keys[real], sources[real], indices[real], in_plan[real]
+        full = (self.filled + len(real)) // self.batch  # batches this piece completes
+        size = (full + 1) * self.n
+        rows = np.bincount(keys, minlength=size).reshape(full + 1, self.n)
+        if self.lengths is not None:
+            local, tokens = indices - self.bases[in_plan], np.zeros(len(indices), dtype=np.int64)
+            for source in np.unique(sources).tolist():  # by source, not by sample
+                mine = sources == source
+                tokens[mine] = self.lengths[source][local[mine]]
+            weights = np.bincount(keys, weights=tokens, minlength=size).astype(np.int64)
+            rows = np.concatenate([rows, weights.reshape(full + 1, self.n)], axis=1)
+        rows[0] += self.carry
+        self.ready.extend(map(tuple, rows[:full].tolist()))
+        self.carry = rows[full]
+        self.filled = (self.filled + len(real)) % self.batch
+
+    def take(self) -> tuple[int, ...]:
+        return self.ready.popleft()
 
 
 def gather_sum(counts: np.ndarray, topology: Topology) -> np.ndarray:

@@ -61,6 +61,9 @@ class ShardReader(ShardBlocks):
         self.views = options.views
         # A remote source (range requests): blocks are fetched ahead, concurrently (K33).
         self.ranges = options.ranges if getattr(source, "ranged", False) else None
+        # The block a run stopped inside (its parsed columns, or its whole raw bytes): the next
+        # window's run of this shard starts there, and is not read, checked and parsed again.
+        self._kept: tuple[int, Any] | None = None
 
     # ---- structure --------------------------------------------------------------------------
     def _read_index(self) -> ShardIndex:
@@ -95,30 +98,39 @@ class ShardReader(ShardBlocks):
         expected, layout = int(record["num_samples"]), int(record["layout"])
         lo, hi = part if part is not None else (0, expected)
         started = time.perf_counter()
-        if raw is None:
+        kept = self._kept[1] if self._kept is not None and self._kept[0] == block_index else None
+        fresh = kept is None  # read now (or by the helper), not kept from the run before
+        if fresh and raw is None:
             stored = self.read_stored_block(block_index)
             read = time.perf_counter()
             self.stats.io_seconds += read - started
             started = read
             raw = self.decode_stored_block(block_index, stored, stop=int(self.index.first_sample[block_index]) + hi)
         try:
-            samples = self._decode_part(raw, block_index, expected, layout, lo, hi)
+            if fresh and layout == LAYOUT_COLUMNS:
+                kept = parse_columns(raw, expected)  # type: ignore[arg-type]
+            samples = self._decode_part(raw if kept is None else kept, block_index, expected, layout, lo, hi)
         except (FormatError, ValueError) as exc:
             raise CorruptShardError(
                 f"{self.where}: {self._block_label(block_index)} does not decode: {exc}"
             ) from None
         stats = self.stats
         stats.decode_seconds += time.perf_counter() - started
-        stats.raw_bytes += len(raw)
-        stats.blocks += 1
+        if fresh:  # a kept block was counted once, when it was read
+            stats.raw_bytes += len(raw)  # type: ignore[arg-type]
+            stats.blocks += 1
+            if kept is None and len(raw) == int(record["raw_size"]):  # type: ignore[arg-type]
+                kept = raw  # a row block decompressed whole (not a prefix, P21)
+        self._kept = (block_index, kept) if hi < expected and kept is not None else None
         return samples
 
-    def _decode_part(self, raw: bytes | memoryview, block_index: int, expected: int, layout: int,
+    def _decode_part(self, raw: Any, block_index: int, expected: int, layout: int,
                      lo: int, hi: int) -> SampleChunk:
         """Samples ``lo:hi`` of a decompressed block: a row block's are unpacked from their own
-        bytes (the index's sample offsets), a column block's selected after parsing its columns."""
+        bytes (the index's sample offsets), a column block's selected from its parsed columns
+        (``raw``: the list ``parse_columns`` made)."""
         if layout == LAYOUT_COLUMNS:
-            piece = ColumnPiece(parse_columns(raw, expected), np.arange(lo, hi, dtype=np.int64))
+            piece = ColumnPiece(raw, np.arange(lo, hi, dtype=np.int64))
             return piece if self.views else piece.samples()
         offsets = self.index.offsets_of(block_index)
         if lo == 0 and hi == expected:

@@ -113,3 +113,23 @@ def test_a_misplaced_block_in_an_index_is_refused_naming_it():
     blocks["offset"][2] += 1
     with pytest.raises(CorruptShardError, match=f"block 2 at offset {HEADER_SIZE + 31}, expected {HEADER_SIZE + 30}"):
         decode(blocks, HEADER_SIZE + 60)
+
+
+@settings(max_examples=30, deadline=None)
+@given(shape=st.sampled_from([("auto", "zstd"), ("auto", "none"), ("rows", "none")]), views=st.booleans(),
+       read_ahead=st.booleans(), seed=st.integers(0, 5), cuts=st.lists(st.integers(1, 59), max_size=12))
+def test_consecutive_ranges_read_each_block_once(tmp_path_factory, shape, views, read_ahead, seed, cuts):
+    """P21: a run that stops inside a block keeps it, so the next run of the shard (a mixture's
+    next window of the same source, a spread consumer's next span) starting there neither reads,
+    checks nor parses it again: consecutive ranges read each block once (a zstd row block, only
+    decompressed as far as a range reaches, is not kept) and yield the shard's samples."""
+    folder = str(tmp_path_factory.mktemp("shard"))
+    items = write(folder, 60, *shape, seed)
+    bounds = [0, *sorted(set(cuts)), 60]
+    with open_reader(folder, views, read_ahead) as reader:
+        got = [s for start, stop in zip(bounds, bounds[1:], strict=False)
+               for chunk in reader.sample_chunks(start, stop) for s in as_samples(chunk, views)]
+        assert reader.stats.blocks == reader.num_blocks > 3
+    assert len(got) == len(items)
+    for g, w in zip(got, items, strict=True):
+        assert_value_equal({k: bytes(v) if isinstance(v, memoryview) else v for k, v in g.items()}, w)
