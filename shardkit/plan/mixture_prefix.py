@@ -1,4 +1,5 @@
-"""The interleave's prefix at many positions at once (specs/mixture.md MX3, used by MX12).
+"""The sources' interleave (specs/mixture.md MX3): :class:`Interleave`, exact integer keys, and its
+prefix at many positions at once (:func:`interleave_prefixes`, used by MX12).
 
 ``prefix(p)`` holds, per source, its samples among the first ``p`` of the merged key order
 (keys ``(2r + 1) / (2 q_i)``, ties to the lower source). The keys ``<= p / T`` number
@@ -9,7 +10,11 @@ cross-multiplication. int64 throughout: callers check ``4 T max(q) < 2^62``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+
+from shardkit.errors import PlanError
 
 
 def interleave_prefixes(counts: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -42,3 +47,66 @@ def _extreme_key(found: np.ndarray, q: np.ndarray, drop: np.ndarray) -> np.ndarr
         best = np.where(better, i, best)
         best_num, best_q = np.where(better, num, best_num), np.where(better, qi, best_q)
     return best
+
+
+class Interleave:
+    """The merged key order of the sources' samples, with exact integer keys.
+
+    ``key(i, r) = floor((2r + 1) * L / (2 q_i))`` with ``L = 4 max(q)^2 + 1`` orders exactly as
+    the rationals ``(2r + 1) / (2 q_i)`` (distinct ones differ by >= 1/L).
+    """
+
+    def __init__(self, counts: Sequence[int]) -> None:
+        self.counts = [int(c) for c in counts]
+        self.total = sum(self.counts)
+        self._scale = 4 * max(self.counts + [1]) ** 2 + 1
+
+    def _at_most(self, threshold: int) -> list[int]:
+        """Per source: keys <= threshold."""
+        found = []
+        for q in self.counts:
+            ceil = -(-2 * q * (threshold + 1) // self._scale)
+            found.append(min(max(ceil // 2, 0), q))
+        return found
+
+    def prefix(self, position: int) -> list[int]:
+        """Per source: samples among the first ``position`` of the merged order; O(n log L)."""
+        if not 0 <= position <= self.total:
+            raise PlanError(f"interleave position {position} outside 0..{self.total}")
+        if position == self.total:
+            return list(self.counts)
+        if position == 0:
+            return [0] * len(self.counts)
+        lo, hi = -1, self._scale  # invariant: sum(at_most(lo)) < position <= sum(at_most(hi))
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if sum(self._at_most(mid)) >= position:
+                hi = mid
+            else:
+                lo = mid
+        below, upto = self._at_most(hi - 1), self._at_most(hi)
+        need = position - sum(below)
+        for i, (a, b) in enumerate(zip(below, upto, strict=True)):  # ties: lower source first
+            if b > a and need:
+                below[i] += 1
+                need -= 1
+        return below
+
+    def prefixes(self, positions: np.ndarray) -> np.ndarray:
+        """:meth:`prefix` of every position, shape ``(len(positions), sources)`` (vectorised)."""
+        p = np.asarray(positions, dtype=np.int64).reshape(-1)
+        if len(p) and not (0 <= int(p.min()) and int(p.max()) <= self.total):
+            raise PlanError(f"interleave positions outside 0..{self.total}")
+        if 4 * (self.total + 1) * (max(self.counts + [1]) + 1) >= 2**62:  # exact Python ints instead
+            return np.array([self.prefix(int(x)) for x in p], dtype=np.int64).reshape(len(p), len(self.counts))
+        return interleave_prefixes(np.array(self.counts, dtype=np.int64), p)
+
+    def merged(self, lo: Sequence[int], hi: Sequence[int]) -> np.ndarray:
+        """Indices into the source-major list of ranks ``lo[i]:hi[i]``, in merged order."""
+        # int64 keys while (2r + 1) * L fits (counts below ~1e6), else exact Python ints
+        kind = np.int64 if 2 * max(self.counts + [1]) * self._scale < 2**62 else object
+        keys = [(2 * np.arange(a, b, dtype=np.int64).astype(kind) + 1) * self._scale // (2 * q)
+                for q, a, b in zip(self.counts, lo, hi, strict=True) if b > a]
+        if not keys:
+            return np.zeros(0, dtype=np.int64)
+        return np.argsort(np.concatenate(keys), kind="stable").astype(np.int64)
