@@ -95,8 +95,6 @@ class _SpansRun:
         as far as the open-shard rule allows; the next candidate."""
         while candidate < len(self.blocks) or self._expand(current_span):
             block = self.blocks[candidate]
-            if block.span > current_span and (block.span > current_span + 1 or not block.first_of_span):
-                break  # past the span being read: only the next span's first block
             raw_size = int(block.reader.index.blocks[block.block_index]["raw_size"])
             if not ahead.has_room(raw_size):
                 break
