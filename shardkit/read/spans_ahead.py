@@ -66,6 +66,7 @@ class _SpansRun:
         self.expanded = 0
         self.span_shards: deque[tuple[int, int]] = deque()  # (span, shard) expanded from ``current``
         self.ahead: BlocksAhead | None = None
+        self.open_failed = False  # a shard opened ahead failed: open nothing more ahead
 
     def chunks(self) -> Iterator[SampleChunk]:
         stats = self.opener.stats
@@ -93,7 +94,7 @@ class _SpansRun:
     def _send_ahead(self, ahead: BlocksAhead, candidate: int, current_span: int) -> int:
         """Hand blocks ``candidate…`` to the helper while it has room, expanding further spans
         as far as the open-shard rule allows; the next candidate."""
-        while candidate < len(self.blocks) or self._expand(current_span):
+        while candidate < len(self.blocks) or self._expand_ahead(current_span):
             block = self.blocks[candidate]
             raw_size = int(block.reader.index.blocks[block.block_index]["raw_size"])
             if not ahead.has_room(raw_size):
@@ -102,6 +103,17 @@ class _SpansRun:
                 ahead.submit(candidate, raw_size)
             candidate += 1
         return candidate
+
+    def _expand_ahead(self, current_span: int) -> bool:
+        """``_expand`` for the helper's sake: a shard that fails to open is not opened ahead; its
+        error is raised where the consumer reaches its span, after the samples before it."""
+        if self.open_failed:
+            return False
+        try:
+            return self._expand(current_span)
+        except Exception:
+            self.open_failed = True
+            return False
 
     def _expand(self, current_span: int | None) -> bool:
         """List the blocks of the next span, if its shard may be open with those from

@@ -6,6 +6,7 @@ more shards at once than the opener keeps open (one lease for a cached dataset, 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -104,3 +105,21 @@ def test_a_spread_consumer_reads_the_same_with_the_run_across_spans(tmp_path) ->
                 samples = as_samples(part.samples, False)
                 out.extend((int(i), int(x["id"])) for i, x in zip(part.indices, samples, strict=True))
         assert got == want and stats.span_starts_ahead > 0
+
+
+def test_a_shard_that_fails_to_open_ahead_fails_where_its_span_is_reached(tmp_path) -> None:
+    """Opening the next span's shard early must not lose the samples before it: its error is
+    raised where the consumer reaches that span, as span-by-span reads raise it."""
+    write_dataset(str(tmp_path))
+    dataset = open_dataset(str(tmp_path))
+    (tmp_path / dataset.manifest.shards[1].name).unlink()
+    first = first_ids(dataset)
+    opener = ShardOpener(dataset, options=ReadOptions(read_ahead=True))
+    seen: list[int] = []
+    try:
+        with pytest.raises(OSError):
+            for chunk in span_chunks(opener, [(0, 0, 60), (1, 0, 10)]):
+                seen.extend(int(s["id"]) for s in as_samples(chunk, False))
+        assert seen == [first[0] + i for i in range(60)]
+    finally:
+        opener.close()
