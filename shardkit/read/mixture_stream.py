@@ -42,6 +42,11 @@ class MixtureOpener:
             self._openers.append(ShardOpener(dataset.in_this_process(), cache, mine, stats=self.stats,
                                              options=options))
 
+    @property
+    def keep_open(self) -> int:
+        """Shards that may be open at once in every source (a run across spans, spans_ahead.py)."""
+        return min((opener.keep_open for opener in self._openers), default=1)
+
     def source_of(self, shard_index: int) -> int:
         return int(np.searchsorted(self._bases, shard_index, side="right")) - 1
 

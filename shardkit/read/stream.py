@@ -28,6 +28,7 @@ from shardkit.read.options import ReadOptions
 from shardkit.read.shard_index_read import resolve_max_block_bytes
 from shardkit.read.shard_reader import SampleChunk, ShardReader
 from shardkit.read.sources import LocalFileSource, StoreSource
+from shardkit.read.spans_ahead import span_chunks
 from shardkit.read.stats import ReadStats
 from shardkit.storage import CacheItem, Prefetcher, ShardCache
 
@@ -156,8 +157,8 @@ def read_window(opener: ShardOpener, window: Window, offsets: np.ndarray) -> Ite
     if is_run(order):
         yield from _read_run(opener, window, int(order[0]), indices, padded)
         return
-    chunks = [chunk for span in window.spans
-              for chunk in opener.reader(span.shard_index).sample_chunks(span.start, span.end)]
+    # One read-ahead run across the window's spans (P21: a spread window has many short ones).
+    chunks = list(span_chunks(opener, ((span.shard_index, span.start, span.end) for span in window.spans)))
     if chunks and all(isinstance(chunk, ColumnPiece) for chunk in chunks):
         joined = join_pieces(chunks)  # type: ignore[arg-type]
         if joined is not None:  # one selection of the window's columns, in output order
@@ -171,16 +172,17 @@ def _read_run(
     opener: ShardOpener, window: Window, skip: int, indices: np.ndarray, padded: np.ndarray
 ) -> Iterator[WindowSamples]:
     wanted_end, position, emitted = skip + len(indices), 0, 0
+    ranges = []
     for span in window.spans:
         lo, hi = max(skip - position, 0), min(span.num_samples, wanted_end - position)
         position += span.num_samples
-        if lo >= hi:
-            continue
-        for chunk in opener.reader(span.shard_index).sample_chunks(span.start + lo, span.start + hi):
-            part = slice(emitted, emitted + len(chunk))
-            copies = None if window.copies is None else window.copies[part]
-            yield WindowSamples(chunk, indices[part], padded[part], copies)
-            emitted += len(chunk)
+        if lo < hi:
+            ranges.append((span.shard_index, span.start + lo, span.start + hi))
+    for chunk in span_chunks(opener, ranges):
+        part = slice(emitted, emitted + len(chunk))
+        copies = None if window.copies is None else window.copies[part]
+        yield WindowSamples(chunk, indices[part], padded[part], copies)
+        emitted += len(chunk)
 
 
 def iter_consumer(

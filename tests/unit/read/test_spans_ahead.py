@@ -1,0 +1,125 @@
+"""One read-ahead run across a consumer's spans (read/spans_ahead.py, specs/partition.md P21):
+the next span's first block is already with the helper when the consumer reaches it (counted
+in ``ReadStats``, not timed), the samples are those of span-by-span reads, and the run opens no
+more shards at once than the opener keeps open (one lease for a cached dataset, P19)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import shardkit as sk
+from shardkit.plan import PlanParams, build_plan
+from shardkit.read import ReadOptions, open_dataset
+from shardkit.read.column_pieces import as_samples
+from shardkit.read.spans_ahead import span_chunks
+from shardkit.read.stats import ReadStats
+from shardkit.read.stream import ShardOpener, iter_consumer
+
+SHARDS, PER_SHARD = 4, 120  # at least: shards of 32 KiB of ~200-byte samples
+
+
+def write_dataset(folder: str) -> None:
+    rng = np.random.default_rng(3)
+    with sk.ShardWriter(folder, shard_size="32KiB", block_size=2048, compression="zstd") as writer:
+        for i in range(SHARDS * 180):
+            writer.write({"id": i, "tokens": rng.integers(0, 1 << 30, size=50, dtype=np.int32)})
+
+
+def first_ids(dataset) -> list[int]:
+    return [0, *np.cumsum(dataset.manifest.shard_sizes).tolist()]
+
+
+def ids(opener: ShardOpener, spans: list[tuple[int, int, int]]) -> list[int]:
+    return [int(s["id"]) for chunk in span_chunks(opener, spans) for s in as_samples(chunk, False)]
+
+
+def test_the_next_spans_first_block_is_fetched_ahead(tmp_path) -> None:
+    write_dataset(str(tmp_path))
+    dataset = open_dataset(str(tmp_path))
+    assert len(dataset.manifest.shards) >= SHARDS and min(dataset.manifest.shard_sizes[:SHARDS]) >= PER_SHARD
+    spans = [(0, 10, 30), (1, 40, 60), (0, 70, 90), (2, 0, 15), (3, 100, 120)]
+    first = first_ids(dataset)
+    want = [first[shard] + i for shard, start, end in spans for i in range(start, end)]
+    plain = ShardOpener(dataset, stats=ReadStats())
+    assert ids(plain, spans) == want and plain.stats.ahead_blocks == 0
+    stats = ReadStats()
+    ahead = ShardOpener(dataset, stats=stats, options=ReadOptions(read_ahead=True))
+    try:
+        assert ids(ahead, spans) == want
+        # every span but the first starts with a block the helper fetched (small blocks: room)
+        assert stats.span_starts_ahead == len(spans) - 1
+        assert stats.blocks == plain.stats.blocks and stats.raw_bytes == plain.stats.raw_bytes
+        assert len(ahead._open) <= ahead.keep_open
+    finally:
+        ahead.close()
+        plain.close()
+
+
+def test_one_open_shard_keeps_the_run_inside_it(tmp_path) -> None:
+    """``keep_open = 1`` (a cached dataset's one lease): the run crosses into a later span only
+    of the shard being read, never into another shard's."""
+    write_dataset(str(tmp_path))
+    dataset = open_dataset(str(tmp_path))
+    spans = [(0, 0, 20), (0, 50, 70), (1, 0, 20), (2, 0, 20), (2, 60, 80)]
+    stats = ReadStats()
+    opener = ShardOpener(dataset, keep_open=1, stats=stats, options=ReadOptions(read_ahead=True))
+    opener.keep_open = 1
+    try:
+        first = first_ids(dataset)
+        assert ids(opener, spans) == [first[s] + i for s, a, b in spans for i in range(a, b)]
+        assert stats.span_starts_ahead == 2  # (0, 50) and (2, 60): same shard as the span before
+    finally:
+        opener.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, SHARDS - 1), st.integers(0, PER_SHARD), st.integers(0, PER_SHARD)),
+                max_size=12),
+       st.integers(1, 2))
+def test_spans_read_as_one_run_give_the_same_samples(tmp_path_factory, raw_spans, keep_open) -> None:
+    folder = tmp_path_factory.mktemp("spans")
+    write_dataset(str(folder))
+    dataset = open_dataset(str(folder))
+    spans = [(shard, min(a, b), max(a, b)) for shard, a, b in raw_spans]
+    first = first_ids(dataset)
+    want = [first[shard] + i for shard, start, end in spans for i in range(start, end)]
+    opener = ShardOpener(dataset, keep_open=keep_open, options=ReadOptions(read_ahead=True))
+    try:
+        assert ids(opener, spans) == want
+    finally:
+        opener.close()
+
+
+def test_a_spread_consumer_reads_the_same_with_the_run_across_spans(tmp_path) -> None:
+    write_dataset(str(tmp_path))
+    dataset = open_dataset(str(tmp_path))
+    plan = build_plan(dataset.manifest.shard_sizes, PlanParams(batch_size=8, shuffle=True, spread=12, world_size=2))
+    for consumer in range(2):
+        got, want = [], []
+        stats = ReadStats()
+        for out, options, s in ((got, ReadOptions(read_ahead=True), stats), (want, ReadOptions(), ReadStats())):
+            for part in iter_consumer(dataset, plan, consumer, 0, None, s, options):
+                samples = as_samples(part.samples, False)
+                out.extend((int(i), int(x["id"])) for i, x in zip(part.indices, samples, strict=True))
+        assert got == want and stats.span_starts_ahead > 0
+
+
+def test_a_shard_that_fails_to_open_ahead_fails_where_its_span_is_reached(tmp_path) -> None:
+    """Opening the next span's shard early must not lose the samples before it: its error is
+    raised where the consumer reaches that span, as span-by-span reads raise it."""
+    write_dataset(str(tmp_path))
+    dataset = open_dataset(str(tmp_path))
+    (tmp_path / dataset.manifest.shards[1].name).unlink()
+    first = first_ids(dataset)
+    opener = ShardOpener(dataset, options=ReadOptions(read_ahead=True))
+    seen: list[int] = []
+    try:
+        with pytest.raises(OSError):
+            for chunk in span_chunks(opener, [(0, 0, 60), (1, 0, 10)]):
+                seen.extend(int(s["id"]) for s in as_samples(chunk, False))
+        assert seen == [first[0] + i for i in range(60)]
+    finally:
+        opener.close()
