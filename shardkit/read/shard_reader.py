@@ -206,6 +206,11 @@ class ShardReader(ShardBlocks):
             candidate += 1
         return candidate
 
+    def keeps(self, block_index: int) -> bool:
+        """Whether the block a run stopped inside, kept for the next run (P21), is ``block_index``:
+        a run that starts there reuses it, so it is not worth handing to the read-ahead helper."""
+        return self._kept is not None and self._kept[0] == block_index
+
     def _worth_ahead(self, block_index: int) -> bool:
         """Compressed blocks always; raw ones only with ``views``. Measured on raw image blocks
         whose samples msgpack copies out: 13.7k against 17.2k samples/s with the check on the

@@ -140,7 +140,8 @@ class _SpansRun:
             part = (max(start - base, 0), min(stop, int(first[block_index + 1])) - base)
             self.blocks.append(_Block(self.expanded, shard, reader, block_index, stop, part,
                                       block_index == first_block,
-                                      reader.read_ahead and reader._worth_ahead(block_index)))
+                                      reader.read_ahead and reader._worth_ahead(block_index)
+                                      and not reader.keeps(block_index)))
         self.span_shards.append((self.expanded, shard))
         self.expanded += 1
         return True

@@ -14,6 +14,7 @@ import shardkit as sk
 from shardkit.plan import PlanParams, build_plan
 from shardkit.read import ReadOptions, open_dataset
 from shardkit.read.column_pieces import as_samples
+from shardkit.read.shard_blocks import ShardBlocks
 from shardkit.read.spans_ahead import span_chunks
 from shardkit.read.stats import ReadStats
 from shardkit.read.stream import ShardOpener, iter_consumer
@@ -123,3 +124,34 @@ def test_a_shard_that_fails_to_open_ahead_fails_where_its_span_is_reached(tmp_pa
         assert seen == [first[0] + i for i in range(60)]
     finally:
         opener.close()
+
+
+def test_a_block_kept_from_the_run_before_is_not_fetched_again(tmp_path, monkeypatch) -> None:
+    """P21 (2) with (3): runs that follow one another (a mixture's windows, each reading a span
+    per source) cut their shards inside blocks; the block a run stops inside is kept by its
+    reader, so the next run neither hands it to the helper nor reads it again: every block is
+    read from storage once, with read-ahead as without."""
+    write_dataset(str(tmp_path))
+    dataset = open_dataset(str(tmp_path))
+    cuts = [0, 7, 33, 61, 95, PER_SHARD]
+    runs = [[(0, a, b), (1, a, b)] for a, b in zip(cuts, cuts[1:], strict=False)]
+    reads: list[tuple[str, int]] = []
+    stored = ShardBlocks.read_stored_block
+
+    def counted(self, block_index):
+        reads.append((self.where, block_index))
+        return stored(self, block_index)
+
+    monkeypatch.setattr(ShardBlocks, "read_stored_block", counted)
+    first = first_ids(dataset)
+    for options in (ReadOptions(), ReadOptions(read_ahead=True)):
+        reads.clear()
+        stats = ReadStats()
+        opener = ShardOpener(dataset, stats=stats, options=options)
+        try:
+            got = [ids(opener, spans) for spans in runs]
+        finally:
+            opener.close()
+        assert got == [[first[s] + i for s, a, b in spans for i in range(a, b)] for spans in runs]
+        assert len(reads) == len(set(reads)) == stats.blocks
+    assert stats.span_starts_ahead > 0  # the helper did take part
