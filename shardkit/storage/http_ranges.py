@@ -36,10 +36,13 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
-#: Bytes read from the socket per piece handed to ``write``: a size the CPU cache holds, so
-#: the write that follows reads it from cache (measured: 1 MiB pieces stream 2-5x faster than
-#: reading whole 8 MiB parts at once, with 16 connections on loopback).
-PIECE_BYTES = 1 << 20
+#: Bytes read from the socket per piece handed to ``write``: small enough that the piece is
+#: still in the core's L2 cache when ``pwrite`` copies it into the page cache, with 16
+#: download threads taking turns on a core. Measured (benchmarks/S3.md, CPU seconds per GB on
+#: loopback, 16 connections): 128 KiB pieces cost half the CPU of 1 MiB ones, where the
+#: ``pwrite`` copy read its source back from memory and took 4-8x the CPU of the socket copy;
+#: 64 KiB ones cost more Python per byte than they save. Whole 8 MiB parts were slower still.
+PIECE_BYTES = 128 * 1024
 _ERROR_BODY_LIMIT = 64 * 1024
 _MAX_IDLE = 256  # idle connections kept per (scheme, host, port)
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
