@@ -3,7 +3,7 @@
 Parts are separate range requests of ``part_bytes``, up to ``parts_in_flight`` of one object at
 once, each retried on its own (the store's ``RetryPolicy``): a transient failure costs one
 part, not the whole shard, and memory stays bounded by ``part_bytes × parts_in_flight`` (× 2
-while hedging; one 1 MiB piece per request on the direct path, K23). Every request passes two
+while hedging; one 128 KiB piece per request on the direct path, K23). Every request passes two
 gates (specs/cache.md, K20–K22):
 
 - ``Pacing`` (pacing.py): this process's AIMD limit, lowered when the store throttles (503

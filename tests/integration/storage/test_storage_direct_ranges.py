@@ -17,6 +17,7 @@ import pytest
 
 from shardkit.errors import NotFoundError, StorageError, ThrottledError, TransientStorageError
 from shardkit.storage import Store, open_store
+from shardkit.storage.http_ranges import PIECE_BYTES
 from shardkit.storage.retry import NO_RETRY
 from tests.helpers.fault_proxy import Fault, FaultProxy
 from tests.helpers.keepalive_s3 import KeepAliveS3Server
@@ -66,6 +67,18 @@ def test_stream_range_yields_exactly_the_range_direct_or_through_s3fs_k23(
     assert collect(store, "blob.bin", start, end) == PAYLOAD[start:end]
     gets = [r for r in keepalive.records() if r.method == "GET"]
     assert [r.range for r in gets] == [f"bytes={start}-{end - 1}"]
+
+
+def test_a_direct_read_hands_over_pieces_no_larger_than_a_cache_sized_buffer_k23(
+    keepalive: KeepAliveS3Server,
+) -> None:
+    """Each piece is ``pwrite``n while still in the CPU cache (K23): never a whole part."""
+    store = open_store("s3://bucket/ds", keepalive.storage_options())
+    sizes: list[int] = []
+    store.stream_range("blob.bin", 0, len(PAYLOAD), lambda piece, _: sizes.append(len(piece)), retry=NO_RETRY)
+    assert sum(sizes) == len(PAYLOAD)
+    assert max(sizes) <= PIECE_BYTES <= 256 * 1024
+    assert len(sizes) >= len(PAYLOAD) // PIECE_BYTES
 
 
 def test_direct_reads_reuse_their_keep_alive_connection_k23(keepalive: KeepAliveS3Server) -> None:
