@@ -6,7 +6,9 @@ Why not s3fs for the bytes: s3fs reads every response body on its one event-loop
 thread is busy all the time and caps a node's downloads well below the link. Here each
 request runs on the caller's own thread: the body is read with ``recv_into`` into a reused
 buffer (the GIL is released while the kernel copies) and handed to ``write(piece, offset)``
-(the cache ``pwrite``s it) — one copy in, one copy out, as curl does.
+(the cache ``pwrite``s it) — one copy in, one copy out, as curl does. A caller that can take
+bytes from a pipe (``put``, the cache) gets plain-HTTP bodies spliced instead: socket → pipe →
+file, one copy, none in user space (body_splice.py).
 
 Nothing about authentication is re-implemented: the caller passes a URL presigned by s3fs's
 own botocore client (``Store`` does), so credentials, region, signature version, addressing
@@ -35,6 +37,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from shardkit.storage.body_splice import Put, can_splice, splice_body
 
 #: Bytes read from the socket per piece handed to ``write``: small enough that the piece is
 #: still in the core's L2 cache when ``pwrite`` copies it into the page cache, with 16
@@ -145,10 +149,12 @@ def _ssl_context(verify: bool | str) -> ssl.SSLContext:
 
 
 def stream_range(url: str, start: int, end: int, write: Write, *, verify: bool | str = True,
-                 connect_timeout: float = 10.0, read_timeout: float = 60.0) -> None:
+                 connect_timeout: float = 10.0, read_timeout: float = 60.0, put: Put | None = None) -> None:
     """GET bytes ``[start, end)`` of presigned ``url``; each piece, in order, goes to
-    ``write(piece, offset)`` (``piece`` is valid only during the call; an exception from
-    ``write`` ends the request). A failure may come after some pieces were written."""
+    ``write(piece, offset)`` (``piece`` is valid only during the call) or, given ``put``, on a
+    plain-HTTP connection on Linux, most of them to ``put(pipe_fd, count, offset)``, which must
+    take exactly ``count`` bytes out of the pipe (body_splice.py). An exception from either
+    ends the request. A failure may come after some pieces were written."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"not an http(s) URL: scheme {parts.scheme!r}")
@@ -160,7 +166,11 @@ def stream_range(url: str, start: int, end: int, write: Write, *, verify: bool |
     conn, response = _send(endpoint, target, headers, connect_timeout, read_timeout)
     try:
         _check(response, start, end)
-        _drain(response, start, end, write)
+        sock = conn.sock
+        if put is not None and sock is not None and can_splice(sock):
+            splice_body(response, sock, start, end, write, put, PIECE_BYTES, read_timeout)
+        else:
+            _drain(response, start, end, write)
     except BaseException:
         response.close()  # its file holds the socket open past conn.close()
         conn.close()  # mid-body or unknown state: never reused

@@ -1,7 +1,8 @@
 """K23: the bodies of S3 range reads go over plain keep-alive HTTP connections, presigned by
-s3fs, streamed piece by piece; errors are those of the s3fs path; connections are pooled per
-process and never shared with a forked child. Against moto (through the fault proxy), the
-keep-alive S3 server and a server that ignores ``Range``."""
+s3fs, streamed piece by piece (read into a buffer, or spliced through a pipe when the caller
+takes pipes); errors are those of the s3fs path; connections are pooled per process and never
+shared with a forked child. Against moto (through the fault proxy), the keep-alive S3 server
+and a server that ignores ``Range``."""
 
 from __future__ import annotations
 
@@ -31,16 +32,27 @@ pytestmark = [
 PAYLOAD = os.urandom(3 * 1024 * 1024 + 17)  # more than one piece, not a whole number of them
 
 
-def collect(store: Store, name: str, start: int, end: int) -> bytes:
-    """``stream_range`` into a buffer; every piece must land right after the one before."""
+def collect(store: Store, name: str, start: int, end: int, spliced: bool = False) -> bytes:
+    """``stream_range`` into a buffer; every piece must land right after the one before.
+    ``spliced``: the caller takes pipes too (as the cache does), each drained exactly."""
     out = bytearray()
 
     def write(piece: memoryview, offset: int) -> None:
         assert offset == start + len(out)
         out.extend(piece)
 
-    store.stream_range(name, start, end, write, retry=NO_RETRY)
+    def put(pipe_fd: int, count: int, offset: int) -> None:
+        assert offset == start + len(out) and 0 < count <= PIECE_BYTES
+        while count:
+            data = os.read(pipe_fd, count)
+            out.extend(data)
+            count -= len(data)
+
+    store.stream_range(name, start, end, write, retry=NO_RETRY, put=put if spliced else None)
     return bytes(out)
+
+
+SPLICED = pytest.mark.parametrize("spliced", [False, True], ids=["buffered", "spliced"])
 
 
 @pytest.fixture
@@ -57,14 +69,15 @@ def moto_object(s3_bucket: tuple[str, dict[str, Any]]) -> str:
     return s3_bucket[0]
 
 
+@SPLICED
 @pytest.mark.parametrize("direct", [True, False])
 @pytest.mark.parametrize(("start", "end"), [(0, len(PAYLOAD)), (5, 2 * 1024 * 1024 + 3), (7, 8)])
 def test_stream_range_yields_exactly_the_range_direct_or_through_s3fs_k23(
-    keepalive: KeepAliveS3Server, direct: bool, start: int, end: int
+    keepalive: KeepAliveS3Server, direct: bool, start: int, end: int, spliced: bool
 ) -> None:
     store = open_store("s3://bucket/ds", keepalive.storage_options())
     store.direct_ranges = direct
-    assert collect(store, "blob.bin", start, end) == PAYLOAD[start:end]
+    assert collect(store, "blob.bin", start, end, spliced) == PAYLOAD[start:end]
     gets = [r for r in keepalive.records() if r.method == "GET"]
     assert [r.range for r in gets] == [f"bytes={start}-{end - 1}"]
 
@@ -81,10 +94,11 @@ def test_a_direct_read_hands_over_pieces_no_larger_than_a_cache_sized_buffer_k23
     assert len(sizes) >= len(PAYLOAD) // PIECE_BYTES
 
 
-def test_direct_reads_reuse_their_keep_alive_connection_k23(keepalive: KeepAliveS3Server) -> None:
+@SPLICED
+def test_direct_reads_reuse_their_keep_alive_connection_k23(keepalive: KeepAliveS3Server, spliced: bool) -> None:
     store = open_store("s3://bucket/ds", keepalive.storage_options())
-    for start in range(0, 40, 10):
-        assert collect(store, "blob.bin", start, start + 10) == PAYLOAD[start : start + 10]
+    for start in range(0, 3 * 1024 * 1024, 1024 * 1024):  # spliced: past what the head's reader holds
+        assert collect(store, "blob.bin", start, start + 300_000, spliced) == PAYLOAD[start : start + 300_000]
     assert len({r.connection_id for r in keepalive.records() if r.method == "GET"}) == 1
 
 
@@ -98,9 +112,10 @@ FAULTS = {
 }
 
 
+@SPLICED
 @pytest.mark.parametrize("fault", FAULTS)
 def test_a_direct_read_fails_as_the_s3fs_path_does_k23(
-    s3_bucket: tuple[str, dict[str, Any]], moto_object: str, fault: str, tmp_path: Any
+    s3_bucket: tuple[str, dict[str, Any]], moto_object: str, fault: str, tmp_path: Any, spliced: bool
 ) -> None:
     """The same fault, once per path, on a fresh proxy each: the same error class (and
     throttling is throttling), the message names the object, never the presigned URL. (A
@@ -114,7 +129,7 @@ def test_a_direct_read_fails_as_the_s3fs_path_does_k23(
             store = open_store(moto_object, storage_options(proxy.endpoint_url))
             store.direct_ranges = direct
             with pytest.raises(StorageError) as caught:
-                collect(store, "ds/blob.bin", 0, len(PAYLOAD))
+                collect(store, "ds/blob.bin", 0, len(PAYLOAD), spliced)
             raised.append(caught.value)
         finally:
             proxy.stop()
@@ -124,17 +139,18 @@ def test_a_direct_read_fails_as_the_s3fs_path_does_k23(
         assert f"{moto_object}/ds/blob.bin" in str(error) and "Signature" not in str(error)
 
 
+@SPLICED
 def test_a_pooled_connection_reset_is_retried_once_on_a_new_one_k23(
-    s3_bucket: tuple[str, dict[str, Any]], moto_object: str, fault_proxy: FaultProxy
+    s3_bucket: tuple[str, dict[str, Any]], moto_object: str, fault_proxy: FaultProxy, spliced: bool
 ) -> None:
     """A keep-alive connection the server dropped while it sat idle costs no retry (the second
     GET, on the pooled connection, is reset); a reset on a new connection is an error."""
     fault_proxy.add(Fault("reset", requests=frozenset({2, 3}), key="blob.bin"))
     store = open_store(moto_object, storage_options(fault_proxy.endpoint_url))
-    assert collect(store, "ds/blob.bin", 0, 100) == PAYLOAD[:100]  # GET 1, pooled after
+    assert collect(store, "ds/blob.bin", 0, 100, spliced) == PAYLOAD[:100]  # GET 1, pooled after
     with pytest.raises(TransientStorageError):  # GET 2 on the pooled one, GET 3 on a new one
-        collect(store, "ds/blob.bin", 100, 200)
-    assert collect(store, "ds/blob.bin", 100, 200) == PAYLOAD[100:200]  # GET 4
+        collect(store, "ds/blob.bin", 100, 200, spliced)
+    assert collect(store, "ds/blob.bin", 100, 200, spliced) == PAYLOAD[100:200]  # GET 4
     assert [r.fault for r in fault_proxy.records("GET", "blob.bin")] == [None, "reset", "reset", None]
 
 
