@@ -167,7 +167,8 @@ def stream_range(url: str, start: int, end: int, write: Write, *, verify: bool |
     try:
         _check(response, start, end)
         sock = conn.sock
-        if put is not None and sock is not None and can_splice(sock):
+        framed = response.chunked or response.length != end - start  # only a plain body is spliced
+        if put is not None and sock is not None and not framed and can_splice(sock):
             splice_body(response, sock, start, end, write, put, PIECE_BYTES, read_timeout)
         else:
             _drain(response, start, end, write)

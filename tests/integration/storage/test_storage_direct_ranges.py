@@ -179,6 +179,40 @@ def test_a_server_that_ignores_range_is_an_error_not_wrong_bytes_k23(tmp_path: A
         server.server_close()
 
 
+class _ChunkedRanges(http.server.BaseHTTPRequestHandler):
+    """Answers a ranged GET with 206 and the range in ``Transfer-Encoding: chunked`` framing."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        first, last = (int(x) for x in self.headers["Range"].removeprefix("bytes=").split("-"))
+        body = PAYLOAD[first : last + 1]
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {first}-{last}/{len(PAYLOAD)}")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for at in range(0, len(body), 100_000):
+            chunk = body[at : at + 100_000]
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        self.wfile.write(b"0\r\n\r\n")
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib name
+        pass
+
+
+@SPLICED
+def test_a_chunked_body_is_unframed_never_spliced_as_it_is_k23(spliced: bool) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ChunkedRanges)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        store = open_store("s3://bucket/ds", {"anon": True, "client_kwargs": {"endpoint_url": endpoint}})
+        assert collect(store, "blob.bin", 5, 700_005, spliced) == PAYLOAD[5:700_005]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def _read_in_child(store: Store) -> None:
     os._exit(0 if collect(store, "blob.bin", 0, 1000) == PAYLOAD[:1000] else 3)
 
