@@ -3,7 +3,7 @@
 Parts are separate range requests of ``part_bytes``, up to ``parts_in_flight`` of one object at
 once, each retried on its own (the store's ``RetryPolicy``): a transient failure costs one
 part, not the whole shard, and memory stays bounded by ``part_bytes × parts_in_flight`` (× 2
-while hedging; one 1 MiB piece per request on the direct path, K23). Every request passes two
+while hedging; one 128 KiB piece per request on the direct path, K23). Every request passes two
 gates (specs/cache.md, K20–K22):
 
 - ``Pacing`` (pacing.py): this process's AIMD limit, lowered when the store throttles (503
@@ -11,13 +11,14 @@ gates (specs/cache.md, K20–K22):
 - ``NodeBudget`` (budget.py): slots shared by every process of the node, crash-safe.
 
 Each request streams its body into the part's place in the file as it arrives
-(``Store.stream_range``: over plain HTTP connections for S3, K23), so no part is ever held
-whole in memory there. A part still running after ``Pacing.hedge_after`` gets a second request for
-the same range; both write the same bytes into the same place until one has delivered the
-whole range: that one wins, and from then on the other's writes are refused (it stops at its
-next piece; its thread ends with its request). ``cancel`` stops between requests: a request
-already out completes (a one-part shard still gets published for whoever asks next). Nothing here
-publishes: the caller verifies and renames the file (K1).
+(``Store.stream_range``: over plain HTTP connections for S3, spliced socket → pipe → file
+where it can be, K23), so no part is ever held whole in memory there. A part still running
+after ``Pacing.hedge_after`` gets a second request for the same range; both write the same
+bytes into the same place until one has delivered the whole range: that one wins, and from
+then on the other's writes are refused (it stops at its next piece; its thread ends with its
+request). ``cancel`` stops between requests: a request already out completes (a one-part
+shard still gets published for whoever asks next). Nothing here publishes: the caller
+verifies and renames the file (K1).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from shardkit.errors import CacheError, StorageError, ThrottledError
+from shardkit.storage.body_splice import splice_to_file
 from shardkit.storage.budget import NodeBudget
 from shardkit.storage.cache_files import open_regular, sole_link
 from shardkit.storage.pacing import Pacing
@@ -155,6 +157,9 @@ class Downloader:
         def write(piece: memoryview, offset: int) -> None:
             part.write(piece, offset, url)  # not stopped by ``cancel``: a request out may still publish
 
+        def put(pipe_fd: int, count: int, offset: int) -> None:
+            part.write(pipe_fd, offset, url, count)
+
         tries = 0
 
         def once() -> None:
@@ -175,7 +180,7 @@ class Downloader:
                     entered = time.monotonic()  # the request's own time, without the gates
                     if watch is not None:
                         watch.sent = entered
-                    store.stream_range(name, part.start, part.end, write, retry=NO_RETRY)
+                    store.stream_range(name, part.start, part.end, write, retry=NO_RETRY, put=put)
                 finally:
                     if watch is not None:
                         watch.sent = None  # retrying or backing off is not "late"
@@ -212,15 +217,19 @@ class _Sink:
         self._writing = 0
         self._cond = threading.Condition()
 
-    def write(self, piece: memoryview, offset: int, url: str) -> None:
+    def write(self, piece: memoryview | int, offset: int, url: str, count: int = 0) -> None:
+        """``piece`` at ``offset``; or, ``piece`` a pipe's descriptor, ``count`` bytes out of it."""
         with self._cond:
             if not self._open:
                 raise DownloadCancelled(f"{url}: download ended")
             self._writing += 1
         try:
-            while piece:
-                written = os.pwrite(self.fd, piece, offset)
-                piece, offset = piece[written:], offset + written
+            if isinstance(piece, int):
+                splice_to_file(piece, self.fd, count, offset)
+            else:
+                while piece:
+                    written = os.pwrite(self.fd, piece, offset)
+                    piece, offset = piece[written:], offset + written
         except OSError as exc:
             raise _WriteFailed(exc) from exc
         finally:
@@ -244,11 +253,12 @@ class _Part:
         self.won = False
         self._lock = threading.Lock()  # held across each write: none lands after the win
 
-    def write(self, piece: memoryview, offset: int, url: str) -> None:
+    def write(self, piece: memoryview | int, offset: int, url: str, count: int = 0) -> None:
+        """As ``_Sink.write``; refused once another attempt has won the part."""
         with self._lock:
             if self.won:
                 raise DownloadCancelled(f"{url}: bytes [{self.start}, {self.end}) came first by another request")
-            self.sink.write(piece, offset, url)
+            self.sink.write(piece, offset, url, count)
 
     def finish(self) -> bool:
         """Claim the part for the attempt that has just written all of it; False if another

@@ -6,7 +6,9 @@ Why not s3fs for the bytes: s3fs reads every response body on its one event-loop
 thread is busy all the time and caps a node's downloads well below the link. Here each
 request runs on the caller's own thread: the body is read with ``recv_into`` into a reused
 buffer (the GIL is released while the kernel copies) and handed to ``write(piece, offset)``
-(the cache ``pwrite``s it) — one copy in, one copy out, as curl does.
+(the cache ``pwrite``s it) — one copy in, one copy out, as curl does. A caller that can take
+bytes from a pipe (``put``, the cache) gets plain-HTTP bodies spliced instead: socket → pipe →
+file, one copy, none in user space (body_splice.py).
 
 Nothing about authentication is re-implemented: the caller passes a URL presigned by s3fs's
 own botocore client (``Store`` does), so credentials, region, signature version, addressing
@@ -36,10 +38,15 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
-#: Bytes read from the socket per piece handed to ``write``: a size the CPU cache holds, so
-#: the write that follows reads it from cache (measured: 1 MiB pieces stream 2-5x faster than
-#: reading whole 8 MiB parts at once, with 16 connections on loopback).
-PIECE_BYTES = 1 << 20
+from shardkit.storage.body_splice import Put, can_splice, splice_body
+
+#: Bytes read from the socket per piece handed to ``write``: small enough that the piece is
+#: still in the core's L2 cache when ``pwrite`` copies it into the page cache, with 16
+#: download threads taking turns on a core. Measured (benchmarks/S3.md, CPU seconds per GB on
+#: loopback, 16 connections): 128 KiB pieces cost half the CPU of 1 MiB ones, where the
+#: ``pwrite`` copy read its source back from memory and took 4-8x the CPU of the socket copy;
+#: 64 KiB ones cost more Python per byte than they save. Whole 8 MiB parts were slower still.
+PIECE_BYTES = 128 * 1024
 _ERROR_BODY_LIMIT = 64 * 1024
 _MAX_IDLE = 256  # idle connections kept per (scheme, host, port)
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
@@ -142,10 +149,12 @@ def _ssl_context(verify: bool | str) -> ssl.SSLContext:
 
 
 def stream_range(url: str, start: int, end: int, write: Write, *, verify: bool | str = True,
-                 connect_timeout: float = 10.0, read_timeout: float = 60.0) -> None:
+                 connect_timeout: float = 10.0, read_timeout: float = 60.0, put: Put | None = None) -> None:
     """GET bytes ``[start, end)`` of presigned ``url``; each piece, in order, goes to
-    ``write(piece, offset)`` (``piece`` is valid only during the call; an exception from
-    ``write`` ends the request). A failure may come after some pieces were written."""
+    ``write(piece, offset)`` (``piece`` is valid only during the call) or, given ``put``, on a
+    plain-HTTP connection on Linux, most of them to ``put(pipe_fd, count, offset)``, which must
+    take exactly ``count`` bytes out of the pipe (body_splice.py). An exception from either
+    ends the request. A failure may come after some pieces were written."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"not an http(s) URL: scheme {parts.scheme!r}")
@@ -157,7 +166,12 @@ def stream_range(url: str, start: int, end: int, write: Write, *, verify: bool |
     conn, response = _send(endpoint, target, headers, connect_timeout, read_timeout)
     try:
         _check(response, start, end)
-        _drain(response, start, end, write)
+        sock = conn.sock
+        framed = response.chunked or response.length != end - start  # only a plain body is spliced
+        if put is not None and sock is not None and not framed and can_splice(sock):
+            splice_body(response, sock, start, end, write, put, PIECE_BYTES, read_timeout)
+        else:
+            _drain(response, start, end, write)
     except BaseException:
         response.close()  # its file holds the socket open past conn.close()
         conn.close()  # mid-body or unknown state: never reused

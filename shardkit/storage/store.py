@@ -24,6 +24,7 @@ import fsspec
 from shardkit.errors import StorageError, TransientStorageError
 from shardkit.storage.atomic import BufferedAtomicWrite, LocalAtomicWrite, link_or_copy
 from shardkit.storage.backends import make_filesystem
+from shardkit.storage.body_splice import Put
 from shardkit.storage.classify import to_storage_error
 from shardkit.storage.http_ranges import Write, proxy_applies, stream_range
 from shardkit.storage.local_files import read_regular_file
@@ -143,13 +144,15 @@ class Store:
         return self._call(name, once, retry)
 
     def stream_range(self, name: str, start: int, end: int, write: Write, *,
-                     retry: RetryPolicy | None = None) -> None:
+                     retry: RetryPolicy | None = None, put: Put | None = None) -> None:
         """Bytes ``[start, end)`` handed to ``write(piece, offset)`` in order as they arrive
         (``piece`` valid only during the call); errors and retries as ``read_range``, and an
         exception from ``write`` ends the read (raised as it is if a ``StorageError``). Every
         attempt starts over at ``start``: a failed one may have written a prefix. S3 objects
         go over plain HTTP connections, presigned by s3fs (K23, http_ranges.py) when
-        ``direct_ranges`` allows; anything else is one ``read_range``."""
+        ``direct_ranges`` allows, most of a plain-HTTP body spliced to ``put(pipe_fd, count,
+        offset)`` when given (it must take exactly ``count`` bytes out of the pipe);
+        anything else is one ``read_range``."""
         if start < 0 or end < start:
             raise ValueError(f"{self.url_of(name)}: invalid byte range [{start}, {end})")
         if end == start:
@@ -160,7 +163,7 @@ class Store:
         verify = (self.storage_options.get("client_kwargs") or {}).get("verify", True)
 
         def once(path: str) -> None:
-            stream_range(self.fs.url(path), start, end, write, verify=verify,
+            stream_range(self.fs.url(path), start, end, write, verify=verify, put=put,
                          connect_timeout=self.retry.connect_timeout, read_timeout=self.retry.read_timeout)
 
         self._call(name, once, retry)
