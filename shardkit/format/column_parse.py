@@ -87,7 +87,8 @@ def _parse(block: bytes | memoryview, column: dict[str, Any], n: int, widen: boo
     return Column(name, kind, flat, offsets)
 
 
-_MALFORMED = (KeyError, TypeError, ValueError, struct.error, msgpack.UnpackException)
+# SyntaxError: numpy parses a dtype string like "01" as a Python literal
+_MALFORMED = (KeyError, TypeError, ValueError, SyntaxError, struct.error, msgpack.UnpackException)
 
 
 def _format_error(exc: Exception) -> FormatError:

@@ -84,7 +84,7 @@ def parse_head(payload: bytes | memoryview) -> tuple[np.dtype, int, struct.Struc
             return found
         dtype = np.dtype(key[1 : 1 + dtype_len].decode("ascii"))
         ndim = key[1 + dtype_len]
-    except (IndexError, TypeError, ValueError, UnicodeDecodeError) as exc:
+    except (IndexError, TypeError, ValueError, SyntaxError, UnicodeDecodeError) as exc:  # np.dtype("01"): SyntaxError
         raise FormatError(f"malformed array extension header: {exc}") from None
     if dtype.kind not in _ARRAY_KINDS:
         raise FormatError(f"array extension with unsupported dtype {dtype}")

@@ -141,6 +141,23 @@ def test_damaged_column_blocks_raise_format_error(data):
     assert len(decoded) == 30
 
 
+@pytest.mark.parametrize("where", ["column", "array payload"])
+def test_a_dtype_numpy_reads_as_a_literal_raises_format_error(where):
+    """B5: numpy parses some dtype strings (``"010"``) as Python literals and raises
+    ``SyntaxError``; a block or array payload whose dtype says so is a FormatError like any
+    other damage (found by the property above)."""
+    if where == "column":
+        block = rows_to_columns(_rows(_tokens_block()), 30)
+        assert block.count(b"<i4") >= 1
+        with pytest.raises(FormatError):
+            decode_columns(block.replace(b"<i4", b"010"), 30)
+    else:
+        rows = _rows([{"tokens": np.arange(3, dtype="<i4")}])
+        assert rows.count(b"<i4") == 1
+        with pytest.raises(FormatError):
+            decode_block_samples(rows.replace(b"<i4", b"010"), 1)
+
+
 def test_writer_chooses_columns_and_readers_follow(tmp_path):
     """B3, B4, I9: the same samples written with ``layout="auto"`` and ``"rows"`` read back
     equal, sequentially and by random access; auto made column blocks, rows none."""
