@@ -11,18 +11,29 @@ unweighted source's stream position ``s`` is copy ``(s - P) // N`` (``P`` its ep
 from __future__ import annotations
 
 import collections
+import json
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
 
 from shardkit.plan import Plan, PlanParams, shard_offsets
 from shardkit.plan.mixture import MixSource, MixSpec
-from shardkit.plan.mixture_state import mixture_shard_sizes, shard_bases, source_order
+from shardkit.plan.mixture_state import (
+    mixture_plan,
+    mixture_shard_sizes,
+    mixture_to_state,
+    resume_mixture,
+    shard_bases,
+    source_order,
+)
 from shardkit.plan.mixture_weights import copy_stride, pass_length, pass_offset
 from shardkit.plan.sample_weights import SampleWeights
 from shardkit.plan.sequence import SampleSequence
 from tests.helpers import mixture_strategies as ms
+from tests.helpers.plan_strategies import kill_offsets
 
 Element = tuple[int, int]  # (global sample id, copy number)
 
@@ -131,3 +142,37 @@ def rest_and_dropped(plan: Plan) -> list[Element]:
     tail: SampleSequence = plan.remainder([plan.num_samples(c) for c in range(plan.num_consumers)])
     found.extend(window_elements(plan, tail.windows(0, len(tail)))[0])
     return found
+
+
+def roundtrip(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` through JSON, as a checkpoint stores it (and unchanged by it)."""
+    restored: dict[str, Any] = json.loads(json.dumps(state))
+    assert restored == state
+    return restored
+
+
+@st.composite
+def resume_chains(draw: st.DrawFn, /, specs: Callable[[], st.SearchStrategy[MixSpec]]
+                  ) -> tuple[MixSpec, list[PlanParams], list[int]]:
+    """A mixture from ``specs()``, the topologies of 2-4 plan levels (each the one before or an
+    elastic change: ranks, workers, batch size, tail, window) and one kill seed per resume."""
+    spec = draw(specs())
+    first = draw(ms.mix_params())
+    chain = [first]
+    for _ in range(draw(st.integers(1, 3))):
+        chain.append(chain[-1] if draw(st.booleans()) else draw(ms.mix_params(epoch=first.epoch)))
+    seeds = draw(st.lists(st.integers(0, 2**32 - 1), min_size=len(chain) - 1, max_size=len(chain) - 1))
+    return spec, chain, seeds
+
+
+def elements_over_chain(case: tuple[MixSpec, list[PlanParams], list[int]]) -> collections.Counter[Element]:
+    """What a chain of kills and resumes delivers at every level, plus the last plan's rest and
+    dropped tail: the epoch's multiset of elements when nothing is lost or repeated."""
+    spec, chain, seeds = case
+    plan = mixture_plan(spec, chain[0])
+    consumed: list[Element] = []
+    for params, seed in zip(chain[1:], seeds, strict=True):
+        offsets = kill_offsets(plan, seed)
+        consumed.extend(delivered(plan, offsets))
+        plan, _ = resume_mixture(spec, params, roundtrip(mixture_to_state(spec, plan, offsets)))
+    return collections.Counter(consumed + rest_and_dropped(plan))

@@ -5,9 +5,7 @@ MX2): stream position ``s`` of a source whose epoch starts at cursor ``P`` is co
 from __future__ import annotations
 
 import collections
-import json
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -15,17 +13,12 @@ from hypothesis import strategies as st
 
 from shardkit.plan import PlanParams
 from shardkit.plan.mixture import MixSource, MixSpec
-from shardkit.plan.mixture_state import mixture_plan, mixture_to_state, resume_epoch, resume_mixture
+from shardkit.plan.mixture_state import mixture_plan, mixture_to_state, resume_epoch
 from tests.helpers import mixture_strategies as ms
 from tests.helpers import mixture_weights_reference as ref
 from tests.helpers.plan_strategies import kill_offsets
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def roundtrip(state: dict[str, Any]) -> dict[str, Any]:
-    restored: dict[str, Any] = json.loads(json.dumps(state))
-    return restored
 
 
 @st.composite
@@ -46,19 +39,8 @@ def copies_by_sample(elements: collections.Counter[ref.Element]) -> dict[int, li
     return {sample: sorted(copies) for sample, copies in found.items()}
 
 
-@st.composite
-def chains(draw: st.DrawFn, /) -> tuple[MixSpec, list[PlanParams], list[int]]:
-    spec = draw(repeating_specs())
-    first = draw(ms.mix_params())
-    chain = [first]
-    for _ in range(draw(st.integers(1, 3))):
-        chain.append(chain[-1] if draw(st.booleans()) else draw(ms.mix_params(epoch=first.epoch)))
-    seeds = draw(st.lists(st.integers(0, 2**32 - 1), min_size=len(chain) - 1, max_size=len(chain) - 1))
-    return spec, chain, seeds
-
-
 @PROPERTY
-@given(chains())
+@given(ref.resume_chains(repeating_specs))
 def test_repeats_of_an_unweighted_source_have_distinct_copies_on_any_topology(
         case: tuple[MixSpec, list[PlanParams], list[int]]) -> None:
     """MX2: over a chain of same-topology and elastic resumes (ranks, workers, batch size,
@@ -66,14 +48,8 @@ def test_repeats_of_an_unweighted_source_have_distinct_copies_on_any_topology(
     plus the last plan's rest and dropped tail are each taken once; the copies of a sample taken
     ``m`` times are exactly ``0..m-1``, and each is the copy of its stream position (the
     reference), so whatever topology delivers a repeat it carries the same copy number."""
-    spec, chain, seeds = case
-    plan = mixture_plan(spec, chain[0])
-    consumed: list[ref.Element] = []
-    for params, seed in zip(chain[1:], seeds, strict=True):
-        offsets = kill_offsets(plan, seed)
-        consumed.extend(ref.delivered(plan, offsets))
-        plan, _ = resume_mixture(spec, params, roundtrip(mixture_to_state(spec, plan, offsets)))
-    got = collections.Counter(consumed + ref.rest_and_dropped(plan))
+    spec, chain, _ = case
+    got = ref.elements_over_chain(case)
     assert got == ref.expected_elements(spec, chain[0])
     assert all(count == 1 for count in got.values())
     assert all(copies == list(range(len(copies))) for copies in copies_by_sample(got).values())
@@ -95,7 +71,7 @@ def test_a_new_mix_now_keeps_every_repeat_distinct(spec: MixSpec, data: st.DataO
     plan = mixture_plan(spec, first)
     offsets = kill_offsets(plan, data.draw(st.integers(0, 2**32 - 1)))
     consumed = ref.delivered(plan, offsets)
-    resumed = resume_epoch(changed, params, roundtrip(mixture_to_state(spec, plan, offsets)), apply="now")
+    resumed = resume_epoch(changed, params, ref.roundtrip(mixture_to_state(spec, plan, offsets)), apply="now")
     state = resumed.to_state(list(resumed.plan.start_offsets))
     got = collections.Counter(consumed + ref.rest_and_dropped(resumed.plan))
     assert all(count == 1 for count in got.values())

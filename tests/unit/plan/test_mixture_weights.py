@@ -26,25 +26,8 @@ from tests.helpers.plan_strategies import kill_offsets
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def roundtrip(state: dict[str, Any]) -> dict[str, Any]:
-    restored: dict[str, Any] = json.loads(json.dumps(state))
-    assert restored == state
-    return restored
-
-
-@st.composite
-def chains(draw: st.DrawFn, /) -> tuple[MixSpec, list[PlanParams], list[int]]:
-    spec = draw(ref.weighted_specs(max_changes=2))
-    first = draw(ms.mix_params())
-    chain = [first]
-    for _ in range(draw(st.integers(1, 3))):
-        chain.append(chain[-1] if draw(st.booleans()) else draw(ms.mix_params(epoch=first.epoch)))
-    seeds = draw(st.lists(st.integers(0, 2**32 - 1), min_size=len(chain) - 1, max_size=len(chain) - 1))
-    return spec, chain, seeds
-
-
 @PROPERTY
-@given(chains())
+@given(ref.resume_chains(lambda: ref.weighted_specs(max_changes=2)))
 def test_weighted_sources_deliver_the_epoch_multiset_across_resume_chains(
         case: tuple[MixSpec, list[PlanParams], list[int]]) -> None:
     """MX17 with MX5: over any chain of same-topology and elastic resumes (ranks, workers, batch
@@ -52,14 +35,8 @@ def test_weighted_sources_deliver_the_epoch_multiset_across_resume_chains(
     level plus the last plan's rest and dropped tail are exactly the plan's multiset of
     ``(sample, copy)`` - weighted passes expanded by the reference - and every element of a
     weighted source is distinct (its own copy number)."""
-    spec, chain, seeds = case
-    plan = mixture_plan(spec, chain[0])
-    consumed: list[ref.Element] = []
-    for params, seed in zip(chain[1:], seeds, strict=True):
-        offsets = kill_offsets(plan, seed)
-        consumed.extend(ref.delivered(plan, offsets))
-        plan, _ = resume_mixture(spec, params, roundtrip(mixture_to_state(spec, plan, offsets)))
-    got = collections.Counter(consumed + ref.rest_and_dropped(plan))
+    spec, chain, _ = case
+    got = ref.elements_over_chain(case)
     expected = ref.expected_elements(spec, chain[0])
     assert got == expected
     weighted = [i for i, s in enumerate(spec.sources) if s.sample_weights is not None]
@@ -98,7 +75,7 @@ def test_a_new_mix_now_takes_each_weighted_element_at_most_once(spec: MixSpec, d
     plan = mixture_plan(spec, first)
     offsets = kill_offsets(plan, data.draw(st.integers(0, 2**32 - 1)))
     consumed = ref.delivered(plan, offsets)
-    resumed = resume_epoch(changed, params, roundtrip(mixture_to_state(spec, plan, offsets)), apply="now")
+    resumed = resume_epoch(changed, params, ref.roundtrip(mixture_to_state(spec, plan, offsets)), apply="now")
     state = resumed.to_state(list(resumed.plan.start_offsets))
     got = collections.Counter(consumed + ref.rest_and_dropped(resumed.plan))
     for i, entry in enumerate(state["sources"]):
@@ -140,7 +117,7 @@ def test_a_heavy_sample_gets_distinct_copies_across_passes() -> None:
 
 def saved_state(spec: MixSpec) -> dict[str, Any]:
     plan = mixture_plan(spec, PlanParams(world_size=2, batch_size=3))
-    return roundtrip(mixture_to_state(spec, plan, [3, 3]))
+    return ref.roundtrip(mixture_to_state(spec, plan, [3, 3]))
 
 
 def weighted_spec(values: list[float] | None = None) -> MixSpec:
