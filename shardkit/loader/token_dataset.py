@@ -42,6 +42,8 @@ from shardkit.read.token_lengths import document_lengths
 TOKENS_KEY = "tokens"  # the loader state's token part
 TRANSFER_BATCHES = 8  # batches per DataLoader item by default (X8): a block batch takes ~0.1 ms to make,
 # so DataLoader's per-item cost (queues, feeder thread, unpickling) weighed on it at 4 (benchmarks T6)
+PREFETCH_BATCHES, PREFETCH_TOTAL = 96, 1024  # batches in flight per worker / over all workers (TB19)
+PREFETCH_BYTES = 64 << 20  # per worker: the (B, L) int64 rows of the batches in flight
 
 
 class TokenDataset(StreamingDataset):
@@ -69,6 +71,14 @@ class TokenDataset(StreamingDataset):
 
     def transfer_batches(self) -> int | None:
         return TRANSFER_BATCHES
+
+    def prefetch_batches(self, num_workers: int) -> int | None:
+        """TB19: a worker makes a batch in well under a millisecond, so with DataLoader's in-order
+        delivery a shallow queue leaves it idle whenever the trainer waits on the other worker's
+        group; 12 groups in flight per worker (capped by the rows' bytes and the ring's slots)."""
+        row_bytes = 3 * 8 * self.tokens.seq_len  # input_ids, labels, position_ids: int64
+        cap = PREFETCH_BYTES // max(self.params.batch_size * row_bytes, 1)
+        return max(1, min(PREFETCH_BATCHES, PREFETCH_TOTAL // max(num_workers, 1), cap))
 
     # ---- plan -----------------------------------------------------------------------------------
     def lengths(self) -> np.ndarray:

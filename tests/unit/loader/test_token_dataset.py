@@ -142,6 +142,23 @@ def test_token_blocks_travel_in_groups_of_eight_unless_asked_otherwise(tmp_path)
     assert sk.ShardLoader(sk.StreamingDataset(path, batch_size=1), num_workers=2).batches_per_transfer == 4
 
 
+def test_token_blocks_keep_twelve_groups_in_flight_per_worker_within_their_caps(tmp_path):
+    """TB19: 96 batches (12 groups of 8) in flight per worker by default, fewer when their rows
+    pass 64 MiB per worker or the workers are many; an explicit ``prefetch_factor`` wins; the
+    ring has a slot for each batch in flight."""
+    path = write_token_dataset(str(tmp_path / "ds"), [5, 9, 4, 12])
+    small = sk.StreamingDataset(path, batch_size=8, tokens=sk.TokenBlocks(2048))
+    assert sk.ShardLoader(small, num_workers=2).prefetch_factor == 12
+    assert sk.ShardLoader(small, num_workers=2, prefetch_factor=3).prefetch_factor == 3
+    assert small.prefetch_batches(32) == 32  # 1,024 batches over all workers
+    large = sk.StreamingDataset(path, batch_size=64, tokens=sk.TokenBlocks(8192))  # 12.6 MB a batch
+    assert sk.ShardLoader(large, num_workers=2).prefetch_factor == 2  # 5 batches' rows: the floor of 2 groups
+    assert sk.ShardLoader(sk.StreamingDataset(path, batch_size=1), num_workers=2).prefetch_factor == 2
+    loader = sk.ShardLoader(small, num_workers=2)
+    ring = loader._ring_for_workers()
+    assert ring is not None and ring.slots >= (12 + 1) * 8
+
+
 def test_an_edited_cutter_state_is_refused(tmp_path):
     """TB5: the saved consumer states must be the replay of the saved block offsets."""
     path = write_token_dataset(str(tmp_path / "ds"), [5, 9, 4, 12, 7])
