@@ -14,8 +14,9 @@ the next shard, a cached one (1 lease) only into further spans of the open shard
 opened in span order, so the opener's LRU never closes a shard the run still reads (every shard
 it evicts was last used by a span before the one being read).
 
-Without read-ahead (``ReadOptions.read_ahead`` off, or a source that is not thread-safe) each
-span is read by ``sample_chunks`` as before. Not thread-safe: one consumer per run.
+Without read-ahead (``ReadOptions.read_ahead`` off, or a source that is not thread-safe), and
+for a remote dataset read without a cache dir (its runs fetch blocks by concurrent range
+requests, K33, judged by the first span's shard), each span is read by ``sample_chunks`` as before. Not thread-safe: one consumer per run.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class _Block:
 def span_chunks(opener: ShardOpener, spans: Iterable[SpanRange]) -> Iterator[SampleChunk]:
     """The chunks of ``spans`` in order (one per block), as ``sample_chunks`` of each would give."""
     spans = [(shard, start, end) for shard, start, end in spans if end > start]
-    if not opener.options.read_ahead or len(spans) < 2:
+    if not opener.options.read_ahead or len(spans) < 2 or opener.reader(spans[0][0]).ranges is not None:
+        # a remote shard without a cache dir reads each span by concurrent range requests (K33)
         for shard, start, end in spans:
             yield from opener.reader(shard).sample_chunks(start, end)
         return
