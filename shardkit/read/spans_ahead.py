@@ -16,7 +16,8 @@ it evicts was last used by a span before the one being read).
 
 Without read-ahead (``ReadOptions.read_ahead`` off, or a source that is not thread-safe), and
 for a remote dataset read without a cache dir (its runs fetch blocks by concurrent range
-requests, K33, judged by the first span's shard), each span is read by ``sample_chunks`` as before. Not thread-safe: one consumer per run.
+requests, K33, judged by the first span's shard), each span is read by ``sample_chunks`` as
+before. Not thread-safe: one consumer per run.
 """
 
 from __future__ import annotations
