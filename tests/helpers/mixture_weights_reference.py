@@ -25,6 +25,7 @@ from shardkit.plan.mixture_state import (
     mixture_plan,
     mixture_shard_sizes,
     mixture_to_state,
+    resume_epoch,
     resume_mixture,
     shard_bases,
     source_order,
@@ -176,3 +177,20 @@ def elements_over_chain(case: tuple[MixSpec, list[PlanParams], list[int]]) -> co
         consumed.extend(delivered(plan, offsets))
         plan, _ = resume_mixture(spec, params, roundtrip(mixture_to_state(spec, plan, offsets)))
     return collections.Counter(consumed + rest_and_dropped(plan))
+
+
+def new_mix_now(spec: MixSpec, data: st.DataObject, choices: list[float]
+                ) -> tuple[PlanParams, collections.Counter[Element], dict[str, Any]]:
+    """A plan of ``spec`` killed at drawn offsets and resumed with drawn new weights (from
+    ``choices``) applied *now* (MX12) on a drawn topology: its first params, the elements
+    delivered before the kill plus the new plan's rest and dropped tail, and the new state."""
+    weights = [0.0 if s.num_samples == 0 else data.draw(st.sampled_from(choices)) for s in spec.sources]
+    changed = ms.with_weights(spec, weights if any(weights) else [s.weight for s in spec.sources])
+    first = data.draw(ms.mix_params(tail="pad"))
+    params = data.draw(ms.mix_params(epoch=first.epoch, tail="pad", seed=first.seed, shuffle=first.shuffle))
+    plan = mixture_plan(spec, first)
+    offsets = kill_offsets(plan, data.draw(st.integers(0, 2**32 - 1)))
+    consumed = delivered(plan, offsets)
+    resumed = resume_epoch(changed, params, roundtrip(mixture_to_state(spec, plan, offsets)), apply="now")
+    state = resumed.to_state(list(resumed.plan.start_offsets))
+    return first, collections.Counter(consumed + rest_and_dropped(resumed.plan)), state

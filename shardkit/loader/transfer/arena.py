@@ -47,20 +47,27 @@ class Arena:
         if np_dtype is not None:
             return torch.from_numpy(self.empty_array(shape, np_dtype))
         nbytes = numel(shape) * dtype.itemsize
-        self.wanted += aligned(nbytes)
-        if self.used + nbytes > self.capacity:
+        start = self._take(nbytes)
+        if start is None:
             return torch.empty(shape, dtype=dtype)
-        start, self.used = self.used, aligned(self.used + nbytes)
         return self.buffer[start : start + nbytes].view(dtype).view(shape)
 
     def empty_array(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """As ``empty``, as a numpy array (a fresh one past the capacity)."""
         nbytes = numel(shape) * dtype.itemsize
+        start = self._take(nbytes)
+        if start is None:
+            return np.empty(shape, dtype=dtype)
+        return self._array[start : start + nbytes].view(dtype).reshape(shape)
+
+    def _take(self, nbytes: int) -> int | None:
+        """The offset of ``nbytes`` taken from the arena (counted as wanted either way), or
+        None when they do not fit."""
         self.wanted += aligned(nbytes)
         if self.used + nbytes > self.capacity:
-            return np.empty(shape, dtype=dtype)
+            return None
         start, self.used = self.used, aligned(self.used + nbytes)
-        return self._array[start : start + nbytes].view(dtype).reshape(shape)
+        return start
 
     def offset_of(self, tensor: torch.Tensor) -> int | None:
         """Where ``tensor`` starts in this arena, or None if it lives elsewhere."""

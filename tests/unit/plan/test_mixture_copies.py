@@ -13,10 +13,9 @@ from hypothesis import strategies as st
 
 from shardkit.plan import PlanParams
 from shardkit.plan.mixture import MixSource, MixSpec
-from shardkit.plan.mixture_state import mixture_plan, mixture_to_state, resume_epoch
+from shardkit.plan.mixture_state import mixture_plan
 from tests.helpers import mixture_strategies as ms
 from tests.helpers import mixture_weights_reference as ref
-from tests.helpers.plan_strategies import kill_offsets
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -64,16 +63,7 @@ def test_a_new_mix_now_keeps_every_repeat_distinct(spec: MixSpec, data: st.DataO
     """MX2 with MX12: after a new mix now, the untaken elements keep their copy numbers and the
     stream after the epoch continues them: every element delivered is distinct and is one of
     the source's stream positions ``cursor .. cursor + count`` (copies counted from ``cursor``)."""
-    weights = [0.0 if s.num_samples == 0 else data.draw(st.sampled_from([0.0, 0.3, 2.0, 9.0])) for s in spec.sources]
-    changed = ms.with_weights(spec, weights if any(weights) else [s.weight for s in spec.sources])
-    first = data.draw(ms.mix_params(tail="pad"))
-    params = data.draw(ms.mix_params(epoch=first.epoch, tail="pad", seed=first.seed, shuffle=first.shuffle))
-    plan = mixture_plan(spec, first)
-    offsets = kill_offsets(plan, data.draw(st.integers(0, 2**32 - 1)))
-    consumed = ref.delivered(plan, offsets)
-    resumed = resume_epoch(changed, params, ref.roundtrip(mixture_to_state(spec, plan, offsets)), apply="now")
-    state = resumed.to_state(list(resumed.plan.start_offsets))
-    got = collections.Counter(consumed + ref.rest_and_dropped(resumed.plan))
+    first, got, state = ref.new_mix_now(spec, data, [0.0, 0.3, 2.0, 9.0])
     assert all(count == 1 for count in got.values())
     owners = ms.source_of(spec, [sample for sample, _ in got]) if got else np.zeros(0, dtype=np.int64)
     for i, entry in enumerate(state["sources"]):

@@ -16,12 +16,11 @@ from hypothesis import strategies as st
 from shardkit.errors import PlanError, StateError
 from shardkit.plan import PlanParams
 from shardkit.plan.mixture import MixSource, MixSpec
-from shardkit.plan.mixture_state import mixture_plan, mixture_to_state, resume_epoch, resume_mixture
+from shardkit.plan.mixture_state import mixture_plan, mixture_to_state, resume_mixture
 from shardkit.plan.mixture_weights import pass_length, pass_multiplicities
 from shardkit.plan.sample_weights import SampleWeights
 from tests.helpers import mixture_strategies as ms
 from tests.helpers import mixture_weights_reference as ref
-from tests.helpers.plan_strategies import kill_offsets
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -68,16 +67,7 @@ def test_a_new_mix_now_takes_each_weighted_element_at_most_once(spec: MixSpec, d
     """MX17 with MX12: re-planning the rest with new weights takes the epoch's untaken elements,
     then the stream after the epoch: every element is distinct and the elements of a weighted
     source are its stream positions ``cursor .. cursor + count`` (the remixed state's count)."""
-    weights = [0.0 if s.num_samples == 0 else data.draw(st.sampled_from([0.0, 0.3, 2.0])) for s in spec.sources]
-    changed = ms.with_weights(spec, weights if any(weights) else [s.weight for s in spec.sources])
-    first = data.draw(ms.mix_params(tail="pad"))
-    params = data.draw(ms.mix_params(epoch=first.epoch, tail="pad", seed=first.seed, shuffle=first.shuffle))
-    plan = mixture_plan(spec, first)
-    offsets = kill_offsets(plan, data.draw(st.integers(0, 2**32 - 1)))
-    consumed = ref.delivered(plan, offsets)
-    resumed = resume_epoch(changed, params, ref.roundtrip(mixture_to_state(spec, plan, offsets)), apply="now")
-    state = resumed.to_state(list(resumed.plan.start_offsets))
-    got = collections.Counter(consumed + ref.rest_and_dropped(resumed.plan))
+    first, got, state = ref.new_mix_now(spec, data, [0.0, 0.3, 2.0])
     for i, entry in enumerate(state["sources"]):
         expected = ref.stream_elements(spec, i, first, entry["cursor"], entry["cursor"] + entry["count"],
                                        entry["cursor"])
