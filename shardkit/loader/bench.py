@@ -75,6 +75,18 @@ def _distributed() -> bool:
 
 
 def run_bench(path: str, options: BenchOptions) -> dict[str, Any]:
+    """The bench report; under torchrun every rank reads its part and the ranks' stats are
+    gathered over a gloo group it joins (and leaves again, so no rank exits with the group's
+    threads still running: that aborted a rank now and then)."""
+    owned = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized()
+    report = _bench(path, options)
+    if owned and dist.is_initialized():
+        dist.barrier()  # every rank is done with the group before any of them leaves it
+        dist.destroy_process_group()
+    return report
+
+
+def _bench(path: str, options: BenchOptions) -> dict[str, Any]:
     report: dict[str, Any] = {"path": path, "rank": int(os.environ.get("RANK", "0")),
                               **{k: v for k, v in options.__dict__.items()
                                  if k not in ("storage_options", "tokens")}}
