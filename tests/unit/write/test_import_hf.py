@@ -145,3 +145,20 @@ def test_a_hub_cache_folder_of_one_split_needs_no_split_and_skips_map_results(tm
     (tmp_path / "hf" / "dataset_info.json").write_text("{}")
     assert pack(tmp_path / "hf", tmp_path / "out") == 0
     assert_round_trip(read_back(tmp_path / "out"), example_rows(3))
+
+
+def test_format_parquet_widens_integer_scalars_where_format_hf_keeps_them(tmp_path):
+    """What docs/migration/huggingface.md says of the two readers of one Parquet export."""
+    folder = tmp_path / "export"
+    folder.mkdir()
+    table = pa.table({"label": pa.array([1, 2], pa.int32()), "small": pa.array([3, 4], pa.uint8()),
+                      "score": pa.array([0.5, 1.5], pa.float32()),
+                      "emb": pa.array([[1.0], [2.0]], pa.list_(pa.float32()))})  # fmt: skip
+    pq.write_table(table, folder / "0000.parquet")
+    types = {}
+    for fmt in ("parquet", "hf"):
+        assert pack(folder, tmp_path / fmt, "--format", fmt) == 0
+        first = read_back(tmp_path / fmt)[0]
+        types[fmt] = {name: getattr(value, "dtype", type(value).__name__) for name, value in first.items()}
+    assert types["parquet"] == {"label": "int", "small": "int", "score": np.float32, "emb": np.float32}
+    assert types["hf"] == {"label": np.int32, "small": np.uint8, "score": np.float32, "emb": np.float32}
