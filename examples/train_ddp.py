@@ -10,7 +10,9 @@ Run (see README)::
 Every ``--ckpt-every`` steps all ranks call ``loader.state_dict()`` (collective) and rank 0
 publishes model + optimizer + loader state atomically: tensors in an ``.npz`` (loaded with
 ``allow_pickle=False``), everything else in JSON. Each rank appends one audit line per step
-(``{"run", "epoch", "step", "ids"}``, ids = global sample indices) so ``tools/audit.py`` can prove exactly-once.
+(``{"run", "epoch", "step", "ids"}``, ids = global sample indices), and rank 0 one line per epoch
+iteration naming the samples its plan drops (``"dropped"``, ``tail="drop"``), so ``tools/audit.py``
+can prove exactly-once with planned drops accounted for.
 """
 
 from __future__ import annotations
@@ -162,7 +164,10 @@ def main() -> None:
     loss = torch.tensor(float("nan"))
     for epoch in range(meta["epoch"], args.epochs):
         loader.set_epoch(epoch)
-        for batch in loader:
+        for number, batch in enumerate(loader):
+            if audit is not None and rank == 0 and number == 0:  # this plan's tail="drop" samples (R3)
+                audit.write(json.dumps({"run": run, "epoch": epoch, "step": step,
+                                        "dropped": loader.planned_drops().tolist()}) + "\n")
             loss = torch.nn.functional.mse_loss(model(feature(batch)), torch.zeros(args.batch_size, 1))
             opt.zero_grad()
             loss.backward()

@@ -5,6 +5,9 @@ per-run ``runNNN.json`` (the checkpoint step each run resumed from). Steps of a 
 step the next run resumed from were lost with the kill and trained again, so they are dropped;
 what remains is what the model state has seen. Prints, per epoch: samples, distinct ids,
 duplicates, ids never seen; and per run: steps per rank. Exit 1 on any duplicate or missing id.
+Samples the epoch's last plan drops (``tail="drop"``, the default) are not missing: rank 0 of
+``train_ddp.py`` writes them (``"dropped"`` lines, from ``ShardLoader.planned_drops()``), and the
+audit expects exactly those absent (specs/resume-state.md R3).
 
 A weighted run (``sample_weights=``, specs/sample-weights.md) trains sample ``j`` exactly
 ``m_j`` times per epoch (SW1, SW4): with ``--sample-weights`` (the numeric field, or a ``.npy``
@@ -41,6 +44,12 @@ Multiplicities = Callable[[int], np.ndarray]  # epoch -> m_j per sample (manifes
 
 
 def committed_steps(audit_dir: str) -> list[dict[str, Any]]:
+    """The committed step lines (``"ids"``: what was trained) of every run, with their rank."""
+    return [line for line in committed_lines(audit_dir) if "ids" in line]
+
+
+def committed_lines(audit_dir: str) -> list[dict[str, Any]]:
+    """Every committed audit line: steps, and rank 0's ``"dropped"`` lines (one per epoch iteration)."""
     runs = sorted(int(m.group(1)) for f in os.listdir(audit_dir) if (m := re.match(r"run(\d+)\.json$", f)))
     lines: list[dict[str, Any]] = []
     for n, run in enumerate(runs):
@@ -60,28 +69,45 @@ def committed_steps(audit_dir: str) -> list[dict[str, Any]]:
     return lines
 
 
+def planned_drops(lines: list[dict[str, Any]], epoch: int) -> collections.Counter[int]:
+    """The samples the epoch's last plan drops (``tail="drop"``, R3): from the ``"dropped"``
+    line of the last run that iterated the epoch (rank 0 writes one per epoch iteration)."""
+    records = [line for line in lines if line["epoch"] == epoch and "dropped" in line]
+    if not records:
+        return collections.Counter()
+    return collections.Counter(max(records, key=lambda line: (line["run"], line["step"]))["dropped"])
+
+
 def audit(audit_dir: str, num_samples: int, epochs: int,
           multiplicities: Multiplicities | None = None) -> dict[str, Any]:
-    """The audit report; ``multiplicities``: a weighted run's ``m_j`` per epoch (None: once each)."""
-    lines = committed_steps(audit_dir)
+    """The audit report; ``multiplicities``: a weighted run's ``m_j`` per epoch (None: once each).
+    Samples the epoch's last plan dropped (``tail="drop"``) are expected missing, not lost."""
+    lines = committed_lines(audit_dir)
     report: dict[str, Any] = {"epochs": [], "steps_per_rank": {}}
     for epoch in range(epochs):
-        ids = collections.Counter(i for line in lines if line["epoch"] == epoch for i in line["ids"])
+        ids = collections.Counter(i for line in lines if line["epoch"] == epoch for i in line.get("ids", ()))
+        dropped = planned_drops(lines, epoch)
         if multiplicities is None:
-            report["epochs"].append({
-                "epoch": epoch,
-                "samples": sum(ids.values()),
-                "distinct": len(ids),
-                "duplicates": sum(c - 1 for c in ids.values() if c > 1),
-                "missing": num_samples - len(ids),
-            })
+            expected = np.ones(num_samples, dtype=np.int64)
         else:
-            report["epochs"].append(weighted_epoch(epoch, ids, multiplicities(epoch)))
+            expected = multiplicities(epoch).astype(np.int64, copy=True)
+        for index, count in dropped.items():
+            if 0 <= index < len(expected):
+                expected[index] -= count
+        entry = weighted_epoch(epoch, ids, np.maximum(expected, 0))
+        entry["planned_drops"] = sum(dropped.values())
+        entry["drops_beyond_epoch"] = int(np.count_nonzero(expected < 0))
+        if multiplicities is None:
+            entry = {key: entry[key] for key in ("epoch", "samples", "distinct", "duplicates", "missing",
+                                                 "planned_drops", "drops_beyond_epoch")}
+        report["epochs"].append(entry)
     steps: dict[str, collections.Counter[int]] = collections.defaultdict(collections.Counter)
     for line in lines:
-        steps[f"run{line['run']}"][line["rank"]] += 1
+        if "ids" in line:
+            steps[f"run{line['run']}"][line["rank"]] += 1
     report["steps_per_rank"] = {run: dict(sorted(c.items())) for run, c in sorted(steps.items())}
-    report["ok"] = all(e["duplicates"] == 0 and e["missing"] == 0 for e in report["epochs"])
+    report["ok"] = all(e["duplicates"] == 0 and e["missing"] == 0 and e["drops_beyond_epoch"] == 0
+                       for e in report["epochs"])
     return report
 
 
@@ -175,7 +201,8 @@ def main() -> int:
                       f"missing copies {e['missing']}")
             else:
                 print(f"epoch {e['epoch']}: {e['samples']} samples trained, {e['distinct']} distinct of "
-                      f"{args.num_samples}, duplicates {e['duplicates']}, missing {e['missing']}")
+                      f"{args.num_samples}, duplicates {e['duplicates']}, missing {e['missing']}, "
+                      f"planned drops {e['planned_drops']} (tail='drop')")
         for run, ranks in report["steps_per_rank"].items():
             print(f"{run}: steps per rank {ranks}")
         weighted = "its multiplicity (weighted)" if expected else "once"

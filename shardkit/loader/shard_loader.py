@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
@@ -22,6 +23,7 @@ from shardkit.loader.loader_state import LOADER_STATE_KIND, LOADER_STATE_VERSION
 from shardkit.loader.loader_stats import LoaderStats
 from shardkit.loader.rank_stats import gather_rank_stats
 from shardkit.loader.topology import Topology
+from shardkit.plan import Plan
 from shardkit.loader.transfer.meta import META_KEY, BatchMeta
 from shardkit.loader.transfer.packed import BatchGroup, PackedBatch
 from shardkit.loader.transfer.ring import Ring
@@ -143,6 +145,19 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
         else:
             epoch, resume = self._next_iteration()
         return self.streaming.num_batches(epoch, topology.rank, topology.world_size, self.num_workers, resume)
+
+    def planned_drops(self) -> np.ndarray:
+        """Global sample indices (``batch["_index"]`` values) the plan of the iteration under way
+        (else of the next ``iter(loader)``) drops with ``tail="drop"``, on every rank: an audit
+        counts them as planned, not lost (R3). Empty with ``tail="pad"``; not for token blocks."""
+        topology = self._topology()
+        live = self._cursor.live and self._iter_topology is not None
+        epoch, resume = (self.streaming.epoch, self._iter_resume) if live else self._next_iteration()
+        plan = self.streaming.step_plan(epoch, topology.world_size, self.num_workers, resume)
+        if not isinstance(plan, Plan):
+            raise TypeError("planned_drops() is for sample plans; token blocks account for every "
+                            "token (tools/audit_tokens.py)")
+        return plan.dropped_indices()
 
     # ---- iteration: the consumed boundary ---------------------------------------------------
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]

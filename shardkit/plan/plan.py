@@ -169,6 +169,15 @@ class Plan:
             parts.append(Slice(self._source, needed, len(self._source)))
         return Concat(parts)
 
+    def dropped_indices(self) -> np.ndarray:
+        """Manifest-order global indices of the samples this level drops (``tail="drop"``; R3:
+        what an audit of the whole epoch finds missing when this is the epoch's last plan)."""
+        needed, total = self._partition.num_needed, len(self._source)
+        offsets = self.shard_offsets
+        parts = [w.global_indices(offsets) for w in Slice(self._source, min(needed, total), total).windows(
+            0, max(total - needed, 0))]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
     def _real_sequence(self, consumer: int) -> SampleSequence:
         # A consumer that only yields pads starts past the source; clamp to an empty range.
         lo = min(self._partition.start(consumer), len(self._source))

@@ -232,3 +232,21 @@ def test_audit_run_numbers_after_two_restarts_from_one_checkpoint(uneven_dataset
     lines = load_audit().committed_steps(str(job.audit))
     steps = collections.Counter((line["epoch"], line["step"]) for line in lines)
     assert max(steps.values()) == 1, f"steps counted twice as trained: {steps}"
+
+
+def test_audit_accounts_for_planned_drops_after_an_elastic_resume(uneven_dataset: str, tmp_path: Path) -> None:
+    """The README's resume recipe with the default ``tail="drop"``: killed mid-epoch on 2 ranks
+    x 2 workers, resumed on 3 ranks x 1 worker with another batch size; ``tools/audit.py`` (as a
+    user runs it) says AUDIT OK: the samples missing are exactly the drops of each epoch's last
+    plan (R3), which rank 0 recorded from ``ShardLoader.planned_drops()``."""
+    job = Job(uneven_dataset, tmp_path, tail="drop")
+    kill_at(job, Launch(2, 2, 8), "mid-epoch", 3)
+    finish(job, Launch(3, 1, 6))
+    cmd = [sys.executable, str(REPO / "tools" / "audit.py"), str(job.audit), "--num-samples", str(NUM_SAMPLES),
+           "--epochs", str(NUM_EPOCHS), "--json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S, check=False)
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and report["ok"], done.stdout
+    assert all(e["planned_drops"] > 0 for e in report["epochs"]), report["epochs"]
+    for epoch in report["epochs"]:
+        assert epoch["distinct"] + epoch["planned_drops"] == NUM_SAMPLES
