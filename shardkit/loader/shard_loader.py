@@ -23,10 +23,10 @@ from shardkit.loader.loader_state import LOADER_STATE_KIND, LOADER_STATE_VERSION
 from shardkit.loader.loader_stats import LoaderStats
 from shardkit.loader.rank_stats import gather_rank_stats
 from shardkit.loader.topology import Topology
-from shardkit.plan import Plan
 from shardkit.loader.transfer.meta import META_KEY, BatchMeta
 from shardkit.loader.transfer.packed import BatchGroup, PackedBatch
 from shardkit.loader.transfer.ring import Ring
+from shardkit.plan import Plan
 
 log = logging.getLogger(__name__)
 __all__ = ["LOADER_STATE_KIND", "LOADER_STATE_VERSION", "ShardLoader", "check_loader_state"]  # state: loader_state.py
