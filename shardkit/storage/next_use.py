@@ -52,6 +52,8 @@ _MAX_POS_BYTES = 32
 MAX_LIST_BYTES = 4 << 20
 MAX_LIST_ENTRIES = 65_536
 MAX_PASS_ENTRIES = 262_144
+MAX_PASS_BYTES = 32 << 20  # of lists new to this process, read and parsed in one pass
+MAX_PASS_FILES = 4096  # lists (and lists being written) one pass opens at most
 
 
 class UsePublisher:
@@ -188,21 +190,27 @@ def read_next_uses(root: str) -> NextUses:
         return NextUses()
     for stale in set(_parsed) - {os.path.join(folder, name) for name in names}:
         del _parsed[stale]
-    uses, room = NextUses(), MAX_PASS_ENTRIES
-    for name in names:
+    uses, room = NextUses(), _Room(MAX_PASS_ENTRIES, MAX_PASS_BYTES)
+    lists = [name for name in names if name.endswith((KEYS_SUFFIX, KEYS_SUFFIX + NEW_MARK))]
+    if len(lists) > MAX_PASS_FILES:
+        logger.debug("%s holds %d lists; reading the first %d", folder, len(lists), MAX_PASS_FILES)
+    for name in lists[:MAX_PASS_FILES]:
         if name.endswith(KEYS_SUFFIX + NEW_MARK):
             _remove_if_dead(folder, name)
-        elif name.endswith(KEYS_SUFFIX) and (found := _read_publisher(folder, name)) is not None:
-            if found[0].num_entries > room:
-                logger.debug("skipping next uses in %s/%s: this pass took %d entries already",
-                             folder, name, MAX_PASS_ENTRIES - room)
-                continue
-            room -= found[0].num_entries
+        elif name.endswith(KEYS_SUFFIX) and (found := _read_publisher(folder, name, room)) is not None:
             uses.consumers.append(found)
     return uses
 
 
-def _read_publisher(folder: str, name: str) -> tuple[_Published, int] | None:
+@dataclass
+class _Room:
+    """What is left of one pass's budget (K41): entries taken, bytes read and parsed."""
+
+    num_entries: int
+    num_bytes: int
+
+
+def _read_publisher(folder: str, name: str, room: _Room) -> tuple[_Published, int] | None:
     """A live publisher's list and position; a dead one's files are removed (K32)."""
     path = os.path.join(folder, name)
     try:
@@ -213,7 +221,7 @@ def _read_publisher(folder: str, name: str) -> tuple[_Published, int] | None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:  # the publisher is alive
-            return _load(fd, path)
+            return _load(fd, path, room)
         if _names(path, fd):  # the file we hold the lock of is the one at this name
             token = name[: -len(KEYS_SUFFIX)]
             for suffix in (POS_SUFFIX + NEW_MARK, POS_SUFFIX, KEYS_SUFFIX):
@@ -241,8 +249,9 @@ def _remove_if_dead(folder: str, name: str) -> None:
         os.close(fd)
 
 
-def _load(fd: int, path: str) -> tuple[_Published, int] | None:
-    """The list in ``fd``, parsed once per version of the file (a malformed one too)."""
+def _load(fd: int, path: str, room: _Room) -> tuple[_Published, int] | None:
+    """The list in ``fd``, parsed once per version of the file (a malformed one too), within
+    what is left of the pass's ``room``; a list that does not fit is not kept."""
     try:
         st = os.fstat(fd)
     except OSError:
@@ -250,15 +259,27 @@ def _load(fd: int, path: str) -> tuple[_Published, int] | None:
     ident = (st.st_ino, st.st_size, st.st_mtime_ns)
     cached = _parsed.get(path)
     if cached is None or cached[0] != ident:
+        if room.num_bytes < st.st_size <= MAX_LIST_BYTES:  # a longer one is refused unread below
+            logger.debug("skipping next uses in %s this pass: %d bytes of lists read already",
+                         path, MAX_PASS_BYTES - room.num_bytes)
+            return None
+        room.num_bytes -= st.st_size
         try:
             cached = ident, _parse(read_open(fd, MAX_LIST_BYTES, path), path)
         except (OSError, UntrustedFileError) as exc:
             logger.debug("skipping next uses in %s: %s", path, exc)
             cached = ident, None
         _parsed[path] = cached
-    if cached[1] is None:
+    published = cached[1]
+    if published is None:
         return None
-    return cached[1], _read_position(path[: -len(KEYS_SUFFIX)] + POS_SUFFIX)
+    if published.num_entries > room.num_entries:
+        logger.debug("skipping next uses in %s: this pass took %d entries already", path,
+                     MAX_PASS_ENTRIES - room.num_entries)
+        del _parsed[path]  # not kept in memory either
+        return None
+    room.num_entries -= published.num_entries
+    return published, _read_position(path[: -len(KEYS_SUFFIX)] + POS_SUFFIX)
 
 
 def _parse(data: bytes, path: str) -> _Published:

@@ -164,6 +164,25 @@ def test_one_pass_takes_at_most_max_pass_entries_from_all_lists_k41(tmp_path: An
         second.close()
 
 
+def test_one_pass_reads_at_most_max_pass_bytes_of_new_lists_k41(tmp_path: Any,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A list parsed once costs no bytes again: the second pass reads the list the first left."""
+    cache = ShardCache(str(tmp_path), 4 * SIZE)
+    first = UsePublisher(cache.root, ["e-a", "e-b", "e-c"], horizon=1)
+    second = UsePublisher(cache.root, ["e-x", "e-y", "e-z"], horizon=1)
+    size = max(os.path.getsize(os.path.join(cache.root, USES_DIR, name))
+               for name in os.listdir(os.path.join(cache.root, USES_DIR)) if name.endswith(".keys"))
+    monkeypatch.setattr(next_use, "MAX_PASS_BYTES", size + 1)
+    try:
+        assert len(read_next_uses(cache.root).consumers) == 1
+        assert len(read_next_uses(cache.root).consumers) == 2
+        monkeypatch.setattr(next_use, "MAX_PASS_FILES", 1)
+        assert len(read_next_uses(cache.root).consumers) == 1
+    finally:
+        first.close()
+        second.close()
+
+
 def test_a_deeply_nested_sidecar_does_not_break_cache_ls_k40(tmp_path: Any,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     """A 60 KB sidecar of nested lists (under the 64 KiB cap, so it is parsed): ``cache ls``
