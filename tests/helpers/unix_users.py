@@ -38,19 +38,20 @@ class GroupUser:
     python: tuple[str, ...]  # an interpreter this user may run, with the venv's packages
     env: tuple[tuple[str, str], ...]
 
-    def command(self, code: str, umask: int) -> list[str]:
+    def command(self, code: str, umask: int, args: tuple[str, ...] = ()) -> list[str]:
         prelude = f"import os; os.umask({umask:#o})\n"
         return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--init-groups",
-                *self.python, "-c", prelude + code]
+                *self.python, "-c", prelude + code, *args]
 
-    def run(self, code: str, *, umask: int = 0o002, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        """Run ``code`` as this user; the result (check ``returncode`` yourself)."""
-        return subprocess.run(self.command(code, umask), env=dict(self.env), capture_output=True,
+    def run(self, code: str, *args: str, umask: int = 0o002,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run ``code`` as this user (``sys.argv[1:]`` = ``args``); check ``returncode`` yourself."""
+        return subprocess.run(self.command(code, umask, args), env=dict(self.env), capture_output=True,
                               text=True, timeout=timeout, cwd="/")
 
-    def start(self, code: str, *, umask: int = 0o002) -> subprocess.Popen[str]:
+    def start(self, code: str, *args: str, umask: int = 0o002) -> subprocess.Popen[str]:
         """Start ``code`` as this user (stdin, stdout piped: a holder that reports and waits)."""
-        return subprocess.Popen(self.command(code, umask), env=dict(self.env), stdin=subprocess.PIPE,
+        return subprocess.Popen(self.command(code, umask, args), env=dict(self.env), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
 
 

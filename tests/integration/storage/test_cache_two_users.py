@@ -107,3 +107,74 @@ def test_a_sparse_entry_held_by_another_member_does_not_fill_the_cache_k42(group
         assert os.path.exists(os.path.join(root, "e-squat.data"))  # leased: never evicted (K5)
     finally:
         holder.communicate(timeout=30)
+
+
+_EVICT = """
+import sys
+from shardkit.storage import CacheOptions, ShardCache
+from tests.helpers.s3 import memory_store
+names = ["a.bin", "b.bin", "c.bin"]
+store = memory_store("evict", names, 64)
+cache = ShardCache(sys.argv[1], 2 * 64, CacheOptions(space_timeout=0.5))
+for name in names:  # room for two: the third evicts, reading uses/
+    with cache.open(store, name, key=name, num_bytes=64):
+        pass
+print("misses", cache.stats.misses)
+"""
+
+_PUBLISH = """
+import sys
+from shardkit.storage import ShardCache
+from shardkit.storage.next_use import UsePublisher
+cache = ShardCache(sys.argv[1], 2 * 64)
+publisher = UsePublisher(cache.root, ["e-x", "e-y"], horizon=1)
+print(publisher._token, flush=True)
+sys.stdin.read()
+publisher.close()
+"""
+
+
+def test_another_members_malformed_live_list_does_not_kill_an_evicting_job_k41(group: SharedGroup) -> None:
+    """Alice publishes `{"horizon": 1e400}` and keeps it locked as a live publisher would; Bob's
+    job evicts past it (skipped, LRU) instead of dying with OverflowError."""
+    cache_dir = os.path.join(group.folder, "cache")
+    setup = group.bob.run(f"from shardkit.storage import ShardCache; ShardCache({cache_dir!r}, 1 << 20)")
+    assert setup.returncode == 0, setup.stderr
+    uses = os.path.join(cache_dir, "v1", "uses")
+    holder = group.alice.start(
+        f"import fcntl, os, sys\n"
+        f"os.makedirs({uses!r}, exist_ok=True)\n"
+        f"fd = os.open({os.path.join(uses, '1-alice.keys')!r}, os.O_CREAT | os.O_RDWR, 0o664)\n"
+        f"os.write(fd, b'{{\"horizon\": 1e400, \"entries\": []}}')\n"
+        f"fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        f"print('held', flush=True)\n"
+        f"sys.stdin.read()\n")
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held", holder.stderr
+        done = group.bob.run(_EVICT, cache_dir)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["misses", "3"]
+    finally:
+        holder.communicate(timeout=30)
+
+
+def test_a_keys_new_planted_by_another_member_never_removes_a_live_publishers_files_k41(
+        group: SharedGroup) -> None:
+    """Bob's consumer publishes its next uses; Alice plants `<Bob's token>.keys.new`, unlocked.
+    Bob's evicting job removes the plant alone: his live publisher's list and position stay."""
+    cache_dir = os.path.join(group.folder, "cache")
+    publisher = group.bob.start(_PUBLISH, cache_dir)
+    try:
+        assert publisher.stdout is not None
+        token = publisher.stdout.readline().strip()
+        assert token, publisher.stderr
+        uses = os.path.join(cache_dir, "v1", "uses")
+        planted = os.path.join(uses, token + ".keys.new")
+        made = group.alice.run(f"open({planted!r}, 'w').write('{{}}')")
+        assert made.returncode == 0, made.stderr
+        done = group.bob.run(_EVICT, cache_dir)
+        assert done.returncode == 0, done.stderr
+        assert sorted(os.listdir(uses)) == [token + ".keys", token + ".pos"]
+    finally:
+        publisher.communicate(timeout=30)
+    assert os.listdir(uses) == []  # closed: the publisher removed its own files
