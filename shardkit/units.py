@@ -27,8 +27,11 @@ def parse_size(value: int | str) -> int:
     if not match:
         raise ValueError(f"not a size: {value!r} (examples: 65536, '64MiB', '1.5GB')")
     digits, unit = match.group(1), (match.group(2) or "").upper()
-    if len(digits) > 40:  # far beyond MAX_SIZE in any unit; never turned into a number
+    whole, _, fraction = digits.partition(".")
+    if len(whole.lstrip("0")) > 30:  # far beyond MAX_SIZE in any unit: never made a number
         raise _too_large(value)
+    if len(fraction) > 100:
+        raise ValueError(f"not a size: {_shown(value)} has more than 100 decimals")
     prefix = unit[:1] if unit[:1] in "KMGTP" and unit else ""
     base = 1024 if "I" in unit else 1000
     return _bounded(int(Fraction(digits) * base ** _POWERS[prefix]), value)  # exact, no float
@@ -41,12 +44,14 @@ def _bounded(num_bytes: int, given: object) -> int:
 
 
 def _too_large(given: object) -> ValueError:
+    return ValueError(f"size {_shown(given)} is too large (at most {MAX_SIZE} bytes, 8 EiB)")
+
+
+def _shown(given: object) -> str:
     if isinstance(given, int):
-        shown = str(given) if given.bit_length() < 160 else f"(an integer of {given.bit_length()} bits)"
-    else:
-        text = repr(given)
-        shown = text if len(text) <= 48 else f"{text[:20]}… ({len(text) - 2} characters)"
-    return ValueError(f"size {shown} is too large (at most {MAX_SIZE} bytes, 8 EiB)")
+        return str(given) if given.bit_length() < 160 else f"(an integer of {given.bit_length()} bits)"
+    text = repr(given)
+    return text if len(text) <= 48 else f"{text[:20]}… ({len(text) - 2} characters)"
 
 
 def parse_duration(value: float | int | str) -> float:

@@ -27,6 +27,8 @@ def test_sizes_parse_exactly_up_to_the_cap() -> None:
     assert parse_size("0.1KiB") == 102 and parse_size("1.5GB") == 1_500_000_000
     assert parse_size("2.01MB") == 2_010_000  # float arithmetic said 2009999
     assert parse_size("0.5PiB") == 1024**5 // 2
+    assert parse_size("0" * 50 + "1KiB") == 1024  # leading zeros are not "large"
+    assert parse_size("0.00000000000000088817841970012523233890533447265625PiB") == 1  # 2**-50 PiB
     with pytest.raises(ValueError, match="too large"):
         parse_size(10**400)
 
