@@ -13,6 +13,7 @@ from shardkit.cli.common import (
     print_json,
     storage_options,
 )
+from shardkit.cli.dataset_cmds import load
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    load(args)  # no or unreadable manifest: exit 2 before torch starts, as `verify` does
     from shardkit.loader.bench import BenchOptions, run_bench  # torch is imported only here
     from shardkit.plan.token_config import TokenBlocks
 

@@ -22,6 +22,7 @@ from typing import Any
 from tqdm import tqdm
 
 from shardkit.cli.common import (
+    EXIT_USAGE,
     add_storage_options,
     dataset_path,
     duration,
@@ -30,6 +31,7 @@ from shardkit.cli.common import (
     size,
     storage_options,
 )
+from shardkit.errors import ShardkitError
 from shardkit.storage import CacheItem, ShardCache, Store, clear_cache, list_cache
 from shardkit.units import parse_duration, parse_size
 
@@ -137,7 +139,11 @@ add_parser = add_cache_parser  # the name shardkit.cli's optional-module loop ca
 
 def run_warm(args: argparse.Namespace) -> int:
     options = storage_options(args)
-    store, entries = ENTRY_SOURCE(args.url, options)
+    try:
+        store, entries = ENTRY_SOURCE(args.url, options)
+    except ShardkitError as exc:  # no or unreadable manifest: bad input, exit 2 as `verify` says
+        exc.exit_code = EXIT_USAGE  # type: ignore[attr-defined]
+        raise
     if store.is_local:
         print(f"{args.url} is local: nothing to cache", file=sys.stderr)
         return 0

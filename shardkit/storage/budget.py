@@ -9,6 +9,14 @@ A slot is released by ``LOCK_UN`` before its descriptor is closed, and a forked 
 its copies of held slots right after ``fork`` (held_locks.py): a SIGKILLed parent's slots are
 not kept alive by its DataLoader workers.
 
+Slot files are shared by every member of the cache dir's group, and each gets the mode of
+its creator's umask (K15): one created under umask 022 is read-only to the others. flock
+needs only a readable descriptor, so such a slot is opened read-only, as entry locks are
+(K43). A slot that cannot be opened at all (unreadable, missing in a folder we may not write,
+a planted link or special file) is skipped; when no slot of the budget can be opened, the
+request goes without one (``NO_SLOT``; a warning, once per process): the budget spreads the
+node's connections, it must never stop a download.
+
 Waiting polls the slots (flock has no timeout) starting at a random one, backing off from
 2 ms to 20 ms, bounded by ``timeout`` and stopped by ``cancel``.
 
@@ -18,6 +26,7 @@ Thread-safety: ``acquire``/``release`` may be called from any thread.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import random
 import time
@@ -27,7 +36,12 @@ from shardkit.errors import StorageTimeoutError
 from shardkit.storage.cache_files import check_dir, make_dir, open_regular
 from shardkit.storage.held_locks import HELD
 
+logger = logging.getLogger(__name__)
+
 SLOTS_DIR = ".slots"
+#: What ``try_acquire``/``acquire`` return when no slot file can be opened: go without one.
+NO_SLOT = -1
+_warned: set[str] = set()
 _MIN_POLL = 0.002
 _MAX_POLL = 0.02
 
@@ -47,10 +61,14 @@ class NodeBudget:
         return os.path.join(self.folder, f"{index}.lock")
 
     def try_acquire(self) -> int | None:
-        """The descriptor of a slot taken now, or None when all are in use."""
-        first = random.randrange(self.num_slots)
+        """The descriptor of a slot taken now, None when all are in use, ``NO_SLOT`` when
+        none can be opened (K43)."""
+        first, usable = random.randrange(self.num_slots), 0
         for step in range(self.num_slots):
-            fd = open_regular(self.slot_path((first + step) % self.num_slots), os.O_RDWR | os.O_CREAT)
+            fd = self._open_slot(self.slot_path((first + step) % self.num_slots))
+            if fd is None:
+                continue
+            usable += 1
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -58,7 +76,29 @@ class NodeBudget:
                 continue
             HELD.add(fd)
             return fd
-        return None
+        if usable:
+            return None
+        if self.folder not in _warned:
+            _warned.add(self.folder)
+            logger.warning("none of the %d download slots in %s can be opened (modes or files "
+                           "set by another user?); downloading without the node's budget",
+                           self.num_slots, self.folder)
+        return NO_SLOT
+
+    @staticmethod
+    def _open_slot(path: str) -> int | None:
+        try:
+            return open_regular(path, os.O_RDWR | os.O_CREAT)
+        except PermissionError:  # another member's slot (umask 022) or a folder we cannot write
+            pass
+        except OSError as exc:  # a planted link or special file (CacheError, K13)
+            logger.debug("skipping download slot %s: %s", path, exc)
+            return None
+        try:
+            return open_regular(path, os.O_RDONLY)  # flock needs only a readable descriptor
+        except OSError as exc:
+            logger.debug("skipping download slot %s: %s", path, exc)
+            return None
 
     def acquire(self, timeout: float, cancel: Callable[[], bool] | None = None) -> int | None:
         """Wait for a slot (None once ``cancel()`` is true); ``StorageTimeoutError`` after
@@ -79,13 +119,14 @@ class NodeBudget:
 
     @staticmethod
     def release(fd: int) -> None:
-        HELD.release(fd)
+        if fd != NO_SLOT:
+            HELD.release(fd)
 
     def num_free(self) -> int:
         """Slots free now (a snapshot, for tests and diagnostics; takes and drops each)."""
         taken: list[int] = []
         try:
-            while (fd := self.try_acquire()) is not None:
+            while (fd := self.try_acquire()) is not None and fd != NO_SLOT:
                 taken.append(fd)
             return len(taken)
         finally:

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
 
-from shardkit.errors import CacheError
-from shardkit.storage.cache_files import check_dir, create_new, make_dir, open_regular
+from shardkit.storage.cache_files import check_dir, create_new, make_dir
+from shardkit.storage.shared_reads import UntrustedFileError, loads_json, read_small
 
 LAYOUT_DIR = "v1"
 SPACE_LOCK = ".space.lock"
@@ -34,6 +34,8 @@ META_SUFFIX = ".json"
 TEMP_MARK = ".tmp-"
 _MAX_QUOTED = 160
 _MAX_META_BYTES = 64 * 1024
+_META_TYPES: dict[str, type | tuple[type, ...]] = {
+    "key": str, "url": str, "dataset": str, "size": int, "created": (int, float)}
 
 
 def entry_name(key: str) -> str:
@@ -132,14 +134,14 @@ def write_meta(entry: Entry, key: str, url: str, num_bytes: int, dataset: str) -
 
 
 def read_meta(entry: Entry) -> dict[str, Any]:
-    """The sidecar's record; {} when missing, unreadable, not a regular file or too large."""
+    """The sidecar's record, its fields of the types the cache writes; {} when missing,
+    unreadable, not a regular file, too large or not such a record (K40: another member of
+    the cache dir's group may have written it)."""
     try:
-        fd = open_regular(entry.meta, os.O_RDONLY)
-    except (OSError, CacheError):
+        record = loads_json(read_small(entry.meta, _MAX_META_BYTES), entry.meta)
+    except (OSError, UntrustedFileError):  # CacheError (a planted link) is an OSError
         return {}
-    try:
-        with os.fdopen(fd, "rb") as fh:
-            record = json.loads(fh.read(_MAX_META_BYTES + 1)[:_MAX_META_BYTES])
-        return record if isinstance(record, dict) else {}
-    except (OSError, ValueError):
+    if not isinstance(record, dict):
         return {}
+    return {name: value for name, value in record.items() if name in _META_TYPES
+            and isinstance(value, _META_TYPES[name]) and not isinstance(value, bool)}

@@ -7,6 +7,10 @@ consumer says (K6) — and creates the temp file already ``num_bytes`` long (so 
 counts it, and a full disk fails here, before any byte is fetched). If the bytes in use leave no room it polls until
 ``space_timeout``, then raises ``CacheError`` with the numbers (K7).
 
+Bytes are counted as the disk they take (``counted_bytes``, K42), never more than a file's
+length: a sparse file planted by another member of the group costs the disk nothing, so it
+must not fill the limit for everyone.
+
 An entry is "in use" when its lock cannot be taken exclusively without waiting: a lease
 (shared) or a download (exclusive) holds it. Eviction only ever tries non-blocking locks while
 holding ``.space.lock``, so it cannot deadlock with a downloader waiting for ``.space.lock``.
@@ -47,8 +51,16 @@ class EntryStat:
     published: bool = False
 
 
+def counted_bytes(st: os.stat_result) -> int:
+    """What a file counts against the limit (K42): the bytes the disk holds for it
+    (``st_blocks`` × 512), at most its length. For every file the cache writes the two agree
+    (a temp file is allocated in full, a published one was written in full); a sparse file
+    (a length with no blocks behind it) counts for its blocks only."""
+    return min(st.st_size, st.st_blocks * 512)
+
+
 def scan(root: str) -> dict[str, EntryStat]:
-    """Every entry under ``root`` with its published size, last use and temp files."""
+    """Every entry under ``root`` with its counted size (K42), last use and temp files."""
     stats: dict[str, EntryStat] = {}
     try:
         names = os.listdir(root)
@@ -63,10 +75,10 @@ def scan(root: str) -> dict[str, EntryStat]:
             continue  # removed concurrently, or a link/special file the cache never made (K13)
         item = stats.setdefault(entry.name, EntryStat(entry))
         if filename.endswith(DATA_SUFFIX) and TEMP_MARK not in filename:
-            item.size, item.last_use, item.published = st.st_size, st.st_mtime, True
+            item.size, item.last_use, item.published = counted_bytes(st), st.st_mtime, True
         else:
             item.temps.append(os.path.join(root, filename))
-            item.temp_bytes += st.st_size
+            item.temp_bytes += counted_bytes(st)
     return stats
 
 

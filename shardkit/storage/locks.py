@@ -30,11 +30,13 @@ from collections.abc import Callable
 from shardkit.errors import StorageTimeoutError
 from shardkit.storage.cache_files import open_regular, sole_link
 from shardkit.storage.held_locks import HELD
+from shardkit.storage.shared_reads import read_small
 
 logger = logging.getLogger(__name__)
 
 _MIN_POLL = 0.005
 _MAX_POLL = 0.1
+_MAX_PID_BYTES = 32
 
 
 class FileLock:
@@ -140,17 +142,14 @@ class FileLock:
             pass  # read-only lock file of another user: diagnostics only
 
     def holder_pid(self) -> int | None:
+        """The pid ``record_holder`` wrote, for diagnostics; None unless the lock file holds
+        a small positive number and nothing else (another user may have written it, K40)."""
         try:
-            fd = open_regular(self.path, os.O_RDONLY)
-        except OSError:  # CacheError (a link, a FIFO …) is an OSError too
+            text = read_small(self.path, _MAX_PID_BYTES).decode("ascii").strip()
+            pid = int(text) if text.isdigit() else 0
+        except (OSError, ValueError):  # CacheError, UntrustedFileError, UnicodeDecodeError
             return None
-        try:
-            text = os.read(fd, 32).decode("ascii").strip()
-            return int(text) if text else None
-        except (OSError, ValueError):
-            return None
-        finally:
-            os.close(fd)
+        return pid if 0 < pid < 1 << 32 else None
 
     def unlink(self) -> None:
         """Remove the lock file; only while holding it exclusively."""
