@@ -111,7 +111,8 @@ class ShardCache:
         self._space = SpaceManager(self.root, self.limit_bytes, timeout=self.options.space_timeout,
                                    warn_after=self.options.warn_after,
                                    poll_interval=self.options.poll_interval,
-                                   plan_eviction=self.options.plan_eviction)
+                                   plan_eviction=self.options.plan_eviction,
+                                   lock_timeout=self.options.lock_timeout)
         self._verified: set[tuple[int, int, int]] = set()
         self._pid = os.getpid()
         self._guard = threading.Lock()

@@ -112,8 +112,12 @@ class SpaceManager:
     """Keeps published + in-progress bytes under ``limit_bytes`` for one cache root."""
 
     def __init__(self, root: str, limit_bytes: int, *, timeout: float, warn_after: float,
-                 poll_interval: float, plan_eviction: bool = True) -> None:
+                 poll_interval: float, plan_eviction: bool = True, lock_timeout: float | None = None) -> None:
+        """``timeout``: how long to wait for room (K7); ``lock_timeout``: for ``.space.lock``
+        itself, held for milliseconds by each holder (default ``timeout``). Apart, so a short
+        wait for room never fails a reserve that only queued behind busy holders of the lock."""
         self.root = root
+        self.lock_timeout = timeout if lock_timeout is None else lock_timeout
         self.plan_eviction = plan_eviction
         self.limit_bytes = limit_bytes
         self.timeout = timeout
@@ -130,7 +134,7 @@ class SpaceManager:
         started = time.monotonic()
         warned = False
         while True:
-            with _held(FileLock(os.path.join(self.root, SPACE_LOCK)), self.timeout, self.root):
+            with _held(FileLock(os.path.join(self.root, SPACE_LOCK)), self.lock_timeout, self.root):
                 in_use = self._make_room(entry, num_bytes)
                 if in_use is None:
                     return allocate_temp(entry, num_bytes)

@@ -10,7 +10,8 @@ import pytest
 
 from shardkit.errors import CacheError, CorruptShardError, NotFoundError
 from shardkit.storage import CacheOptions, ShardCache, Store, clear_cache, list_cache, open_store
-from shardkit.storage.cache_layout import entry_name
+from shardkit.storage.cache_layout import SPACE_LOCK, entry_name
+from shardkit.storage.locks import FileLock
 from tests.helpers.modes import file_modes, umask
 from tests.helpers.s3 import memory_store
 
@@ -211,3 +212,29 @@ def test_list_and_clear_skip_entries_in_use(remote: Store, tmp_path: object) -> 
 def test_list_of_a_missing_cache_dir_is_empty(tmp_path: object) -> None:
     assert list_cache(os.path.join(str(tmp_path), "nope")) == []
     assert clear_cache(os.path.join(str(tmp_path), "nope")) == (0, 0)
+
+
+def test_a_short_space_timeout_never_fails_a_reserve_queued_behind_the_space_lock_k7(
+        remote: Store, tmp_path: object) -> None:
+    """K7: ``space_timeout`` bounds waiting for *room*; waiting for ``.space.lock`` itself (held
+    for milliseconds by each holder, for longer on a loaded machine) is bounded by
+    ``lock_timeout``. Here the room is there; the lock is held 10x the space timeout."""
+    cache = ShardCache(str(tmp_path), 10 * SIZE, CacheOptions(space_timeout=0.05, lock_timeout=60,
+                                                                 poll_interval=0.02, chunk_bytes=16_384))
+    holder = FileLock(os.path.join(cache.root, SPACE_LOCK))
+    holder.acquire(True, 5, 5, "the test's hold")
+    outcome: list[object] = []
+
+    def download() -> None:
+        try:
+            with lease(cache, remote, 2) as path:
+                outcome.append(read_file(path) == payload(2))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            outcome.append(exc)
+
+    worker = threading.Thread(target=download)
+    worker.start()
+    threading.Event().wait(0.5)  # a hold longer than space_timeout; longer on a slow core is fine
+    holder.release()
+    worker.join(60)
+    assert outcome == [True], outcome
