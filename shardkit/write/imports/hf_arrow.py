@@ -114,14 +114,18 @@ def _batches(file: str) -> Iterator[Any]:
         import pyarrow as pa
     except ImportError:
         raise SourceError("reading Hugging Face datasets needs pyarrow: pip install 'shardkit[parquet]'") from None
-    done = 0
+    done, column = 0, ""
     try:
         for batch in _raw_batches(file):
-            batch.validate(full=True)
+            for column, values in zip(batch.schema.names, batch.columns, strict=True):
+                values.validate(full=True)
+            column = ""
+            batch.validate()  # every column as long as the batch
             yield batch
-            done += 1
+            done, column = done + 1, ""
     except (OSError, pa.ArrowException) as exc:
-        raise SourceError(f"{file}: not a readable Arrow/Parquet file (record batch {done}): {exc}") from None
+        where = f"record batch {done}" + (f", column {column!r}" if column else "")
+        raise SourceError(f"{file}: not a readable Arrow/Parquet file ({where}): {exc}") from None
 
 
 def _raw_batches(file: str) -> Iterator[Any]:
