@@ -10,7 +10,6 @@ import json
 import os
 import struct
 
-import numpy as np
 import pytest
 import zstandard
 

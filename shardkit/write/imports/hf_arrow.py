@@ -114,17 +114,17 @@ def _batches(file: str) -> Iterator[Any]:
         import pyarrow as pa
     except ImportError:
         raise SourceError("reading Hugging Face datasets needs pyarrow: pip install 'shardkit[parquet]'") from None
-    done, column = 0, ""
+    where = "record batch 0"
     try:
-        for batch in _raw_batches(file):
-            for column, values in zip(batch.schema.names, batch.columns, strict=True):
+        for done, batch in enumerate(_raw_batches(file)):
+            for name, values in zip(batch.schema.names, batch.columns, strict=True):
+                where = f"record batch {done}, column {name!r}"
                 values.validate(full=True)
-            column = ""
+            where = f"record batch {done}"
             batch.validate()  # every column as long as the batch
             yield batch
-            done, column = done + 1, ""
+            where = f"record batch {done + 1}"
     except (OSError, pa.ArrowException) as exc:
-        where = f"record batch {done}" + (f", column {column!r}" if column else "")
         raise SourceError(f"{file}: not a readable Arrow/Parquet file ({where}): {exc}") from None
 
 
