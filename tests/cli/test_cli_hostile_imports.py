@@ -283,3 +283,13 @@ def test_a_malformed_importer_input_is_named_never_a_traceback(tmp_path, case):
     for needle in needles:
         assert needle in text, (needle, text)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_hugging_face_data_file_that_is_a_fifo_is_refused_by_name(tmp_path):
+    """PI10: a ``_data_files`` entry that is a FIFO is named as one (not "no such file")."""
+    src = tmp_path / "hf"
+    src.mkdir()
+    (src / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}))
+    (src / "dataset_info.json").write_text("{}")
+    os.mkfifo(src / "data-00000-of-00001.arrow")
+    refused(src, tmp_path / "out", "data-00000-of-00001.arrow: not a regular file (a FIFO)")

@@ -41,9 +41,8 @@ def is_hf(path: str) -> bool:
 def iter_hf(path: str, split: str | None = None) -> Iterator[Item]:
     """Every row of the chosen split's files, in file order; ``origin`` names file and row."""
     files = data_files(path, split)
-    for file in files:  # all of them before the first row, so a missing one stops pack at once
-        if not os.path.isfile(file):
-            raise SourceError(f"{file}: cannot read: no such file")
+    for file in files:  # all of them before the first row, so a missing one (or a FIFO) stops pack at once
+        check_regular(file)
     for file in files:
         number = 0
         for batch in _batches(file):
@@ -132,11 +131,10 @@ def _raw_batches(file: str) -> Iterator[Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    check_regular(file)  # pyarrow opens it itself: a FIFO would block (PI10)
     if file.endswith(".parquet"):
-        check_regular(file)  # pyarrow opens it itself: a FIFO would block (PI10)
         yield from pq.ParquetFile(file).iter_batches(batch_size=4096)
         return
-    check_regular(file)
     with pa.memory_map(file) as source:
         try:
             reader = pa.ipc.open_stream(source)
