@@ -39,6 +39,8 @@ def inflate_stream(algo: str, data: bytes, limit: int, origin: str, why: str = "
             return _gzip(data, limit, where)
         if algo == "bz2":
             return _bzip2(data, limit, where)
+    except FormatError:
+        raise
     except _INFLATE_ERRORS as exc:
         raise FormatError(f"{origin}: not a valid {algo} stream: {exc}") from None
     raise FormatError(f"{origin}: unknown compression {algo!r}")

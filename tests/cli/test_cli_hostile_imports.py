@@ -108,6 +108,7 @@ def test_an_mds_gz_shard_inflates_no_further_than_its_declared_size(tmp_path):
     assert peak < 300, f"peak RSS {peak} MiB for a {BOMB_BYTES >> 20} MiB bomb"
     assert code == 1 and "Traceback" not in text, text
     assert "shard.00000.mds.gz: gz data inflates past 17 bytes (" in text and "raw_data.bytes 17" in text, text
+    assert "not a valid" not in text, text
 
 
 def test_a_litdata_zstd_chunk_inflates_no_further_than_the_maximum(tmp_path):
@@ -126,6 +127,7 @@ def test_a_litdata_zstd_chunk_inflates_no_further_than_the_maximum(tmp_path):
     assert peak < 400, f"peak RSS {peak} MiB for a {BOMB_BYTES >> 20} MiB bomb"
     assert code == 1 and "Traceback" not in text, text
     assert f"chunk-0-0.bin: zstd data inflates past {64 << 20} bytes (the maximum; $SHARDKIT_MAX_IMPORT_BYTES" in text
+    assert "not a valid" not in text, text
 
 
 def test_a_litdata_chunk_declaring_more_than_the_maximum_is_refused_unread(tmp_path):

@@ -58,7 +58,7 @@ def test_every_codec_stops_near_its_limit_however_far_the_bomb_goes(algo):
     del zeros
     tracemalloc.start()
     try:
-        with pytest.raises(FormatError, match=f"x: {algo} data inflates past 1000 bytes \\(the index\\)"):
+        with pytest.raises(FormatError, match=f"^x: {algo} data inflates past 1000 bytes \\(the index\\)$"):
             inflate_stream(algo, bomb, 1000, "x", "the index")
         peak = tracemalloc.get_traced_memory()[1]
     finally:
