@@ -18,6 +18,7 @@ from tests.helpers.hostile_peers import (
     LEAF,
     dict_spec,
     litdata_chunk,
+    mds_shard,
     pack_limited,
     text_sample,
     write_litdata,
@@ -128,6 +129,19 @@ def test_a_litdata_zstd_chunk_inflates_no_further_than_the_maximum(tmp_path):
     assert code == 1 and "Traceback" not in text, text
     assert f"chunk-0-0.bin: zstd data inflates past {64 << 20} bytes (the maximum; $SHARDKIT_MAX_IMPORT_BYTES" in text
     assert "not a valid" not in text, text
+
+
+def test_litdata_items_compressed_one_by_one_inflate_no_further_than_the_maximum_together(tmp_path):
+    """PI11: with compression_level "sample" each item is its own zstd frame; a 1 GiB item
+    stops at the maximum (here 64 MiB); before, the limit was 16 GiB per item."""
+    frame = zstd_bomb(struct.pack("<I", BOMB_BYTES - 4), BOMB_BYTES)
+    src = tmp_path / "lit"
+    write_litdata(src, mds_shard([frame]), ["bytes"], dict_spec(["blob"]), 1, compression="zstd",
+                  compression_level="sample")  # fmt: skip
+    code, peak, text = pack_limited(src, tmp_path / "out", env={"SHARDKIT_MAX_IMPORT_BYTES": "64MiB"})
+    assert peak < 400, f"peak RSS {peak} MiB for a {BOMB_BYTES >> 20} MiB bomb"
+    assert code == 1 and "Traceback" not in text, text
+    assert f"chunk-0-0.bin: item 0: zstd data inflates past {64 << 20} bytes (what is left of the maximum)" in text
 
 
 def test_a_litdata_chunk_declaring_more_than_the_maximum_is_refused_unread(tmp_path):
