@@ -46,7 +46,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layout", default="auto", choices=("auto", "rows"),
                    help="auto: blocks of uniform small samples are stored as columns (default); rows: never")
     p.add_argument("--metadata", action="append", type=key_value, metavar="KEY=VALUE", help="user metadata, repeatable")
-    p.add_argument("--label-from-dir", action="store_true", help="raw/<class>/<file>: add an int 'label'")
+    p.add_argument("--label-from-dir", action="store_true",
+                   help="raw/<class>/<file>: add an int 'label' (an image folder <class>/<image> gets one anyway)")
     p.add_argument("--skip-bad", action="store_true", help="skip unreadable items and list them")
     p.add_argument("--overwrite", action="store_true", help="replace an existing dataset at OUT")
     p.add_argument("--engine", default="local", choices=("local", "ray"), help="local processes or Ray Data")

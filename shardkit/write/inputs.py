@@ -145,7 +145,18 @@ def input_files(path: str, fmt: str, auto: bool = False) -> list[str]:
 
 
 def open_input(path: str) -> BinaryIO:
-    """A regular file opened for reading, decompressed by name (``.gz``, ``.zst``) (PI1, PI2).
+    """A regular file opened for reading, decompressed by name (``.gz``, ``.zst``) (PI1, PI2)."""
+    raw = open_regular(path)
+    lower = path.lower()
+    if lower.endswith(".gz"):
+        return _GzipInput(raw)  # type: ignore[return-value]
+    if lower.endswith(".zst"):
+        return zstd_stream_reader(raw)
+    return raw
+
+
+def open_regular(path: str) -> BinaryIO:
+    """A regular file opened for reading as it is (PI1); ``SourceError`` naming anything else.
 
     Opened without blocking, then checked, so a FIFO swapped in after discovery cannot hang."""
     try:
@@ -157,13 +168,7 @@ def open_input(path: str) -> BinaryIO:
         os.close(fd)
         raise SourceError(f"{shown(path)}: not a regular file ({_type_name(mode)}); pack reads only regular files")
     os.set_blocking(fd, True)
-    raw: BinaryIO = os.fdopen(fd, "rb")
-    lower = path.lower()
-    if lower.endswith(".gz"):
-        return _GzipInput(raw)  # type: ignore[return-value]
-    if lower.endswith(".zst"):
-        return zstd_stream_reader(raw)
-    return raw
+    return os.fdopen(fd, "rb")
 
 
 class _GzipInput(gzip.GzipFile):

@@ -83,7 +83,11 @@ def to_sample(item: Item) -> dict[str, Any]:
 
 def iter_files(root: str, label_from_dir: bool = False, auto: bool = False) -> tuple[Iterator[Item], dict[str, int]]:
     """File groups by key (relative path up to the first dot of the basename), sorted by key.
-    ``auto``: the format was detected, so documentation files are left out (``input_files``)."""
+    ``auto``: the format was detected, so documentation files are left out (``input_files``).
+
+    An *image folder* — every key a single image file (PI14) — gives one ``image`` field (the
+    file's bytes) whatever the extension; laid out ``<class>/<image>`` it also gives a ``label``
+    (PI15), as ``label_from_dir`` does for any ``<class>/…`` layout."""
     groups: dict[str, dict[str, str]] = {}
     for path in input_files(root, "files", auto) if auto else walk(root):
         rel = os.path.relpath(path, root)
@@ -96,23 +100,40 @@ def iter_files(root: str, label_from_dir: bool = False, auto: bool = False) -> t
         if ext in group:
             raise SourceError(f"{shown(path)}: duplicate .{shown(ext)} for key {shown(key)!r}")
         group[ext] = path
-    classes: dict[str, int] = {}
-    if label_from_dir:
-        names = sorted({k.split(os.sep)[0] for k in groups if os.sep in k})
-        if not names:
-            raise SourceError(f"{shown(root)}: --label-from-dir needs a <class>/<file> layout")
-        for name in names:
-            if shown(name) != name:
-                raise SourceError(f"{shown(os.path.join(root, name))}: a class folder name must be valid UTF-8")
-        classes = {name: i for i, name in enumerate(names)}
+    images = is_image_folder(groups)
+    class_folders = images and all(key.count(os.sep) == 1 for key in groups)
+    classes = _classes(root, groups) if label_from_dir or class_folders else {}
 
     def items() -> Iterator[Item]:
         for key in sorted(groups):
-            paths = dict(sorted(groups[key].items()))
-            label = classes.get(key.split(os.sep)[0]) if label_from_dir else None
+            paths = {IMAGE_FIELD: next(iter(groups[key].values()))} if images else dict(sorted(groups[key].items()))
+            label = classes.get(key.split(os.sep)[0]) if classes else None
             yield Item(origin=shown(os.path.join(root, key)), key=key, paths=paths, label=label)
 
     return items(), classes
+
+
+IMAGE_FIELD = "image"
+#: PI14: the extensions (case-insensitive) of the files an image folder holds.
+IMAGE_EXTS = frozenset({"jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff"})
+
+
+def is_image_folder(groups: dict[str, dict[str, str]]) -> bool:
+    """Every key is one file, and an image by its extension (PI14)."""
+    return bool(groups) and all(
+        len(group) == 1 and next(iter(group)).rsplit(".", 1)[-1].lower() in IMAGE_EXTS for group in groups.values()
+    )
+
+
+def _classes(root: str, groups: dict[str, dict[str, str]]) -> dict[str, int]:
+    """Class folder name → label, in sorted name order (PI15)."""
+    names = sorted({k.split(os.sep)[0] for k in groups if os.sep in k})
+    if not names:
+        raise SourceError(f"{shown(root)}: --label-from-dir needs a <class>/<file> layout")
+    for name in names:
+        if shown(name) != name:
+            raise SourceError(f"{shown(os.path.join(root, name))}: a class folder name must be valid UTF-8")
+    return {name: i for i, name in enumerate(names)}
 
 
 def _read_file(path: str) -> bytes:

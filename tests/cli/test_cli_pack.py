@@ -44,19 +44,49 @@ def write(path, data: bytes) -> None:
         fh.write(data)
 
 
-def test_image_folder_with_labels_from_dirs(tmp_path, capsys):
+@pytest.mark.parametrize("flag", [(), ("--label-from-dir",)])
+def test_an_image_folder_packs_one_image_field_and_a_label_from_its_class_folders(tmp_path, capsys, flag):
+    """PI14, PI15: an ImageNet-style tree (class folders of .jpg, .JPEG and .png files) gives
+    every sample ``image`` (the file's bytes) and ``label`` (the class folder's index in sorted
+    order), with or without --label-from-dir; the schema has no optional field."""
     rng = np.random.default_rng(0)
-    images = {f"{cls}/{i:03d}": rng.bytes(300) for cls in ("cat", "dog") for i in range(5)}
-    for key, data in images.items():
-        write(tmp_path / "raw" / f"{key}.jpg", data)
-    code, text = pack(capsys, tmp_path / "raw", tmp_path / "out", "--label-from-dir")
+    exts = ("jpg", "JPEG", "png")
+    images = {f"{cls}/{i:03d}": rng.bytes(300) for cls in ("n02", "n01") for i in range(6)}
+    for n, (key, data) in enumerate(images.items()):
+        write(tmp_path / "raw" / f"{key}.{exts[n % 3]}", data)
+    code, text = pack(capsys, tmp_path / "raw", tmp_path / "out", *flag)
     assert code == 0, text
     got = read_back(tmp_path / "out")
     assert [s["__key__"] for s in got] == sorted(images)
     for sample in got:
-        assert sample["jpg"] == images[sample["__key__"]]
-        assert sample["label"] == {"cat": 0, "dog": 1}[sample["__key__"].split("/")[0]]
-    assert open_dataset(str(tmp_path / "out")).manifest.metadata["classes"] == {"cat": 0, "dog": 1}
+        assert set(sample) == {"__key__", "image", "label"}
+        assert sample["image"] == images[sample["__key__"]]
+        assert sample["label"] == {"n01": 0, "n02": 1}[sample["__key__"].split("/")[0]]
+    manifest = open_dataset(str(tmp_path / "out")).manifest
+    assert manifest.metadata["classes"] == {"n01": 0, "n02": 1}
+    assert manifest.schema == {"__key__": {"type": "str"}, "image": {"type": "bytes"}, "label": {"type": "int"}}
+
+
+def test_a_flat_image_folder_gives_one_image_field_and_no_label(tmp_path, capsys):
+    """PI14: mixed extensions in one folder are still one ``image`` field; no class folders, no label."""
+    for i, ext in enumerate(("jpg", "png", "webp")):
+        write(tmp_path / "raw" / f"{i:04d}.{ext}", bytes([i]) * 20)
+    code, text = pack(capsys, tmp_path / "raw", tmp_path / "out")
+    assert code == 0, text
+    assert read_back(tmp_path / "out") == [{"__key__": f"{i:04d}", "image": bytes([i]) * 20} for i in range(3)]
+
+
+def test_images_two_folders_deep_get_no_label_unless_asked(tmp_path, capsys):
+    """PI15: only ``<class>/<image>`` is labelled by itself; ``train/<class>/<image>`` is not
+    (the first folder is not a class), and --label-from-dir labels by the first folder."""
+    for split in ("train", "val"):
+        write(tmp_path / "raw" / split / "cat" / "0.jpg", split.encode())
+    code, text = pack(capsys, tmp_path / "raw", tmp_path / "out")
+    assert code == 0, text
+    assert [set(s) for s in read_back(tmp_path / "out")] == [{"__key__", "image"}] * 2
+    code, text = pack(capsys, tmp_path / "raw", tmp_path / "asked", "--label-from-dir")
+    assert code == 0, text
+    assert [s["label"] for s in read_back(tmp_path / "asked")] == [0, 1]
 
 
 def test_key_groups_jpg_json_cls(tmp_path, capsys):

@@ -22,7 +22,8 @@ from typing import Any
 
 from shardkit.errors import SourceError
 from shardkit.write.imports.arrow_rows import batch_rows
-from shardkit.write.imports.peer_files import inside, read_json
+from shardkit.write.imports.peer_files import inside, read_object
+from shardkit.write.inputs import check_regular
 from shardkit.write.sources import Item
 
 _CACHE_FILE = re.compile(r"^(?P<builder>.+?)-(?P<split>[\w.]+?)(-\d{5}-of-\d{5})?\.arrow$")
@@ -40,13 +41,16 @@ def is_hf(path: str) -> bool:
 def iter_hf(path: str, split: str | None = None) -> Iterator[Item]:
     """Every row of the chosen split's files, in file order; ``origin`` names file and row."""
     files = data_files(path, split)
-    for file in files:  # all of them before the first row, so a missing one stops pack at once
-        if not os.path.isfile(file):
-            raise SourceError(f"{file}: cannot read: no such file")
+    for file in files:  # all of them before the first row, so a missing one (or a FIFO) stops pack at once
+        check_regular(file)
     for file in files:
         number = 0
         for batch in _batches(file):
-            for row in batch_rows(batch):
+            try:
+                rows = batch_rows(batch)
+            except (ValueError, TypeError, ArithmeticError) as exc:  # pyarrow's own errors are ValueErrors too
+                raise SourceError(f"{file}: rows {number}..{number + batch.num_rows - 1} do not read: {exc}") from None
+            for row in rows:
                 yield Item(origin=f"{file}: row {number}", key=str(number), row=row)
                 number += 1
 
@@ -57,11 +61,11 @@ def data_files(path: str, split: str | None) -> list[str]:
         return [path]
     names = set(os.listdir(path)) if os.path.isdir(path) else set()
     if "dataset_dict.json" in names:
-        splits = read_json(os.path.join(path, "dataset_dict.json")).get("splits", [])
+        splits = read_object(os.path.join(path, "dataset_dict.json")).get("splits", [])
         return data_files(inside(path, _pick(splits, split, path), path), None)
     if "state.json" in names:
         state_path = os.path.join(path, "state.json")
-        files = read_json(state_path).get("_data_files")
+        files = read_object(state_path).get("_data_files")
         if not isinstance(files, list) or not files:
             raise SourceError(f"{state_path}: no '_data_files' list")
         return [inside(path, f.get("filename") if isinstance(f, dict) else None, state_path) for f in files]
@@ -102,23 +106,41 @@ def _parquet_files(root: str, split: str | None) -> list[str]:
 
 
 def _batches(file: str) -> Iterator[Any]:
+    """The file's record batches, each validated in full (PI13) before a row of it is read:
+    offsets rise and stay inside their buffers, so a tampered file cannot make a read run
+    past the end of a buffer."""
     try:
         import pyarrow as pa
-        import pyarrow.parquet as pq
     except ImportError:
         raise SourceError("reading Hugging Face datasets needs pyarrow: pip install 'shardkit[parquet]'") from None
+    where = "record batch 0"
     try:
-        if file.endswith(".parquet"):
-            yield from pq.ParquetFile(file).iter_batches(batch_size=4096)
-            return
-        with pa.memory_map(file) as source:
-            try:
-                reader = pa.ipc.open_stream(source)
-            except pa.ArrowInvalid:
-                source.seek(0)
-                reader = pa.ipc.open_file(source)
-                yield from (reader.get_batch(i) for i in range(reader.num_record_batches))
-                return
-            yield from reader
+        for done, batch in enumerate(_raw_batches(file)):
+            for name, values in zip(batch.schema.names, batch.columns, strict=True):
+                where = f"record batch {done}, column {name!r}"
+                values.validate(full=True)
+            where = f"record batch {done}"
+            batch.validate()  # every column as long as the batch
+            yield batch
+            where = f"record batch {done + 1}"
     except (OSError, pa.ArrowException) as exc:
-        raise SourceError(f"{file}: not a readable Arrow/Parquet file: {exc}") from None
+        raise SourceError(f"{file}: not a readable Arrow/Parquet file ({where}): {exc}") from None
+
+
+def _raw_batches(file: str) -> Iterator[Any]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    check_regular(file)  # pyarrow opens it itself: a FIFO would block (PI10)
+    if file.endswith(".parquet"):
+        yield from pq.ParquetFile(file).iter_batches(batch_size=4096)
+        return
+    with pa.memory_map(file) as source:
+        try:
+            reader = pa.ipc.open_stream(source)
+        except pa.ArrowInvalid:
+            source.seek(0)
+            reader = pa.ipc.open_file(source)
+            yield from (reader.get_batch(i) for i in range(reader.num_record_batches))
+            return
+        yield from reader

@@ -20,13 +20,13 @@ becomes ``{"item": value}`` (a list or tuple at the top: ``{"0": …, "1": …}`
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 from collections.abc import Iterator
 from typing import Any
 
 from shardkit.errors import SourceError
+from shardkit.format.limits import MAX_NESTING_DEPTH
 from shardkit.write.imports import litdata_values, peer_files
 from shardkit.write.sources import Item
 
@@ -34,7 +34,8 @@ _MAGIC = b"LDFZ01\0\0"
 _ARROW_MAGIC = b"LDARW01\0"
 _PREFIX = struct.Struct("<8sHHIII")
 _FRAME = struct.Struct("<IIQII")
-_INFLATE_LIMIT = 1 << 34
+# A data_spec node is an object whose children are a list: two JSON levels per sample level (S3).
+_SPEC_DEPTH = 2 * MAX_NESTING_DEPTH + 2
 
 
 def is_litdata(path: str) -> bool:
@@ -69,7 +70,9 @@ def iter_litdata(root: str) -> Iterator[Item]:
             raise SourceError(f"{origin}: not an object")
         path = peer_files.inside(root, chunk.get("filename"), origin)
         count = peer_files.as_int(chunk.get("chunk_size"), "chunk_size", origin)
-        rows = _chunk_rows(peer_files.read_bytes(path), config, (formats, spec), path)
+        declared = chunk.get("chunk_bytes")
+        inflated = declared if isinstance(declared, int) and not isinstance(declared, bool) and declared >= 0 else None
+        rows = _chunk_rows(peer_files.read_bytes(path), config, (formats, spec), (path, inflated, origin))
         if len(rows) != count:
             raise SourceError(f"{path}: holds {len(rows)} items, {index_path} says {count}")
         for i, row in enumerate(rows):
@@ -77,21 +80,29 @@ def iter_litdata(root: str) -> Iterator[Item]:
             number += 1
 
 
-def _chunk_rows(data: bytes, config: dict[str, Any], layout: tuple[list[str], Any], path: str) -> list[dict[str, Any]]:
-    """The chunk's items as samples: from the leaves, or from the Arrow table that replaces them."""
+def _chunk_rows(
+    data: bytes, config: dict[str, Any], layout: tuple[list[str], Any], chunk: tuple[str, int | None, str]
+) -> list[dict[str, Any]]:
+    """The chunk's items as samples: from the leaves, or from the Arrow table that replaces them.
+    ``chunk``: (path, the ``chunk_bytes`` the index declares or None, the index entry's name)."""
     formats, spec = layout
+    path, declared, entry = chunk
     compression = str(config.get("compression") or "")
     if compression and (config.get("compression_level") or "chunk") == "chunk" and not data.endswith(_ARROW_MAGIC):
-        data = peer_files.unzstd(data, _INFLATE_LIMIT, path)
+        _check_codec(compression, path)  # the whole file is one stream of chunk_bytes bytes (PI11)
+        data = peer_files.inflate("zstd", data, declared, path, f"{entry} says chunk_bytes {declared}")
     data, table = _split_arrow_footer(data, path)
     items = _chunk_items(data, config, path)
     if table is not None and items and not any(items):  # the writer kept only the Arrow rows
-        rows: list[dict[str, Any]] = table.to_pylist()
+        try:
+            rows: list[dict[str, Any]] = table.to_pylist()
+        except (ValueError, TypeError, ArithmeticError) as exc:  # pyarrow's errors are ValueErrors too
+            raise SourceError(f"{path}: Arrow footer rows do not read: {exc}") from None
         return rows
     rows = []
     for i, payload in enumerate(items):
         where = f"{path}: item {i}"
-        rows.append(_as_sample(_unflatten(spec, iter(_leaves(payload, formats, where)), where)))
+        rows.append(_as_sample(_unflatten(spec, iter(_leaves(payload, formats, where)))))
     return rows
 
 
@@ -109,21 +120,36 @@ def _split_arrow_footer(data: bytes, path: str) -> tuple[bytes, Any]:
         raise SourceError(f"{path}: this chunk keeps its rows in Arrow; pip install 'shardkit[parquet]'") from None
     try:
         table = pa.ipc.open_file(pa.py_buffer(data[start : start + size])).read_all()
+        table.validate(full=True)  # offsets and lengths inside their buffers before any row is read (PI13)
     except (pa.ArrowException, OSError) as exc:
         raise SourceError(f"{path}: Arrow footer does not read: {exc}") from None
     return data[:start], table
 
 
+def _check_codec(compression: str, path: str) -> None:
+    if compression.split(":", 1)[0] != "zstd":
+        raise SourceError(f"{path}: LitData compression {compression!r} is not read (zstd only)")
+
+
 def _chunk_items(data: bytes, config: dict[str, Any], path: str) -> list[bytes]:
     compression = str(config.get("compression") or "")
-    if compression and compression.split(":", 1)[0] != "zstd":
-        raise SourceError(f"{path}: LitData compression {compression!r} is not read (zstd only)")
+    if compression:
+        _check_codec(compression, path)
     if data.startswith(_MAGIC):
         return _framed_items(data, path)
     items = _classic_items(data, path)
     if compression and config.get("compression_level") == "sample":
-        items = [peer_files.unzstd(item, _INFLATE_LIMIT, f"{path}: item {i}") for i, item in enumerate(items)]
+        items = _inflate_items(items, path)
     return items
+
+
+def _inflate_items(items: list[bytes], path: str) -> list[bytes]:
+    """Each item its own zstd frame; all of them together inflate to at most the maximum (PI11)."""
+    left, out = peer_files.max_import_bytes(), []
+    for i, item in enumerate(items):
+        out.append(peer_files.inflate("zstd", item, left, f"{path}: item {i}", "what is left of the maximum"))
+        left -= len(out[-1])
+    return out
 
 
 def _classic_items(data: bytes, path: str) -> list[bytes]:
@@ -141,12 +167,14 @@ def _framed_items(data: bytes, path: str) -> list[bytes]:
     table = _PREFIX.size + 4 * (count + 1)
     if table + _FRAME.size * num_frames > len(data):
         raise SourceError(f"{path}: framed zstd tables run past the end ({len(data)} bytes)")
+    frames = [_FRAME.unpack_from(data, table + frame * _FRAME.size) for frame in range(num_frames)]
+    peer_files.check_declared(sum(f[4] for f in frames), path, "the sum of its frame table's inflated sizes")
     inflated = bytearray()
-    for frame in range(num_frames):
-        _, _, offset, stored, size = _FRAME.unpack_from(data, table + frame * _FRAME.size)
+    for frame, (_, _, offset, stored, size) in enumerate(frames):
         if offset + stored > len(data):
             raise SourceError(f"{path}: zstd frame {frame} runs past the end ({len(data)} bytes)")
-        part = peer_files.unzstd(data[offset : offset + stored], size, f"{path}: frame {frame}")
+        where = f"{path}: frame {frame}"
+        part = peer_files.inflate("zstd", data[offset : offset + stored], size, where, "its frame table entry")
         if len(part) != size:
             raise SourceError(f"{path}: frame {frame} inflates to {len(part)} bytes, its table says {size}")
         inflated += part
@@ -171,35 +199,60 @@ def _leaves(payload: bytes, formats: list[str], origin: str) -> list[Any]:
 
 
 def _spec(text: Any, origin: str) -> Any:
-    """The pytree spec: ``[protocol, node]`` JSON, a node being ``{type, context, children_spec}``."""
-    try:
-        loaded = json.loads(text) if isinstance(text, str) else None
-    except ValueError as exc:
-        raise SourceError(f"{origin}: config.data_spec is not JSON: {exc}") from None
+    """The pytree spec: ``[protocol, node]`` JSON, a node being ``{type, context, children_spec}``;
+    every node checked (``_check_node``) before the spec is used."""
+    if not isinstance(text, str):
+        raise SourceError(f"{origin}: config.data_spec must be a JSON string, got {type(text).__name__}")
+    loaded = peer_files.loads(text, f"{origin}: config.data_spec", _SPEC_DEPTH)
     if not (isinstance(loaded, list) and len(loaded) == 2 and isinstance(loaded[1], dict)):
         raise SourceError(f"{origin}: config.data_spec is not a pytree spec")
+    nodes = [loaded[1]]
+    while nodes:
+        nodes.extend(_check_node(nodes.pop(), origin))
     return loaded[1]
 
 
-def _num_leaves(node: Any) -> int:
-    if not isinstance(node, dict) or node.get("type") is None:
+def _check_node(node: Any, origin: str) -> list[Any]:
+    """A node's children, once the node is known to be usable: a leaf (``type`` null) or a
+    dict/list/tuple whose ``children_spec`` is a list of nodes (and a dict's ``context`` the
+    JSON list of as many distinct keys)."""
+    where = f"{origin}: config.data_spec"
+    if not isinstance(node, dict):
+        raise SourceError(f"{where}: a node must be an object, got {node!r:.80}")
+    kind, children = node.get("type"), node.get("children_spec") or []
+    if kind is not None and kind not in _DICTS + _LISTS:
+        raise SourceError(f"{where}: node type {kind!r:.80} is not read (dict, list and tuple only)")
+    if not isinstance(children, list):
+        raise SourceError(f"{where}: children_spec must be a list, got {children!r:.80}")
+    if kind in _DICTS:
+        context = node.get("context")
+        keys = peer_files.loads(context, f"{where}: context") if isinstance(context, str) else context or []
+        if not isinstance(keys, list) or len(keys) != len(children) or len({str(k) for k in keys}) != len(keys):
+            wanted = f"a dict node needs {len(children)} distinct keys"
+            raise SourceError(f"{where}: {wanted}, its context is {context!r:.80}")
+        node["keys"] = [str(key) for key in keys]
+    return [] if kind is None else children
+
+
+_DICTS = ("builtins.dict", "collections.OrderedDict")
+_LISTS = ("builtins.list", "builtins.tuple")
+
+
+def _num_leaves(node: dict[str, Any]) -> int:
+    if node.get("type") is None:
         return 1
     return sum(_num_leaves(child) for child in node.get("children_spec") or [])
 
 
-def _unflatten(node: dict[str, Any], leaves: Iterator[Any], origin: str) -> Any:
+def _unflatten(node: dict[str, Any], leaves: Iterator[Any]) -> Any:
+    """The item's value from its leaves, by the checked spec (depth bounded by ``_SPEC_DEPTH``)."""
     kind, children = node.get("type"), node.get("children_spec") or []
     if kind is None:
         return next(leaves)
-    values = [_unflatten(child, leaves, origin) for child in children]
-    if kind in ("builtins.dict", "collections.OrderedDict"):
-        keys = json.loads(node.get("context") or "[]")
-        if len(keys) != len(values):
-            raise SourceError(f"{origin}: data_spec dict has {len(keys)} keys for {len(values)} values")
-        return {str(key): value for key, value in zip(keys, values, strict=True)}
-    if kind in ("builtins.list", "builtins.tuple"):
-        return values
-    raise SourceError(f"{origin}: data_spec node type {kind!r} is not read (dict, list and tuple only)")
+    values = [_unflatten(child, leaves) for child in children]
+    if kind in _DICTS:
+        return dict(zip(node["keys"], values, strict=True))
+    return values
 
 
 def _as_sample(value: Any) -> dict[str, Any]:

@@ -13,7 +13,7 @@ Byte layouts, as observed in ``litdata`` 0.2.x output (little-endian unless note
 
 from __future__ import annotations
 
-import json
+import math
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import SourceError
-from shardkit.write.imports import mds_values
+from shardkit.format.limits import MAX_NESTING_DEPTH
+from shardkit.write.imports import mds_values, peer_files
 
 # Index → dtype, in the writers' fixed order ("object", "bytes", "str", "void" are not arrays we take).
 _NUMPY_CODES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
@@ -32,6 +33,7 @@ _TORCH_CODES = ["float32", "float32", "float64", "float64", "complex64", "comple
 _BYTES_KINDS = ("jpeg", "image", "video", "audio", "file", "pdf", "mesh", "nifti", "tifffile")
 _U32 = struct.Struct("<I")
 _RECORD_TAGS = {0x10: 11, 0x11: 7, 0x12: 8, 0x13: 9, 0x14: 10}  # record cell tag → scalar tag
+_MIN_ITEM_BYTES = {1: 4, 2: 8, 3: 8, 5: 5, 6: 0}  # tag → the fewest bytes one item takes (others: 1)
 
 
 def check_format(name: Any, origin: str) -> None:
@@ -51,6 +53,8 @@ def decode(name: str, data: bytes, origin: str) -> Any:
         if kind in _BYTES_KINDS:
             return data
         return _DECODERS[kind](data, arg, origin)
+    except SourceError:
+        raise
     except (ValueError, IndexError, UnicodeDecodeError, struct.error) as exc:
         raise SourceError(f"{origin}: bad {name} value: {exc}") from None
 
@@ -68,20 +72,27 @@ def _array(data: bytes, arg: str, origin: str, codes: list[str], order: str) -> 
     shape = struct.unpack_from(f"{order}{ndim}I", data, 8)
     dtype = _dtype(codes, code, origin)
     start = 8 + 4 * ndim
-    if len(data) - start != dtype.itemsize * int(np.prod(shape)):
+    if len(data) - start != dtype.itemsize * math.prod(shape):
         raise SourceError(f"{origin}: {len(data) - start} value bytes do not make a {dtype} array of shape {shape}")
     return np.frombuffer(data, dtype, offset=start).reshape(shape).copy()
 
 
-def _nested(raw: bytes, at: int) -> tuple[Any, int]:
-    """One value of the tagged tree at ``at`` → (value, next offset)."""
+def _nested(raw: bytes, at: int, depth: int, origin: str) -> tuple[Any, int]:
+    """One value of the tagged tree at ``at`` → (value, next offset). ``depth``: the levels
+    of lists and dicts still allowed (S3); every count is checked against the bytes left
+    before anything is made of that size."""
     tag = raw[at]
     if tag in (7, 8, 9, 10, 11):  # scalars: str, i64, f64, bool, None
         return _nested_scalar(tag, raw, at + 1)
+    if depth <= 0:
+        raise SourceError(f"{origin}: json value nested deeper than {MAX_NESTING_DEPTH - 1} levels")
     count = _U32.unpack_from(raw, at + 1)[0]
     at += 5
+    left = len(raw) - at
+    if count * _MIN_ITEM_BYTES.get(tag, 1) > left:  # each item takes at least that many bytes
+        raise ValueError(f"tag {tag} declares {count} items, only {left} bytes are left at byte {at}")
     if tag == 0:  # JSON text
-        return json.loads(raw[at : at + count]), at + count
+        return peer_files.loads(raw[at : at + count], origin, depth), at + count
     if tag == 1:  # list of str
         out = []
         for _ in range(count):
@@ -97,7 +108,7 @@ def _nested(raw: bytes, at: int) -> tuple[Any, int]:
         mapping = {}
         for _ in range(count):
             key, at = _utf8(raw, at)
-            mapping[key], at = _nested(raw, at)
+            mapping[key], at = _nested(raw, at, depth - 1, origin)
         return mapping, at
     if tag == 6:  # records: count rows, then u32 n_keys, keys, then per row per key a tagged scalar
         return _records(raw, at, count)
@@ -119,6 +130,8 @@ def _nested_scalar(tag: int, raw: bytes, at: int) -> tuple[Any, int]:
 def _records(raw: bytes, at: int, rows: int) -> tuple[list[dict[str, Any]], int]:
     num_keys = _U32.unpack_from(raw, at)[0]
     at += 4
+    if 4 * num_keys + rows * max(num_keys, 1) > len(raw) - at:  # a key takes 4 bytes, a cell 1 or more
+        raise ValueError(f"{rows} records of {num_keys} keys do not fit the {len(raw) - at} bytes left at byte {at}")
     keys = []
     for _ in range(num_keys):
         key, at = _utf8(raw, at)
@@ -137,13 +150,15 @@ def _records(raw: bytes, at: int, rows: int) -> tuple[list[dict[str, Any]], int]
 
 def _utf8(raw: bytes, at: int) -> tuple[str, int]:
     size = _U32.unpack_from(raw, at)[0]
+    if at + 4 + size > len(raw):
+        raise ValueError(f"a {size}-byte string at byte {at} runs past the end ({len(raw)} bytes)")
     return raw[at + 4 : at + 4 + size].decode("utf-8"), at + 4 + size
 
 
 def _json(data: bytes, arg: str, origin: str) -> Any:
     if not data or data[0] > 0x20:  # older writers: plain JSON text
-        return json.loads(data)
-    value, end = _nested(data, 0)
+        return peer_files.loads(data, origin, MAX_NESTING_DEPTH - 1)
+    value, end = _nested(data, 0, MAX_NESTING_DEPTH - 1, origin)  # a field of the sample: level 2
     if end != len(data):
         raise SourceError(f"{origin}: {len(data) - end} bytes left after the value")
     return value

@@ -18,8 +18,6 @@ Values keep their types: ``int`` → int, fixed-width scalars → numpy scalars 
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import importlib
 import os
 from collections.abc import Iterator
@@ -78,6 +76,11 @@ def _columns(shard: dict[str, Any], origin: str) -> _Columns:
         len(names) == len(encodings) == len(sizes)
     ):
         raise SourceError(f"{origin}: column_names, column_encodings and column_sizes must be lists of one length")
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise SourceError(f"{origin}: column names must be non-empty strings, got {name!r:.80}")
+    if len(set(names)) != len(names):
+        raise SourceError(f"{origin}: column names repeat: {names!r:.200}")
     for name, encoding in zip(names, encodings, strict=True):
         mds_values.check_encoding(encoding, f"{origin}: column {name!r}")
     widths = [None if s is None else peer_files.as_int(s, "column size", origin) for s in sizes]
@@ -85,51 +88,60 @@ def _columns(shard: dict[str, Any], origin: str) -> _Columns:
 
 
 def _shard_bytes(root: str, shard: dict[str, Any], origin: str) -> tuple[str, bytes]:
+    """The shard's raw bytes: the raw file when it is there, else the zip file inflated, never
+    past what ``raw_data.bytes`` declares (PI11). Either must be a regular file (PI10)."""
     raw, zipped = shard.get("raw_data"), shard.get("zip_data")
     if not isinstance(raw, dict):
         raise SourceError(f"{origin}: raw_data missing")
     raw_size = peer_files.as_int(raw.get("bytes"), "raw_data.bytes", origin)
     raw_path = peer_files.inside(root, raw.get("basename"), origin)
-    if os.path.isfile(raw_path) or not isinstance(zipped, dict):
-        data = peer_files.read_bytes(raw_path)
+    declared = f"{origin} says raw_data.bytes {raw_size}"
+    if os.path.exists(raw_path) or not isinstance(zipped, dict):
+        peer_files.check_declared(raw_size, raw_path, declared)
+        data = peer_files.read_bytes(raw_path, raw_size, declared)
         path = raw_path
     else:
         path = peer_files.inside(root, zipped.get("basename"), origin)
-        data = _decompress(str(shard.get("compression") or ""), peer_files.read_bytes(path), raw_size, path)
+        data = _decompress(str(shard.get("compression") or ""), peer_files.read_bytes(path), raw_size, (path, declared))
     if len(data) != raw_size:
         raise SourceError(f"{path}: {len(data)} bytes of shard data, the index says {raw_size}")
     return path, data
 
 
-def _decompress(compression: str, data: bytes, raw_size: int, path: str) -> bytes:
-    algo = compression.split(":", 1)[0]
-    try:
-        if algo == "zstd":
-            return peer_files.unzstd(data, raw_size, path)
-        if algo == "gz":
-            return gzip.decompress(data)
-        if algo == "bz2":
-            return bz2.decompress(data)
-    except (OSError, EOFError, ValueError) as exc:
-        raise SourceError(f"{path}: does not decompress as {algo}: {exc}") from None
+def _decompress(compression: str, data: bytes, raw_size: int, where: tuple[str, str]) -> bytes:
+    algo, path = compression.split(":", 1)[0], where[0]
+    if algo in ("zstd", "gz", "bz2"):
+        return peer_files.inflate(algo, data, raw_size, *where)
     if algo in _OPTIONAL:
-        return _decompress_optional(algo, data, path)
+        return _decompress_optional(algo, data, raw_size, path)
     raise SourceError(f"{path}: unknown MDS compression {compression!r}")
 
 
 _OPTIONAL = {"br": ("brotli", "brotli"), "snappy": ("snappy", "python-snappy")}
 
 
-def _decompress_optional(algo: str, data: bytes, path: str) -> bytes:
+def _decompress_optional(algo: str, data: bytes, raw_size: int, path: str) -> bytes:
     module_name, package = _OPTIONAL[algo]
     try:
         module = importlib.import_module(module_name)
     except ImportError:
         raise SourceError(f"{path}: reading {algo}-compressed MDS shards needs `pip install {package}`") from None
+    if algo == "snappy" and _snappy_length(data, path) != raw_size:  # checked before anything is allocated
+        raise SourceError(f"{path}: snappy data declares {_snappy_length(data, path)} bytes, the index says {raw_size}")
     try:
         return bytes(module.decompress(data))
     except Exception as exc:  # each library raises its own error type
         raise SourceError(f"{path}: does not decompress as {algo}: {exc}") from None
+
+
+def _snappy_length(data: bytes, path: str) -> int:
+    """The inflated length a raw snappy block starts with (a little-endian base-128 varint)."""
+    value = 0
+    for shift, byte in zip(range(0, 35, 7), data, strict=False):
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value
+    raise SourceError(f"{path}: not a snappy block (no length at its start)")
 
 
 def _decode(payload: bytes, columns: _Columns, origin: str) -> dict[str, Any]:

@@ -12,13 +12,15 @@ Byte layouts (little-endian), as observed in ``streaming.MDSWriter`` output:
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from shardkit.errors import SourceError
+from shardkit.format.limits import MAX_NESTING_DEPTH
+from shardkit.write.imports import peer_files
 
 _SCALARS = {
     name: np.dtype(name).newbyteorder("<")
@@ -49,7 +51,7 @@ def decode(encoding: str, data: bytes, origin: str) -> Any:
         if encoding in _LISTS:
             return _LISTS[encoding](data, origin)
         return _SIMPLE[encoding](data, origin)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, IndexError, UnicodeDecodeError) as exc:
         raise SourceError(f"{origin}: bad {encoding} value: {exc}") from None
 
 
@@ -83,12 +85,18 @@ def _ndarray(encoding: str, data: bytes, origin: str) -> np.ndarray:
     if len(parts) > 2:
         shape = [int(d) for d in parts[2].split(",")]
     else:
+        if at >= len(data):
+            raise SourceError(f"{origin}: {len(data)} bytes end before the ndarray's shape header")
         ndim, width = data[at] >> 2, _SHAPE_DTYPES[data[at] & 3]
         size = np.dtype(width).itemsize * ndim
+        if at + 1 + size > len(data):
+            raise SourceError(f"{origin}: {len(data)} bytes end inside the ndarray's {ndim}-d shape")
         shape = np.frombuffer(data, width, ndim, at + 1).tolist()
         at += 1 + size
+    if any(d < 0 for d in shape):
+        raise SourceError(f"{origin}: ndarray shape {shape} has a negative dimension")
     dtype = _SCALARS[dtype_name]
-    if len(data) - at != dtype.itemsize * int(np.prod(shape)):
+    if len(data) - at != dtype.itemsize * math.prod(shape):
         raise SourceError(f"{origin}: {len(data) - at} value bytes do not make a {dtype_name} array of shape {shape}")
     return np.frombuffer(data, dtype, offset=at).reshape(shape).copy()
 
@@ -124,7 +132,7 @@ _SIMPLE: dict[str, Callable[[bytes, str], Any]] = {
     "str_int": lambda data, origin: int(data.decode()),
     "str_float": lambda data, origin: float(data.decode()),
     "str_decimal": lambda data, origin: data.decode(),
-    "json": lambda data, origin: json.loads(data),
+    "json": lambda data, origin: peer_files.loads(data, origin, MAX_NESTING_DEPTH - 1),  # a field: level 2
     "jpeg": lambda data, origin: data,
     "png": lambda data, origin: data,
     "pil": _pil,

@@ -1,28 +1,72 @@
 """File reading shared by the peer-format importers: JSON indexes, shard bytes, offset tables.
 
-Every error is a ``SourceError`` naming the file (and the record where there is one).
+Every error is a ``SourceError`` naming the file (and the record where there is one). Every
+read is bounded (specs/pack-inputs.md PI10–PI12): only regular files are opened (a FIFO or
+device is refused by name, never read), no file larger than the maximum is read, JSON nests at
+most ``MAX_NESTING_DEPTH`` deep, and nothing inflates past what the file declares or the maximum.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 import numpy as np
 
 from shardkit.errors import FormatError, SourceError
-from shardkit.format.foreign_zstd import decompress_zstd_stream
+from shardkit.format.bounded_json import loads_bounded
+from shardkit.format.foreign_zstd import inflate_stream
+from shardkit.format.limits import MAX_NESTING_DEPTH
+from shardkit.units import parse_size
+from shardkit.write.inputs import open_regular
+
+#: PI11: the largest file an importer reads, and the most one shard or chunk may inflate to.
+DEFAULT_MAX_IMPORT_BYTES = 1 << 30
+#: The environment variable that raises (or lowers) that maximum, e.g. ``4GiB``.
+MAX_IMPORT_BYTES_ENV = "SHARDKIT_MAX_IMPORT_BYTES"
+#: PI12: the largest JSON index (``index.json``, ``state.json`` …) an importer parses.
+MAX_INDEX_BYTES = 128 << 20
 
 
-def read_json(path: str) -> Any:
+def max_import_bytes() -> int:
+    """``$SHARDKIT_MAX_IMPORT_BYTES`` when set, else ``DEFAULT_MAX_IMPORT_BYTES``."""
+    text = os.environ.get(MAX_IMPORT_BYTES_ENV)
+    if not text:
+        return DEFAULT_MAX_IMPORT_BYTES
     try:
-        with open(path, "rb") as fh:
-            return json.load(fh)
-    except OSError as exc:
-        raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise SourceError(f"{path}: not valid JSON: {exc}") from None
+        value = parse_size(text)
+    except (ValueError, OverflowError) as exc:
+        raise SourceError(f"${MAX_IMPORT_BYTES_ENV}: {exc}") from None
+    if not 0 < value < 1 << 48:
+        raise SourceError(f"${MAX_IMPORT_BYTES_ENV} must be a size between 1 byte and 256 TiB, got {text!r}")
+    return value
+
+
+def read_json(path: str, max_depth: int = MAX_NESTING_DEPTH) -> Any:
+    """The JSON value of the file ``path`` (at most ``MAX_INDEX_BYTES``, nested at most
+    ``max_depth`` deep)."""
+    data = read_bytes(path, MAX_INDEX_BYTES, "the most a JSON index may have")
+    try:
+        return loads_bounded(data, path, max_depth)
+    except FormatError as exc:
+        raise SourceError(str(exc)) from None
+
+
+def read_object(path: str) -> dict[str, Any]:
+    """``read_json`` for a file that must hold a JSON object."""
+    value = read_json(path)
+    if not isinstance(value, dict):
+        raise SourceError(f"{path}: must hold a JSON object, got {type(value).__name__}")
+    return value
+
+
+def loads(text: bytes | str, origin: str, max_depth: int = MAX_NESTING_DEPTH) -> Any:
+    """A JSON value found inside a peer's file (a column, a leaf, a spec), ``SourceError``
+    naming ``origin`` when it is not JSON or nests deeper than ``max_depth``."""
+    try:
+        return loads_bounded(text, origin, max_depth)
+    except FormatError as exc:
+        raise SourceError(str(exc)) from None
 
 
 INDEX_NAME = "index.json"  # LitData's and MosaicML Streaming's index file both have this name
@@ -41,12 +85,40 @@ def probe_index(folder: str) -> dict[str, Any] | None:
     return loaded if isinstance(loaded, dict) else None
 
 
-def read_bytes(path: str) -> bytes:
+def read_bytes(path: str, limit: int | None = None, why: str = "") -> bytes:
+    """The bytes of the regular file ``path``: never a FIFO or device (PI10), never more than
+    ``limit`` (default: the maximum, PI11; ``why`` says where a smaller limit comes from)."""
+    if limit is None:
+        limit, why = max_import_bytes(), f"the maximum; ${MAX_IMPORT_BYTES_ENV} raises it"
     try:
-        with open(path, "rb") as fh:
-            return fh.read()
+        with open_regular(path) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            data = fh.read(limit + 1) if size <= limit else b""
     except OSError as exc:
         raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
+    if size > limit or len(data) > limit:
+        raise SourceError(f"{path}: {max(size, len(data))} bytes, more than {limit} ({why})")
+    return data
+
+
+def check_declared(declared: int, origin: str, why: str = "") -> None:
+    """Refuse a shard or chunk that declares more bytes than the maximum (PI11), before any read."""
+    cap = max_import_bytes()
+    if declared > cap:
+        raise SourceError(f"{origin}: declares {declared} bytes{f' ({why})' if why else ''}, "
+                          f"more than the maximum {cap}; ${MAX_IMPORT_BYTES_ENV} raises it")
+
+
+def inflate(algo: str, data: bytes, declared: int | None, origin: str, why: str = "") -> bytes:
+    """``data`` inflated as ``algo`` (``zstd``, ``gz``, ``bz2``), never past ``declared`` (what
+    the file or its index says it inflates to; ``why`` names that) nor the maximum (PI11)."""
+    if declared is None:
+        declared, why = max_import_bytes(), f"the maximum; ${MAX_IMPORT_BYTES_ENV} raises it"
+    check_declared(declared, origin, why)
+    try:
+        return inflate_stream(algo, data, declared, origin, why)
+    except FormatError as exc:
+        raise SourceError(str(exc)) from None
 
 
 def inside(root: str, name: Any, origin: str) -> str:
@@ -54,13 +126,6 @@ def inside(root: str, name: Any, origin: str) -> str:
     if not isinstance(name, str) or not name or os.path.isabs(name) or ".." in name.split("/"):
         raise SourceError(f"{origin}: unsafe or missing file name {name!r}")
     return os.path.join(root, *name.split("/"))
-
-
-def unzstd(data: bytes, limit: int, origin: str) -> bytes:
-    try:
-        return decompress_zstd_stream(data, limit, origin)
-    except FormatError as exc:
-        raise SourceError(str(exc)) from None
 
 
 def offset_table(data: bytes, count: int, start: int, origin: str) -> list[int]:
