@@ -7,17 +7,17 @@ job with a traceback, whatever it holds. So each is read through ``read_small``:
 every cache file is (``open_regular``: no link, no special file, no hang), refused — not
 truncated — when longer than its cap, and read with at most ``cap + 1`` bytes. JSON goes
 through ``loads_json``: ``NaN``, ``Infinity`` and numbers that overflow a float (``1e400``) are
-refused, as is nesting deeper than the interpreter's recursion limit (``RecursionError``).
+refused, as is nesting deeper than ``format.limits.MAX_NESTING_DEPTH``.
 Every refusal is an ``UntrustedFileError`` (a ``ValueError``): the caller skips the file.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import os
 from typing import Any
 
+from shardkit.errors import FormatError
+from shardkit.format.bounded_json import loads_bounded
 from shardkit.storage.cache_files import open_regular
 
 
@@ -56,22 +56,9 @@ def read_open(fd: int, max_bytes: int, where: str) -> bytes:
 
 
 def loads_json(data: bytes, where: str) -> Any:
-    """``json.loads`` that refuses what no shardkit writer writes: non-finite numbers, and
-    nesting too deep to parse without exhausting the stack."""
+    """JSON parsed as ``format.bounded_json`` does with ``finite``: refusing what no shardkit
+    writer writes (non-finite numbers, deep nesting) as ``UntrustedFileError``."""
     try:
-        return json.loads(data, parse_constant=_no_constant, parse_float=_finite_float)
-    except RecursionError:
-        raise UntrustedFileError(f"{where}: JSON nested too deeply; skipped") from None
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a refused number
-        raise UntrustedFileError(f"{where}: not valid JSON ({exc}); skipped") from None
-
-
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number shardkit writes")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text[:40]} does not fit a float")
-    return value
+        return loads_bounded(data, where, finite=True)
+    except FormatError as exc:
+        raise UntrustedFileError(f"{exc}; skipped") from None
