@@ -84,15 +84,16 @@ def pack_with_ray(
 def write_dataset(ds: Any, out: str, options: PackOptions, rows: Any = None, progress: bool = True,
                   order: dict[str, Any] | None = None, found: Any = None) -> RayPackSummary:
     """Write the Ray dataset ``ds`` of dict rows as a shardkit dataset at ``out``; ``order`` is
-    the manifest's (M9; None: not recorded). With ``found`` (``ray_shuffle.ShuffleSummary``),
-    ``ds`` holds encoded samples (column ``data``) and ``found`` their schema and skipped
-    records. A dataset being replaced stays whole and readable until the new manifest is
+    the manifest's (M9; None: the dataset's own order, ``{"shuffled": false}``). With ``found``
+    (``ray_shuffle.ShuffleSummary``), ``ds`` holds encoded samples (column ``data``) and
+    ``found`` their schema and skipped records. A dataset being replaced stays whole and readable until the new manifest is
     published, and a failure leaves no file that no manifest names (``output.Output``,
     shard-format.md W5; Y1)."""
     require_ray()
     from shardkit.write.ray_sink import ShardkitDatasink
 
     started = time.perf_counter()
+    order = {"shuffled": False} if order is None else order
     store = open_store(out, options.storage_options)
     output = Output(store, OUTPUT_NAME_FORMAT, options.overwrite)
     sink_options = replace(_sink_options(options), encoded=found is not None)
