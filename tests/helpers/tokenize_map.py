@@ -73,3 +73,12 @@ def sizes(record: dict[str, Any]) -> dict[str, Any]:
 def deep(record: dict[str, Any]) -> dict[str, Any]:
     """A map that passes the record through (for hostile-record tests)."""
     return {"value": record}
+
+
+def mapped_words(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What ``words`` makes of ``records`` (kinds list, dict, none), in order: the reference."""
+    out: list[dict[str, Any]] = []
+    for record in records:
+        result = words(record)
+        out.extend([] if result is None else result if isinstance(result, list) else [result])
+    return out
