@@ -39,7 +39,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", default=None, help="with a Hugging Face dataset of several splits: the one to pack")
     p.add_argument("--workers", type=int_at_least(0), default=1,
                    help="parallel encoding processes (same output for any N)")
-    p.add_argument("--shard-size", type=size, default="64MiB", help="uncompressed bytes per shard (default 64MiB)")
+    p.add_argument("--shard-size", type=size, default="64MiB",
+                   help="uncompressed bytes per shard (default 64MiB; blocks are at most this size)")
     p.add_argument("--block-size", type=size, default="1MiB", help="uncompressed bytes per block (default 1MiB)")
     p.add_argument("--level", type=zstd_level, default=3, help="zstd level (default 3)")
     p.add_argument("--compression", default="auto", choices=("auto", "zstd", "none"))
