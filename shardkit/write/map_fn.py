@@ -62,8 +62,8 @@ def check_importable(fn: MapRef) -> None:
     """Refuse, before any work, a callable that spawned workers cannot import by name."""
     if isinstance(fn, str):
         return
-    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
-    if not module or not name or "<" in name:
+    name = getattr(fn, "__qualname__", "")  # partials and callable objects: pickling decides
+    if "<lambda>" in name or "<locals>" in name:
         raise SourceError(f"map function {fn!r}: workers are spawned processes, so the function must be "
                           "defined at the top level of a module (not a lambda or a nested function); "
                           "or pass workers=1")

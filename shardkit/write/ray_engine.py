@@ -62,6 +62,8 @@ def pack_with_ray(
     src: str, out: str, options: PackOptions, address: str | None = None, progress: bool = True
 ) -> PackSummary:
     """Pack ``src`` into ``out`` on the Ray cluster at ``address`` (or the one already joined)."""
+    if options.map is not None:
+        raise SourceError("a map function (--map) runs with --engine local")
     ray = require_ray()
     started = time.perf_counter()
     joined = not ray.is_initialized()
