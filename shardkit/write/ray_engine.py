@@ -209,7 +209,7 @@ def _source_dataset(src: str, options: PackOptions) -> tuple[Any, Any, dict[str,
         files = [os.path.abspath(f) for f in sources.input_files(src, fmt)]
         per_file = ray.data.from_items(numbered([{"file": f} for f in files]), override_num_blocks=len(files))
         return per_file, FileRows(fmt), {}, len(files)
-    raise SourceError(f"unknown format {fmt!r}; choose one of {sources.FORMATS}")
+    raise SourceError(f"--engine ray reads files, jsonl, parquet and wds, not {fmt!r}; use --engine local")
 
 
 def _shardkit_cause(exc: BaseException) -> BaseException | None:

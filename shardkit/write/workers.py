@@ -1,6 +1,6 @@
 """``pack``'s worker processes: tasks mapped in spawned processes, results in task order.
 
-At most ``2 × workers`` tasks are in flight, so memory is bounded whatever the input's size.
+At most ``4 × workers`` tasks are in flight, so memory is bounded whatever the input's size.
 Workers are *spawned*, so each one imports the main script again (as ``__mp_main__``); a script
 that calls ``pack`` at module level, without an ``if __name__ == "__main__":`` guard, would run
 its pack again in every worker. ``refuse_rerun_in_worker`` detects that in the worker and
@@ -21,7 +21,7 @@ from shardkit.errors import WorkerError
 T = TypeVar("T")
 R = TypeVar("R")
 GUARD = 'if __name__ == "__main__":'
-_IN_FLIGHT_PER_WORKER = 2
+_IN_FLIGHT_PER_WORKER = 4
 
 
 def refuse_rerun_in_worker(what: str = "sk.pack") -> None:
