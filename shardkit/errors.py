@@ -71,3 +71,8 @@ class StateError(ShardkitError, ValueError):
 
 class LoaderUsageError(ShardkitError, TypeError):
     """A dataset iterated in a way that would break its guarantees (e.g. not by ``ShardLoader``)."""
+
+
+class WorkerError(ShardkitError, RuntimeError):
+    """A worker process of ``pack`` could not start or died (e.g. a script that calls
+    ``sk.pack(..., workers=N)`` without an ``if __name__ == "__main__":`` guard)."""

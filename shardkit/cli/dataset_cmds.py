@@ -120,7 +120,7 @@ def describe_order(order: dict[str, Any] | None) -> str:
     if order is None:
         return "not recorded (packed by an older shardkit)"
     if not order.get("shuffled"):
-        return "source order (packed with --no-shuffle)"
+        return "source order (as written: pack --no-shuffle, or a ShardWriter)"
     return f"shuffled at pack time ({order.get('method')}, seed {order.get('seed')})"
 
 

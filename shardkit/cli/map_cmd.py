@@ -5,21 +5,21 @@ from __future__ import annotations
 import argparse
 
 from shardkit.errors import SourceError
-from shardkit.write.map import map_format, resolve
-from shardkit.write.map import pack as map_pack
-from shardkit.write.pack import PackOptions, PackSummary
+from shardkit.write.map_fn import import_from_cwd, resolve
+from shardkit.write.pack import PackOptions
 
 EXIT_USAGE = 2
 
 
-def pack_with_map(args: argparse.Namespace, options: PackOptions, progress: object) -> PackSummary:
-    """Run ``--map`` over the JSONL, text or Parquet input ``args.src`` (``map_format``)."""
+def map_options(args: argparse.Namespace, options: PackOptions) -> PackOptions:
+    """``options`` with the ``--map`` function; a bad reference is a usage error (exit 2).
+    MODULE is found in the current folder first, as ``python -m`` finds it."""
     try:
         if args.engine != "local":
             raise SourceError("--map runs with --engine local")
-        map_format(args.src, options.fmt)
+        import_from_cwd()
         resolve(args.map)
     except SourceError as exc:
         exc.exit_code = EXIT_USAGE  # type: ignore[attr-defined]
         raise
-    return map_pack(args.map, args.src, args.out, workers=options.workers, options=options, progress=progress)
+    return PackOptions(**{**options.__dict__, "map": args.map})

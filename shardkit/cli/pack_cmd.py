@@ -33,13 +33,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("src", type=existing_path, help="raw folder or file")
     p.add_argument("out", help="output folder or URL (s3://bucket/prefix)")
-    p.add_argument("--format", default="auto", choices=("auto", *FORMATS, *PEER_FORMATS, "text"),
+    p.add_argument("--format", default="auto", choices=("auto", *FORMATS, *PEER_FORMATS),
                    help="source format (default: detect from the file names, specs/pack-inputs.md); "
-                   "mds, litdata, hf read those libraries' folders; text (one record per line) with --map")
+                   "mds, litdata, hf read those libraries' folders; text: one {\"text\": line} per line")
     p.add_argument("--split", default=None, help="with a Hugging Face dataset of several splits: the one to pack")
     p.add_argument("--workers", type=int_at_least(0), default=1,
                    help="parallel encoding processes (same output for any N)")
-    p.add_argument("--shard-size", type=size, default="64MiB", help="uncompressed bytes per shard (default 64MiB)")
+    p.add_argument("--shard-size", type=size, default="64MiB",
+                   help="uncompressed bytes per shard (default 64MiB; blocks are at most this size)")
     p.add_argument("--block-size", type=size, default="1MiB", help="uncompressed bytes per block (default 1MiB)")
     p.add_argument("--level", type=zstd_level, default=3, help="zstd level (default 3)")
     p.add_argument("--compression", default="auto", choices=("auto", "zstd", "none"))
@@ -52,7 +53,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing dataset at OUT")
     p.add_argument("--engine", default="local", choices=("local", "ray"), help="local processes or Ray Data")
     p.add_argument("--address", default=None, help="Ray cluster address (with --engine ray)")
-    p.add_argument("--map", metavar="MODULE:FUNCTION", help="map each JSONL record through FUNCTION (e.g. tokenize)")
+    p.add_argument("--map", metavar="MODULE:FUNCTION",
+                   help="map each input record through FUNCTION (e.g. tokenize); MODULE is imported from "
+                   "the current folder or an installed package (specs/token-blocks.md TB10)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true")
     _add_shuffle_options(p)
@@ -102,19 +105,18 @@ def run(args: argparse.Namespace) -> int:
         shuffle=shuffle,
         split=args.split,
     )
-    if args.engine == "ray" and not args.map:
+    if args.map:
+        from shardkit.cli.map_cmd import map_options
+
+        options = map_options(args, options)
+    if args.engine == "ray":
         from shardkit.write.ray_engine import pack_with_ray
 
         summary = pack_with_ray(args.src, args.out, options, address=args.address, progress=not args.no_progress)
     else:
         progress = Progress("pack", enabled=not args.no_progress)
         try:
-            if args.map:
-                from shardkit.cli.map_cmd import pack_with_map
-
-                summary = pack_with_map(args, options, progress)
-            else:
-                summary = pack(args.src, args.out, options, progress)
+            summary = pack(args.src, args.out, options, progress)
         finally:
             progress.close()
     if args.json:

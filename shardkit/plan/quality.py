@@ -199,12 +199,12 @@ def unshuffled_warning(
     if found >= POOR_RATIO * uniform:
         return None
     return (
-        f"this dataset was packed in source order (--no-shuffle) and declares label field(s) "
+        f"this dataset was written in source order (pack --no-shuffle, or a ShardWriter) and declares label field(s) "
         f"{', '.join(map(repr, labelled))}, and a batch of {params.batch_size} draws from {found:.1f} "
         f"shards on average ({found / uniform:.0%} of a uniform shuffle's {uniform:.1f}): if the source "
         f"was sorted by label, batches will hold few labels. Measure with `shardkit plan DATASET "
-        f"--batch-size {params.batch_size} --quality {labelled[0]}`; re-pack without --no-shuffle to "
-        f"fix it (or raise spread / shuffle_window)"
+        f"--batch-size {params.batch_size} --quality {labelled[0]}`; re-pack without --no-shuffle (or write "
+        f"through ShuffledWriter) to fix it (or raise spread / shuffle_window)"
     )
 
 

@@ -3,7 +3,10 @@
 
 A block is sealed as soon as its samples' encoded bytes reach ``block_size``; it is arranged
 here (rows or columns, ``arrange_block``) because a shard is closed after the block that brings
-its *raw* bytes — what the arranged blocks hold — to ``shard_size``. Not thread-safe.
+its *raw* bytes — what the arranged blocks hold — to ``shard_size``. A block is never asked to
+be larger than a shard (I14): a ``block_size`` above ``shard_size`` is lowered to it, so
+``--shard-size 8KiB`` gives shards of about 8 KiB, not one default 1 MiB block each. Not
+thread-safe.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ ArrangedBlock = tuple[bytes, np.ndarray, int]  # raw bytes, sample offsets, layo
 class BlockCutter:
     def __init__(self, block_size: int, shard_size: int, layout: str = "auto",
                  max_block_bytes: int = MAX_BLOCK_BYTES) -> None:
-        self.block_size, self.shard_size, self.layout = block_size, shard_size, layout
+        self.block_size, self.shard_size, self.layout = min(block_size, shard_size), shard_size, layout
         self.max_block_bytes = max_block_bytes
         self._pending: list[bytes] = []
         self._pending_bytes = 0

@@ -62,6 +62,8 @@ def pack_with_ray(
     src: str, out: str, options: PackOptions, address: str | None = None, progress: bool = True
 ) -> PackSummary:
     """Pack ``src`` into ``out`` on the Ray cluster at ``address`` (or the one already joined)."""
+    if options.map is not None:
+        raise SourceError("a map function (--map) runs with --engine local")
     ray = require_ray()
     started = time.perf_counter()
     joined = not ray.is_initialized()
@@ -84,15 +86,16 @@ def pack_with_ray(
 def write_dataset(ds: Any, out: str, options: PackOptions, rows: Any = None, progress: bool = True,
                   order: dict[str, Any] | None = None, found: Any = None) -> RayPackSummary:
     """Write the Ray dataset ``ds`` of dict rows as a shardkit dataset at ``out``; ``order`` is
-    the manifest's (M9; None: not recorded). With ``found`` (``ray_shuffle.ShuffleSummary``),
-    ``ds`` holds encoded samples (column ``data``) and ``found`` their schema and skipped
-    records. A dataset being replaced stays whole and readable until the new manifest is
-    published, and a failure leaves no file that no manifest names (``output.Output``,
-    shard-format.md W5; Y1)."""
+    the manifest's (M9; None: the dataset's own order, ``{"shuffled": false}``). With ``found``
+    (``ray_shuffle.ShuffleSummary``), ``ds`` holds encoded samples (column ``data``) and
+    ``found`` their schema and skipped records. A dataset being replaced stays whole and
+    readable until the new manifest is published, and a failure leaves no file that no
+    manifest names (``output.Output``, shard-format.md W5; Y1)."""
     require_ray()
     from shardkit.write.ray_sink import ShardkitDatasink
 
     started = time.perf_counter()
+    order = {"shuffled": False} if order is None else order
     store = open_store(out, options.storage_options)
     output = Output(store, OUTPUT_NAME_FORMAT, options.overwrite)
     sink_options = replace(_sink_options(options), encoded=found is not None)
@@ -206,7 +209,7 @@ def _source_dataset(src: str, options: PackOptions) -> tuple[Any, Any, dict[str,
         files = [os.path.abspath(f) for f in sources.input_files(src, fmt)]
         per_file = ray.data.from_items(numbered([{"file": f} for f in files]), override_num_blocks=len(files))
         return per_file, FileRows(fmt), {}, len(files)
-    raise SourceError(f"unknown format {fmt!r}; choose one of {sources.FORMATS}")
+    raise SourceError(f"--engine ray reads files, jsonl, parquet and wds, not {fmt!r}; use --engine local")
 
 
 def _shardkit_cause(exc: BaseException) -> BaseException | None:

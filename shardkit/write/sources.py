@@ -24,7 +24,8 @@ from shardkit.format.stream_codec import ZSTD_STREAM_ERRORS
 from shardkit.write.inputs import detect_format as detect_format  # re-exported for the engines
 from shardkit.write.inputs import input_files, open_input, shown, walk
 
-FORMATS = ("files", "jsonl", "parquet", "wds")
+FORMATS = ("files", "jsonl", "parquet", "wds", "text")
+TEXT_SUFFIXES = (".txt", ".text")
 _INT_EXTS = {"cls", "cls2", "index", "inx", "id"}
 _TEXT_EXTS = {"txt", "text", "transcript"}
 _JSON_EXTS = {"json", "jsn"}
@@ -40,7 +41,7 @@ class Item:
     parts: dict[str, bytes] = field(default_factory=dict)
     paths: dict[str, str] = field(default_factory=dict)  # read in to_sample (in the worker)
     label: int | None = None
-    row: dict[str, Any] | None = None
+    row: Any = None  # a Parquet row; with a map function, any input record (TB10)
 
 
 def skip_entry(origin: str, exc: BaseException) -> dict[str, str]:
@@ -165,6 +166,30 @@ def parse_jsonl_item(item: Item) -> dict[str, Any]:
     if not isinstance(row, dict):
         raise SourceError(f"{item.origin}: a JSONL line must be an object, got {type(row).__name__}")
     return row
+
+
+def iter_text(path: str) -> Iterator[Item]:
+    """One item per line of a UTF-8 text file (or of each ``.txt``/``.text`` file of a folder,
+    sorted); parsed in ``parse_text_item``."""
+    files = [f for f in walk(path) if f.lower().endswith(TEXT_SUFFIXES)] if os.path.isdir(path) else [path]
+    if not files:
+        raise SourceError(f"{shown(path)}: no text input files ({', '.join(TEXT_SUFFIXES)})")
+    for file in files:
+        number = 0
+        try:
+            with open_input(file) as fh:
+                for number, line in enumerate(fh, 1):
+                    yield Item(origin=f"{shown(file)}:{number}", key=f"{number}", parts={"": line})
+        except _READ_ERRORS as exc:
+            raise SourceError(f"{shown(file)}: cannot read after line {number}: {exc}") from None
+
+
+def parse_text_item(item: Item) -> dict[str, Any]:
+    """``{"text": line}``, the newline removed."""
+    try:
+        return {"text": item.parts[""].rstrip(b"\r\n").decode("utf-8")}
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"{item.origin}: not UTF-8 text: {exc}") from None
 
 
 def iter_wds(path: str) -> Iterator[Item]:

@@ -128,7 +128,8 @@ class ShardWriter(CutWriter, PublishOnExit):
         )
         self.store: Store = open_store(out, storage_options)
         self.metadata = dict(metadata or {})
-        self.order: dict[str, Any] | None = None  # the manifest's "order" (M9); pack sets it
+        # The manifest's "order" (M9): as written, unless a shuffling front (pack, ShuffledWriter) says otherwise.
+        self.order: dict[str, Any] | None = {"shuffled": False}
         self.schema = SchemaBuilder()
         self.shards: list[ShardInfo] = []
         self.lengths = LengthRecorder(length_index)

@@ -44,7 +44,7 @@ def test_no_shuffle_and_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     src = str(tmp_path / "rows.jsonl")
     assert run(capsys, "pack", src, str(tmp_path / "plain"), "--no-progress", "--no-shuffle")[0] == 0
     assert [s["id"] for s in open_dataset(str(tmp_path / "plain")).samples()] == list(range(2000))
-    assert "source order (packed with --no-shuffle)" in run(capsys, "info", str(tmp_path / "plain"))[1]
+    assert "source order (as written: pack --no-shuffle" in run(capsys, "info", str(tmp_path / "plain"))[1]
     for name, seed in (("s1", "1"), ("s2", "2")):
         assert run(capsys, "pack", src, str(tmp_path / name), "--no-progress", "--seed", seed)[0] == 0
     one, two = ([s["id"] for s in open_dataset(str(tmp_path / n)).samples()] for n in ("s1", "s2"))

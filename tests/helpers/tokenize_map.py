@@ -63,3 +63,22 @@ def utf8_bytes(record: dict[str, Any]) -> dict[str, Any] | None:
     if not record["text"]:
         return None
     return {"tokens": np.frombuffer(record["text"].encode("utf-8"), dtype=np.uint8).copy()}
+
+
+def sizes(record: dict[str, Any]) -> dict[str, Any]:
+    """A map over file groups: each group's key and the size of its ``.jpg`` part."""
+    return {"key": record["__key__"], "size": len(record["jpg"])}
+
+
+def deep(record: dict[str, Any]) -> dict[str, Any]:
+    """A map that passes the record through (for hostile-record tests)."""
+    return {"value": record}
+
+
+def mapped_words(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What ``words`` makes of ``records`` (kinds list, dict, none), in order: the reference."""
+    out: list[dict[str, Any]] = []
+    for record in records:
+        result = words(record)
+        out.extend([] if result is None else result if isinstance(result, list) else [result])
+    return out

@@ -211,6 +211,9 @@ def test_write_range_fixed_shape_tensors(ray_cluster: Any, tmp_path: Path) -> No
     assert Counter(s["id"] for s in samples) == Counter(range(200))
     assert all(s["x"].shape == (2, 3) and s["x"].dtype == np.float16 for s in samples)
     assert all(float(s["x"][1, 2]) == np.float16(s["id"]) for s in samples)
+    manifest = open_dataset(str(tmp_path / "ds")).manifest
+    assert manifest.order == {"shuffled": False}  # M9: every writer records its order
+    assert len(manifest.shards) > 4  # I15: 1 KiB shards of small blocks, not one 1 MiB block per task
 
 
 def test_retried_task_and_orphans_leave_no_duplicates(ray_cluster: Any, tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ from shardkit.write.pack import PackOptions
 from tests.helpers import tokenize_map
 from tests.helpers.files import read_tree
 
-SMALL = PackOptions(shard_size="16KiB", block_size="4KiB")
+SMALL = PackOptions(shard_size="16KiB", block_size="4KiB", shuffle=None)  # input order: checked below
+IN_ORDER = PackOptions(shuffle=None)
 
 
 @pytest.fixture
@@ -56,7 +57,7 @@ def test_tokenize_while_packing_is_byte_identical_for_any_worker_count(tmp_path,
 def test_pack_map_cli_matches_the_python_api(tmp_path, corpus, capsys):
     path, _ = corpus
     code = main(["pack", str(path), str(tmp_path / "cli"), "--map", "tests.helpers.tokenize_map:tokenize",
-                 "--workers", "2", "--shard-size", "16KiB", "--block-size", "4KiB", "--no-progress"])
+                 "--workers", "2", "--shard-size", "16KiB", "--block-size", "4KiB", "--no-shuffle", "--no-progress"])
     assert code == 0, capsys.readouterr().err
     sk.pack("tests.helpers.tokenize_map:tokenize", str(path), str(tmp_path / "api"), options=SMALL)
     assert read_tree(tmp_path / "cli") == read_tree(tmp_path / "api")
@@ -65,7 +66,7 @@ def test_pack_map_cli_matches_the_python_api(tmp_path, corpus, capsys):
 def test_a_map_function_returns_a_sample_a_list_or_none(tmp_path):
     records = [{"id": 0, "kind": "list", "text": "a b c"}, {"id": 1, "kind": "none", "text": "x"},
                {"id": 2, "kind": "dict", "text": "d"}, {"id": 3, "kind": "list", "text": ""}]
-    sk.pack(tokenize_map.words, iter(records), str(tmp_path / "out"))
+    sk.pack(tokenize_map.words, iter(records), str(tmp_path / "out"), options=IN_ORDER)
     got = [(s["id"], s["word"]) for s in open_dataset(str(tmp_path / "out")).samples()]
     assert got == [(0, "a"), (0, "b"), (0, "c"), (2, "d")]
 
@@ -156,19 +157,23 @@ def test_map_reads_text_lines_and_parquet_rows_as_records(tmp_path):
     assert document_lengths(dataset, "tokens").tolist() == [len(t.encode()) for t in TEXTS if t]
 
 
-def test_map_cli_takes_text_input_and_refuses_other_formats(tmp_path, capsys):
+def test_map_cli_takes_text_input_and_every_pack_input(tmp_path, capsys):
+    """TB10: a text file gives ``{"text": line}`` records; any other input gives the samples
+    ``pack`` would write (here a folder of files grouped by key) as records."""
     want = _same_records_as(tmp_path, TEXTS)
     (tmp_path / "in.txt").write_text("".join(t + "\n" for t in TEXTS), encoding="utf-8")
     fn = "tests.helpers.tokenize_map:utf8_bytes"
     code = main(["pack", str(tmp_path / "in.txt"), str(tmp_path / "cli"), "--map", fn, "--workers", "2",
-                 "--shard-size", "16KiB", "--block-size", "4KiB", "--no-progress"])
+                 "--shard-size", "16KiB", "--block-size", "4KiB", "--no-shuffle", "--no-progress"])
     assert code == 0, capsys.readouterr().err
     assert read_tree(tmp_path / "cli") == want
     (tmp_path / "files").mkdir()
-    (tmp_path / "files" / "a.jpg").write_bytes(b"x")
-    code = main(["pack", str(tmp_path / "files"), str(tmp_path / "out"), "--map", fn, "--no-progress"])
-    assert code == 2
-    assert "--map takes jsonl, text, parquet input, not files" in capsys.readouterr().err
+    (tmp_path / "files" / "a.jpg").write_bytes(b"xyz")
+    (tmp_path / "files" / "b.jpg").write_bytes(b"x")
+    code = main(["pack", str(tmp_path / "files"), str(tmp_path / "out"), "--map", "tests.helpers.tokenize_map:sizes",
+                 "--no-shuffle", "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    assert list(open_dataset(str(tmp_path / "out")).samples()) == [{"key": "a", "size": 3}, {"key": "b", "size": 1}]
     (tmp_path / "bad.txt").write_bytes(b"ok\n\xff\xfe\n")
     with pytest.raises(SourceError, match=r"bad\.txt:2: not UTF-8"):
         sk.pack(tokenize_map.utf8_bytes, str(tmp_path / "bad.txt"), str(tmp_path / "bad"), options=SMALL)
