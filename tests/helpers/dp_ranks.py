@@ -107,8 +107,11 @@ def _data_parallel(job: DPJob, rank: int) -> Any:
 
 def _loader(job: DPJob, rank: int) -> sk.ShardLoader:
     kwargs: dict[str, Any] = {"tokens": TOKENS} if job.tokens else {}
+    data_parallel = _data_parallel(job, rank)
+    if data_parallel is not None:  # "options" passes no keyword: it runs on a shardkit without one
+        kwargs["data_parallel"] = data_parallel
     dataset = sk.StreamingDataset(job.data, batch_size=job.batch_size, seed=7, tail="pad", shuffle_window=8,
-                                  with_index=True, data_parallel=_data_parallel(job, rank), **kwargs)
+                                  with_index=True, **kwargs)
     if job.how == "options" and rank < job.tp * job.dp:  # the documented override for custom launchers
         dataset.options = dataclasses.replace(dataset.options, rank=rank // job.tp, world_size=job.dp)
     return sk.ShardLoader(dataset, num_workers=job.workers)
