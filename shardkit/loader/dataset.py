@@ -75,11 +75,9 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
     or ``transform(sample, ctx)`` with a ``SampleContext`` (global index, epoch, seed; decided
     from the signature once: loader/transforms.py); ``collate_fn`` maps a
     list of samples to a batch (default: ``collate_samples``). Both must be picklable for
-    spawn-started workers. Rank and world size are read at ``__iter__`` from the default process
-    group. ``data_parallel=``: with tensor, pipeline or context parallelism, the data-parallel
-    group — an ``sk.DataParallel``, a ``ProcessGroup``, a ``DeviceMesh`` (or ``(mesh, dim)``) or
-    ``(rank, size)`` — resolved here, once: only its rank and size partition the data, every
-    rank of one model-parallel group gets the same batches (specs/partition.md P22-P26).
+    spawn-started workers. Rank and world size are the default group's, read at ``__iter__``,
+    unless ``data_parallel=`` (an ``sk.DataParallel``, ``ProcessGroup``, ``DeviceMesh`` or ``(rank,
+    size)``) names the data-parallel group, resolved here once (specs/partition.md P22-P26).
     ``path`` may be a ``Mixture`` or a mixture file: the result is then a ``MixtureDataset``.
     ``sample_weights=`` (a numeric field or one weight per sample) and ``samples_per_epoch=``
     make a ``WeightedDataset`` (specs/sample-weights.md).

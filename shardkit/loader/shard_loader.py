@@ -142,8 +142,8 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
             epoch, resume = self.streaming.epoch, self._iter_resume
         else:
             epoch, resume = self._next_iteration()
-        if not self.streaming.options.reads:
-            return 0  # a rank that needs no data (P26)
+        if not self.streaming.options.reads:  # a rank that needs no data (P26)
+            return 0
         return self.streaming.num_batches(epoch, topology.rank, topology.world_size, self.num_workers, resume)
 
     # ---- iteration: the consumed boundary ---------------------------------------------------
@@ -236,9 +236,7 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
 
         ``gather=True`` adds the cross-rank view (loader/rank_stats.py): each rank's data-wait
         fraction and host under ``"ranks"``, and the ``"straggler"`` (rank, host, slowest shard)
-        or None. Collective when distributed, like ``state_dict``: every process of the default
-        group must call it; ``"ranks"`` lists each (global rank, with its ``data_parallel_rank``
-        and whether it ``reads``, P25)."""
+        or None. Collective when distributed, like ``state_dict``: every process must call it (P25)."""
         summary = self._stats.summary()
         if self._tally is not None:
             summary["sources"] = self._tally.summary()  # this rank's samples received, per source

@@ -86,8 +86,13 @@ def test_killed_as_tp2_dp2_resumed_as_tp2_dp1_then_tp1_dp4_receives_the_epoch_on
     third = run_job(DPJob(data, 1, 4, tokens, how=how), str(tmp_path / "c"), second[0].state)
     got = _received(first, 2) + _received(second, 2) + _received(third, 1)
     assert got == want, f"twice: {sorted(k for k, n in got.items() if n > 1)[:10]}, missing: {len(want - got)}"
-    for results, dp in ((first, 2), (second, 1)):
-        assert results[0].state is not None and results[0].state["plan"]["params"]["world_size"] == dp
+    so_far: Counter[Any] = Counter()
+    for results, tp, dp in ((first, 2, 2), (second, 2, 1)):
+        state = results[0].state
+        assert state is not None and state["plan"]["params"]["world_size"] == dp
+        so_far += _received(results, tp)
+        if kind == "mixture":  # per-source counts summed over one replica per data-parallel rank
+            assert sum(e["consumed"] for e in state["mixture"]["sources"]) == sum(so_far.values())
 
 
 def test_replicas_that_disagree_make_state_dict_raise_naming_the_ranks(tmp_path: Path) -> None:
