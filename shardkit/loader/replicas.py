@@ -2,8 +2,9 @@
 
 With tensor or pipeline parallelism several processes share one data-parallel rank (its
 *replicas*); the default group has more processes than the plan has ranks. Each process sends
-``[reads, dp_rank, dp_size, len(row), *row]`` in one ``all_gather`` over the default group (the
-same collective on every process, whatever the groups); then every process checks, on the same
+``[reads, dp_rank, dp_size, len(row)]`` and then ``[..., *row]`` by ``all_gather`` over the
+default group (the same collectives on every process, whatever the groups; the first makes a
+difference in length an error, not a failed collective); then every process checks, on the same
 gathered rows, that all agree on ``dp_size``, that every data-parallel rank has a reader and
 that the readers of one data-parallel rank sent identical rows — else a ``StateError`` naming
 the ranks, raised on every process alike (no process is left waiting in a collective).
@@ -30,10 +31,20 @@ def gather_by_dp_rank(row: list[int], topology: Topology, reads: bool, what: str
             raise StateError(f"gathering the {what} of {topology.world_size} data-parallel ranks needs "
                              f"torch.distributed initialized (every process calls it at the same step)")
         return [list(row)]
-    mine = torch.tensor([int(reads), topology.rank, topology.world_size, len(row), *row], dtype=torch.int64)
+    head = [int(reads), topology.rank, topology.world_size, len(row)]
+    heads = _all_gather(head)  # the row lengths first: all_gather needs one shape on every process
+    lengths = {rank: h[3] for rank, h in enumerate(heads)}
+    if len(set(lengths.values())) != 1:
+        raise StateError(f"the {what} of the processes have different lengths {lengths} (global rank: "
+                         f"length): every process needs the same num_workers")
+    return by_dp_rank(_all_gather(head + list(row)), what)
+
+
+def _all_gather(values: list[int]) -> list[list[int]]:
+    mine = torch.tensor(values, dtype=torch.int64)
     parts = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(parts, mine)
-    return by_dp_rank([[int(x) for x in part.tolist()] for part in parts], what)
+    return [[int(x) for x in part.tolist()] for part in parts]
 
 
 def by_dp_rank(gathered: list[list[int]], what: str) -> list[list[int]]:

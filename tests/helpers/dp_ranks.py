@@ -49,6 +49,7 @@ class DPJob:
     how: str = "group"
     stop_after: int | None = None  # steps, then save and wait to be killed; None: to the end
     no_data: tuple[int, ...] = ()  # global ranks that read nothing (reads=False)
+    no_data_workers: int | None = None  # their num_workers (None: ``workers``)
     extra_step: tuple[int, ...] = ()  # global ranks that take one more batch before saving
 
     @property
@@ -114,7 +115,8 @@ def _loader(job: DPJob, rank: int) -> sk.ShardLoader:
                                   with_index=True, **kwargs)
     if job.how == "options" and rank < job.tp * job.dp:  # the documented override for custom launchers
         dataset.options = dataclasses.replace(dataset.options, rank=rank // job.tp, world_size=job.dp)
-    return sk.ShardLoader(dataset, num_workers=job.workers)
+    quiet = rank >= job.tp * job.dp and job.no_data_workers is not None
+    return sk.ShardLoader(dataset, num_workers=job.no_data_workers if quiet else job.workers)
 
 
 def _run(job: DPJob, rank: int, resume: dict[str, Any] | None) -> RankResult:

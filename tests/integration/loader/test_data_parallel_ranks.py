@@ -118,3 +118,13 @@ def test_a_rank_that_needs_no_data_reads_nothing_and_takes_part_in_the_collectiv
     ranks = quiet.stats["ranks"]  # type: ignore[index]
     assert [(e["rank"], e["reads"]) for e in ranks] == [(0, True), (1, True), (2, False)]
     assert ranks[2]["steps"] == 0 and quiet.stats["decoded_bytes_per_s"] == 0  # type: ignore[index]
+
+
+def test_a_process_with_other_num_workers_is_an_error_naming_the_lengths(tmp_path: Path) -> None:
+    """P24: the no-data rank made with 2 workers against the readers' 1: every process raises a
+    ``StateError`` naming each rank's row length, instead of a failed (or hung) collective."""
+    path = write_dataset(str(tmp_path / "ds"), SIZES)
+    results = run_job(DPJob(path, tp=1, dp=2, how="tuple", no_data=(2,), no_data_workers=2),
+                      str(tmp_path / "job"))
+    for result in results:
+        assert result.error is not None and "different lengths {0: 2, 1: 2, 2: 3}" in result.error
