@@ -13,6 +13,7 @@ __version__ = "0.1.0"  # the one place the version is written (pyproject.toml re
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from shardkit.format import Manifest
     from shardkit.loader import DevicePrefetcher, Ragged, ShardLoader, StreamingDataset
+    from shardkit.loader.data_parallel import DataParallel
     from shardkit.loader.mixture_dataset import MixtureDataset
     from shardkit.loader.transforms import SampleContext
     from shardkit.loader.weighted_dataset import WeightedDataset
@@ -35,6 +36,7 @@ _LAZY = {
     "ShardLoader": "shardkit.loader",
     "Ragged": "shardkit.loader",
     "DevicePrefetcher": "shardkit.loader",
+    "DataParallel": "shardkit.loader.data_parallel",  # specs/partition.md P22-P26
     "Mixture": "shardkit.read.mixture",
     "MixtureDataset": "shardkit.loader.mixture_dataset",
     "SampleContext": "shardkit.loader.transforms",
@@ -46,6 +48,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "DataParallel",
     "DevicePrefetcher",
     "Manifest",
     "Mixture",

@@ -24,6 +24,7 @@ from shardkit.errors import PlanError
 from shardkit.loader.batcher import BatchCut, cut_batches
 from shardkit.loader.collate import collate_samples
 from shardkit.loader.collate_columns import collate_pieces
+from shardkit.loader.data_parallel import as_data_parallel
 from shardkit.loader.dataset_kind import subclass_for
 from shardkit.loader.dataset_plans import DatasetPlans
 from shardkit.loader.emitter import Emitter
@@ -62,8 +63,9 @@ class StreamOptions:
     cache_dir: str | None = None
     cache_limit: int = 200 << 30
     storage_options: dict[str, Any] | None = None
-    rank: int | None = None  # overrides for tests and custom launchers
+    rank: int | None = None  # the data-parallel rank and size (data_parallel=), else read at __iter__
     world_size: int | None = None
+    reads: bool = True  # False: a rank that needs no data (DataParallel(reads=False), P26)
 
 
 class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,unused-ignore]
@@ -73,8 +75,9 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
     or ``transform(sample, ctx)`` with a ``SampleContext`` (global index, epoch, seed; decided
     from the signature once: loader/transforms.py); ``collate_fn`` maps a
     list of samples to a batch (default: ``collate_samples``). Both must be picklable for
-    spawn-started workers. Rank and world size are read at ``__iter__``; a custom launcher can
-    pin them with ``ds.options = dataclasses.replace(ds.options, rank=r, world_size=n)``.
+    spawn-started workers. Rank and world size are the default group's, read at ``__iter__``,
+    unless ``data_parallel=`` (an ``sk.DataParallel``, ``ProcessGroup``, ``DeviceMesh`` or ``(rank,
+    size)``) names the data-parallel group, resolved here once (specs/partition.md P22-P26).
     ``path`` may be a ``Mixture`` or a mixture file: the result is then a ``MixtureDataset``.
     ``sample_weights=`` (a numeric field or one weight per sample) and ``samples_per_epoch=``
     make a ``WeightedDataset`` (specs/sample-weights.md).
@@ -116,6 +119,7 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
         tokens: TokenBlocks | None = None,
         quality_field: str | None = None,
+        data_parallel: Any = None,
     ) -> None:
         if not isinstance(path, str):
             raise TypeError(f"StreamingDataset: expected a dataset path or a Mixture, got {type(path).__name__}")
@@ -128,6 +132,9 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
         cache_dir, limit = cache_settings(cache_dir, cache_limit)  # None: $SHARDKIT_CACHE_DIR
         self.options = StreamOptions(with_index=with_index, cache_dir=cache_dir,
                                      cache_limit=limit, storage_options=storage_options)
+        if data_parallel is not None:  # ints from here on: nothing unpicklable reaches a worker
+            dp = as_data_parallel(data_parallel).resolve()
+            self.options = replace(self.options, rank=dp.rank, world_size=dp.size, reads=dp.reads)
         self.quality_field = quality_field
         self.transform = transform
         self._transform_context = transform is not None and takes_context(transform)  # ctx (SampleContext)?
@@ -182,6 +189,8 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
         """Samples this rank yields in one whole epoch: its steps × ``batch_size`` (pads
         included, the dropped tail not). The same every epoch; ``len(ShardLoader)`` counts steps."""
         _, world = rank_and_world(self.options.rank, self.options.world_size)
+        if not self.options.reads:
+            return 0
         return self.step_plan(self._epoch, world, 0).steps_per_rank * self.params.batch_size
 
     def __getitem__(self, index: int) -> dict[str, Any]:

@@ -8,19 +8,21 @@ Loader state (specs/resume-state.md §Loader)::
 
 plus the keys the kind of dataset adds (a mixture's, sample weights', token blocks').
 ``state_dict()`` is collective when ``torch.distributed`` is initialized with world size > 1:
-every rank must call it at the same step; all get the same global state.
+every rank must call it at the same step; all get the same global state. With a data-parallel
+group (loader/data_parallel.py) it gathers over every process and checks the replicas of each
+data-parallel rank agree (P24, loader/replicas.py).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import torch
-import torch.distributed as dist
+import numpy as np
 
 from shardkit.errors import StateError
 from shardkit.loader.epochs import EpochCursor
-from shardkit.loader.mixture_state import SourceTally, gather_sum
+from shardkit.loader.mixture_state import SourceTally
+from shardkit.loader.replicas import gather_by_dp_rank
 from shardkit.loader.topology import Topology, rank_and_world
 from shardkit.plan import validate_state
 
@@ -76,8 +78,8 @@ class StatefulLoader:
         offsets = list(plan.start_offsets)
         for consumer, position in consumed.items():
             offsets[consumer] = position
-        offsets = _gather_offsets(offsets, topology, max(self.num_workers, 1))
-        received = None if self._tally is None else gather_sum(self._tally.at(consumed), topology)
+        offsets, steps = self._gather_boundary(offsets, steps, topology)
+        received = None if self._tally is None else self._gather_received(self._tally.at(consumed), topology)
         extra = self.streaming.state_part(epoch, resume, received)  # a mixture's or weights' part
         return {
             "version": LOADER_STATE_VERSION,
@@ -88,6 +90,21 @@ class StatefulLoader:
             **extra,
             **self.streaming.extra_state(plan, offsets),
         }
+
+    def _gather_boundary(self, offsets: list[int], steps: int, topology: Topology) -> tuple[list[int], int]:
+        """Every data-parallel rank's offsets for its own consumers, combined, and data-parallel
+        rank 0's steps (all_gather over every process, replicas checked: P24; no pickling)."""
+        width = max(self.num_workers, 1)
+        lo = topology.rank * width
+        rows = gather_by_dp_rank([steps, *offsets[lo : lo + width]], topology, self.streaming.options.reads,
+                                 "consumed steps and offsets")
+        return [x for row in rows for x in row[1:]], rows[0][0]
+
+    def _gather_received(self, counts: np.ndarray, topology: Topology) -> np.ndarray:
+        """The per-source counts of the data-parallel ranks summed, one replica each (MX9, P24)."""
+        rows = gather_by_dp_rank([int(n) for n in counts], topology, self.streaming.options.reads,
+                                 "per-source counts")
+        return np.asarray(rows, dtype=np.int64).reshape(len(rows), len(counts)).sum(axis=0)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at the saved consumed boundary at the next ``iter(loader)`` — on any topology."""
@@ -130,17 +147,3 @@ def check_loader_state(state: Any, fingerprint: str | None) -> None:
         raise StateError("loader state: 'epoch' and plan params disagree")
 
 
-def _gather_offsets(offsets: list[int], topology: Topology, width: int) -> list[int]:
-    """Every rank's offsets for its own consumers, combined (all_gather; no pickling)."""
-    if topology.world_size == 1:
-        return offsets
-    if not (dist.is_available() and dist.is_initialized()):
-        raise StateError(
-            "state_dict() with world_size > 1 needs torch.distributed initialized: it gathers "
-            "every rank's consumed offsets"
-        )
-    lo = topology.rank * width
-    mine = torch.tensor(offsets[lo : lo + width], dtype=torch.int64)
-    parts = [torch.empty_like(mine) for _ in range(topology.world_size)]
-    dist.all_gather(parts, mine)
-    return [int(x) for x in torch.cat(parts).tolist()]

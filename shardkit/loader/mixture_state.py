@@ -18,11 +18,8 @@ from collections import deque
 from typing import Any
 
 import numpy as np
-import torch
-import torch.distributed as dist
 
 from shardkit.errors import StateError
-from shardkit.loader.topology import Topology
 from shardkit.loader.transfer.meta import BatchMeta
 
 SOURCES_KEY = "_shardkit_sources"
@@ -122,15 +119,6 @@ class BatchTallies:
 
     def take(self) -> tuple[int, ...]:
         return self.ready.popleft()
-
-
-def gather_sum(counts: np.ndarray, topology: Topology) -> np.ndarray:
-    """Every rank's per-source counts summed (an int64 all_reduce; collective like L2)."""
-    if topology.world_size == 1:
-        return counts
-    mine = torch.tensor(counts, dtype=torch.int64)
-    dist.all_reduce(mine)
-    return mine.numpy().astype(np.int64)
 
 
 def with_consumed(part: dict[str, Any], consumed: np.ndarray,

@@ -144,6 +144,8 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
             epoch, resume = self.streaming.epoch, self._iter_resume
         else:
             epoch, resume = self._next_iteration()
+        if not self.streaming.options.reads:  # a rank that needs no data (P26)
+            return 0
         return self.streaming.num_batches(epoch, topology.rank, topology.world_size, self.num_workers, resume)
 
     def planned_drops(self) -> np.ndarray:
@@ -173,9 +175,11 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
         self._steps = 0
         self._generation += 1
         self._cursor.started(self._generation, epoch)
+        self._stats.reset()
+        if not self.streaming.options.reads:  # no workers, no reads: an empty epoch (P26)
+            return self._track(iter(()), None, self._generation)
         ring = self._ring_for_workers()
         self.streaming.publish(topology, resume, self._generation, ring, self.batches_per_transfer)
-        self._stats.reset()
         return self._track(super().__iter__(), ring, self._generation)
 
     def _ring_for_workers(self) -> Ring | None:
@@ -247,13 +251,13 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
 
         ``gather=True`` adds the cross-rank view (loader/rank_stats.py): each rank's data-wait
         fraction and host under ``"ranks"``, and the ``"straggler"`` (rank, host, slowest shard)
-        or None. Collective when distributed, like ``state_dict``: every rank must call it."""
+        or None. Collective when distributed, like ``state_dict``: every process must call it (P25)."""
         summary = self._stats.summary()
         if self._tally is not None:
             summary["sources"] = self._tally.summary()  # this rank's samples received, per source
         if gather:
             summary.update(gather_rank_stats(summary, self._stats.slowest_open(), self._topology(),
-                                             self._shard_name))
+                                             self.streaming.options.reads, self._shard_name))
         return summary
 
     def _shard_name(self, shard_index: int) -> str | None:
