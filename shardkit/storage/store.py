@@ -134,6 +134,12 @@ class Store:
 
         def once(path: str) -> bytes:
             data = self.fs.cat_file(path, start=start, end=end)
+            if len(data) > end - start:  # a retry gets the same: permanent (K27)
+                raise StorageError(
+                    f"{self.url_of(name)}: asked for bytes [{start}, {end}) ({end - start} bytes), the "
+                    f"server sent {len(data)}: it ignores Range; shardkit reads a store by byte ranges, "
+                    f"so serve it from one that answers them (S3, GCS, MinIO, nginx) with 206"
+                )
             if len(data) != end - start:
                 raise TransientStorageError(
                     f"{self.url_of(name)}: short read at bytes [{start}, {end}): "
@@ -152,7 +158,8 @@ class Store:
         go over plain HTTP connections, presigned by s3fs (K23, http_ranges.py) when
         ``direct_ranges`` allows, most of a plain-HTTP body spliced to ``put(pipe_fd, count,
         offset)`` when given (it must take exactly ``count`` bytes out of the pipe);
-        anything else is one ``read_range``."""
+        anything else is one ``read_range``. A direct request ends, head and body, within the
+        store's ``retry.timeout`` of being sent (K25), whatever ``retry`` says."""
         if start < 0 or end < start:
             raise ValueError(f"{self.url_of(name)}: invalid byte range [{start}, {end})")
         if end == start:
@@ -161,10 +168,12 @@ class Store:
             write(memoryview(self.read_range(name, start, end, retry=retry)), start)
             return
         verify = (self.storage_options.get("client_kwargs") or {}).get("verify", True)
+        policy = self.retry
 
         def once(path: str) -> None:
             stream_range(self.fs.url(path), start, end, write, verify=verify, put=put,
-                         connect_timeout=self.retry.connect_timeout, read_timeout=self.retry.read_timeout)
+                         connect_timeout=policy.connect_timeout, read_timeout=policy.read_timeout,
+                         total_timeout=policy.timeout)
 
         self._call(name, once, retry)
 
