@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import fsspec
+from fsspec.exceptions import FSTimeoutError
 
 from shardkit.errors import StorageError, TransientStorageError
 from shardkit.storage.atomic import BufferedAtomicWrite, LocalAtomicWrite, link_or_copy
@@ -119,7 +120,7 @@ class Store:
         read with ``read_range`` or downloaded in chunks (download.py), not with this."""
         if self.is_local:  # a FIFO or device must not hang or exhaust the reader (local_files.py)
             return read_regular_file(self.local_path(name))
-        options = {"max_concurrency": 1} if self._is_s3 else {}
+        options = {"max_concurrency": 1, **self._deadline()} if self._is_s3 else {}
         return bytes(self._call(name, lambda p: self.fs.cat_file(p, **options)))
 
     def read_range(self, name: str, start: int, end: int, *,
@@ -133,7 +134,13 @@ class Store:
             return b""
 
         def once(path: str) -> bytes:
-            data = self.fs.cat_file(path, start=start, end=end)
+            try:
+                data = self.fs.cat_file(path, start=start, end=end, **self._deadline())
+            except FSTimeoutError as exc:
+                raise TransientStorageError(
+                    f"{self.url_of(name)}: bytes [{start}, {end}) not read by the request's deadline, "
+                    f"{self.retry.timeout:g}s after it was sent (read timeout {self.retry.read_timeout:g}s): "
+                    f"the server sends too slowly") from exc
             if len(data) > end - start:  # a retry gets the same: permanent (K27)
                 raise StorageError(
                     f"{self.url_of(name)}: asked for bytes [{start}, {end}) ({end - start} bytes), the "
@@ -176,6 +183,11 @@ class Store:
                          total_timeout=policy.timeout)
 
         self._call(name, once, retry)
+
+    def _deadline(self) -> dict[str, float]:
+        """fsspec's bound on one call of an async filesystem (s3fs): past it the request is
+        cancelled, ``FSTimeoutError`` (K25)."""
+        return {"timeout": self.retry.timeout} if self._is_s3 else {}
 
     def _direct_ok(self, name: str) -> bool:
         """Whether this process's reads of ``name`` may skip s3fs for the bytes (K23): an S3

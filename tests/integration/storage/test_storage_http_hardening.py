@@ -17,7 +17,7 @@ import pytest
 
 from shardkit.errors import StorageError, TransientStorageError
 from shardkit.storage import CacheOptions, ShardCache, Store, open_store
-from shardkit.storage.retry import RetryPolicy
+from shardkit.storage.retry import NO_RETRY, RetryPolicy
 from tests.helpers.keepalive_s3 import KeepAliveS3Server
 from tests.helpers.misbehaving_s3 import MisbehavingS3Server
 from tests.integration.storage.test_storage_direct_ranges import SPLICED, collect
@@ -101,6 +101,20 @@ def test_a_trickled_answer_ends_at_the_request_deadline_not_at_its_last_byte_k25
     assert f"{URL}/blob.bin" in str(error) and "bytes 100-299" in str(error), str(error)
     assert "bytes had come" in str(error) and "Signature" not in str(error)
     assert sent < 200  # not even the body's worth of ticks
+
+
+def test_a_trickled_answer_read_through_s3fs_ends_at_the_deadline_too_k25(
+    serve: Callable[..., MisbehavingS3Server],
+) -> None:
+    server = serve("trickle-body")
+    store = open_store(URL, server.storage_options(), retry=TRICKLED)
+    done, errors = run_in_thread(lambda: store.read_range("blob.bin", 100, 300, retry=NO_RETRY))
+    sent = server.tick_until(done, most=1000)
+    assert done.wait(60) and errors, f"the read delivered all it was sent ({sent} bytes) without an error"
+    assert isinstance(errors[0], TransientStorageError), repr(errors[0])
+    message = str(errors[0])
+    assert "deadline" in message and f"{URL}/blob.bin" in message and "[100, 300)" in message, message
+    assert sent < 200
 
 
 def test_a_trickled_cache_download_fails_at_its_deadline_k25(
