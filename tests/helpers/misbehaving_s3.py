@@ -19,6 +19,7 @@ test compares byte counts, never times. Every answer is recorded as the base ser
 
 from __future__ import annotations
 
+import ssl
 import threading
 import urllib.parse
 from typing import Any
@@ -33,12 +34,17 @@ class MisbehavingS3Server(KeepAliveS3Server):
     """``KeepAliveS3Server`` whose ranged object GETs answer as ``mode`` says."""
 
     def __init__(self, root: str, mode: str, *, redirect_to: str = "", status: int = 307,
-                 region: str = "eu-west-3") -> None:
+                 region: str = "eu-west-3", tls: tuple[str, str] | None = None) -> None:
         self.mode, self.redirect_to, self.status, self.region = mode, redirect_to, status, region
         self.ticks = threading.Semaphore(0)
         self.trickled = 0  # bytes let go by ticks so far
         self._stopping = threading.Event()
         super().__init__(root)
+        if tls is not None:  # (certificate, key) paths: serve https
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(*tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            self.endpoint_url = self.endpoint_url.replace("http://", "https://")
 
     def _handler_base(self) -> type[_Handler]:
         return _MisbehavingHandler

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -101,6 +103,35 @@ def test_a_trickled_answer_ends_at_the_request_deadline_not_at_its_last_byte_k25
     assert f"{URL}/blob.bin" in str(error) and "bytes 100-299" in str(error), str(error)
     assert "bytes had come" in str(error) and "Signature" not in str(error)
     assert sent < 200  # not even the body's worth of ticks
+
+
+@pytest.fixture
+def certificate(tmp_path: Any) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1: (certificate, key) paths."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed: no certificate for a TLS server")
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+@pytest.mark.parametrize("mode", ["trickle-body", "trickle-head"])
+def test_a_trickled_answer_over_tls_ends_at_the_deadline_too_k25(
+    serve: Callable[..., MisbehavingS3Server], certificate: tuple[str, str], mode: str
+) -> None:
+    """TLS bodies are read in user space (never spliced): the same deadline, through the TLS
+    socket's own receives."""
+    server = serve(mode, tls=certificate)
+    options = server.storage_options()
+    options["client_kwargs"]["verify"] = certificate[0]
+    store = open_store(URL, options, retry=TRICKLED)
+    done, errors = run_in_thread(lambda: collect(store, "blob.bin", 100, 300, spliced=True))
+    sent = server.tick_until(done, most=1000)
+    assert done.wait(60) and errors, f"the read delivered all it was sent ({sent} bytes) without an error"
+    assert isinstance(errors[0], TransientStorageError) and "deadline" in str(errors[0]), repr(errors[0])
+    assert sent < 200
 
 
 def test_a_trickled_answer_read_through_s3fs_ends_at_the_deadline_too_k25(
