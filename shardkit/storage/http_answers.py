@@ -93,7 +93,8 @@ def redirect_target(url: str, location: str, response: http.client.HTTPResponse)
         raise RedirectRefused(f"HTTP {status} from https down to http://{new.hostname}: not followed")
     same_origin = (old.scheme, old.hostname, old.port) == (new.scheme, new.hostname, new.port)
     if not same_origin and _signed(old.query):
-        raise RedirectRefused(_redirect_advice(status, response.reason, new.hostname, response, ""))
+        host = f"{new.hostname}:{new.port}" if new.port else new.hostname
+        raise RedirectRefused(_redirect_advice(status, response.reason, host, response, ""))
     return target
 
 
@@ -120,6 +121,6 @@ def _redirect_advice(status: int, what: str, host: str | None, response: http.cl
     name = region or "<the bucket's region>"
     return (f"the store redirected the request (HTTP {status} {what}){where}{in_region}. A presigned "
             f"request is signed for one host and cannot follow it: set the bucket's region, "
-            f"storage_options={{'client_kwargs': {{'region_name': '{name}'}}}} (or $AWS_REGION), or "
+            f"storage_options={{'client_kwargs': {{'region_name': '{name}'}}}} (or $AWS_DEFAULT_REGION), or "
             f"its regional endpoint_url. S3 also answers 307 for a bucket created in the last hours, "
             f"until its name has spread in DNS: its regional endpoint works at once")

@@ -9,7 +9,8 @@ servers, proxies and networks do (specs/cache.md, K25–K27). ``mode``:
   ``redirected=1`` added to its query, which is served normally;
 - ``"redirect-loop"``: 307 to the URL itself, every time;
 - ``"redirect-away"``: 307 (``status``) to the same path on ``redirect_to``, with S3's
-  ``x-amz-bucket-region: <region>`` header and a ``TemporaryRedirect`` XML body.
+  ``x-amz-bucket-region: <region>`` header and a ``TemporaryRedirect`` XML body (none if
+  ``bare``).
 
 Ticks come from the test: ``tick_until(done, most)`` lets one byte go, then waits briefly on
 ``done`` (an event the test sets when the request under test has ended), and so on: a client
@@ -34,8 +35,9 @@ class MisbehavingS3Server(KeepAliveS3Server):
     """``KeepAliveS3Server`` whose ranged object GETs answer as ``mode`` says."""
 
     def __init__(self, root: str, mode: str, *, redirect_to: str = "", status: int = 307,
-                 region: str = "eu-west-3", tls: tuple[str, str] | None = None) -> None:
+                 region: str = "eu-west-3", tls: tuple[str, str] | None = None, bare: bool = False) -> None:
         self.mode, self.redirect_to, self.status, self.region = mode, redirect_to, status, region
+        self.bare = bare  # redirects without S3's XML body
         self.ticks = threading.Semaphore(0)
         self.trickled = 0  # bytes let go by ticks so far
         self._stopping = threading.Event()
@@ -125,6 +127,7 @@ class _MisbehavingHandler(_Handler):
         body = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>TemporaryRedirect</Code>'
                 b"<Message>Please re-send this request to the specified temporary endpoint.</Message></Error>")
         status = self.server_state.status
+        body = b"" if self.server_state.bare else body
         self.wfile.write(self._head(status, {"Location": location, "Content-Type": "application/xml",
                                              "Content-Length": len(body), **headers}) + body)
 
