@@ -65,10 +65,7 @@ def check_answer(response: http.client.HTTPResponse, start: int, end: int) -> st
                                    f"Content-Range {response.getheader('Content-Range')!r}")
     elif status == 200:
         if start != 0 or response.length != end:  # the Range was ignored: the whole object
-            raise RangeNotHonoured(
-                f"asked for bytes {start}-{end - 1}, the server answered 200 with the whole object "
-                f"({response.length} bytes): it ignores Range; shardkit reads a store by byte ranges, "
-                f"so serve it from one that answers them (S3, GCS, MinIO, nginx) with 206")
+            raise RangeNotHonoured(ignored_range(start, end, response.length))
     else:
         code, message, body = _error_body(response)
         location = response.getheader("Location")
@@ -80,6 +77,14 @@ def check_answer(response: http.client.HTTPResponse, start: int, end: int) -> st
     if response.length is not None and response.length != end - start:
         raise RangeNotHonoured(f"asked for {end - start} bytes, Content-Length is {response.length}")
     return None
+
+
+def ignored_range(start: int, end: int, got: int | None) -> str:
+    """What to say of an answer to a range request that carries the whole object (``got``
+    bytes): on the direct path and on the s3fs path alike."""
+    return (f"asked for bytes {start}-{end - 1}, the server answered with the whole object ({got} bytes): "
+            f"it ignores Range; shardkit reads a store by byte ranges, so serve it from one that "
+            f"answers them (S3, GCS, MinIO, nginx) with 206")
 
 
 def redirect_target(url: str, location: str, response: http.client.HTTPResponse) -> str:

@@ -28,9 +28,9 @@ cannot hold a download for longer than that, whatever the read timeout.
 
 Connections are pooled per process by (scheme, host, port), and only once the answer they
 carried has been read to its very end (a chunked body's terminating chunk included): anything
-else is closed, never reused (K26).
-A forked child (a DataLoader worker) never uses its parent's: after ``fork`` it keeps them referenced and never touches
-them, and opens its own (K17). Thread-safety: every function may be called from any thread.
+else is closed, never reused (K26). A forked child (a DataLoader worker) never uses its
+parent's: after ``fork`` it keeps them referenced and never touches them, and opens its own
+(K17). Thread-safety: every function may be called from any thread.
 """
 
 from __future__ import annotations

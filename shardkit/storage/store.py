@@ -27,6 +27,7 @@ from shardkit.storage.atomic import BufferedAtomicWrite, LocalAtomicWrite, link_
 from shardkit.storage.backends import make_filesystem
 from shardkit.storage.body_splice import Put
 from shardkit.storage.classify import to_storage_error
+from shardkit.storage.http_answers import ignored_range
 from shardkit.storage.http_ranges import Write, proxy_applies, stream_range
 from shardkit.storage.local_files import read_regular_file
 from shardkit.storage.multipart import MultipartAtomicWrite
@@ -137,16 +138,10 @@ class Store:
             try:
                 data = self.fs.cat_file(path, start=start, end=end, **self._deadline())
             except FSTimeoutError as exc:
-                raise TransientStorageError(
-                    f"{self.url_of(name)}: bytes [{start}, {end}) not read by the request's deadline, "
-                    f"{self.retry.timeout:g}s after it was sent (read timeout {self.retry.read_timeout:g}s): "
-                    f"the server sends too slowly") from exc
+                raise TransientStorageError(f"{self.url_of(name)}: bytes [{start}, {end}) not read by the "
+                                            f"request's deadline, {self.retry.timeout:g}s (K25)") from exc
             if len(data) > end - start:  # a retry gets the same: permanent (K27)
-                raise StorageError(
-                    f"{self.url_of(name)}: asked for bytes [{start}, {end}) ({end - start} bytes), the "
-                    f"server sent {len(data)}: it ignores Range; shardkit reads a store by byte ranges, "
-                    f"so serve it from one that answers them (S3, GCS, MinIO, nginx) with 206"
-                )
+                raise StorageError(f"{self.url_of(name)}: {ignored_range(start, end, len(data))}")
             if len(data) != end - start:
                 raise TransientStorageError(
                     f"{self.url_of(name)}: short read at bytes [{start}, {end}): "
@@ -165,8 +160,7 @@ class Store:
         go over plain HTTP connections, presigned by s3fs (K23, http_ranges.py) when
         ``direct_ranges`` allows, most of a plain-HTTP body spliced to ``put(pipe_fd, count,
         offset)`` when given (it must take exactly ``count`` bytes out of the pipe);
-        anything else is one ``read_range``. A direct request ends, head and body, within the
-        store's ``retry.timeout`` of being sent (K25), whatever ``retry`` says."""
+        anything else is one ``read_range``. Each request ends within ``self.retry.timeout`` (K25)."""
         if start < 0 or end < start:
             raise ValueError(f"{self.url_of(name)}: invalid byte range [{start}, {end})")
         if end == start:
@@ -178,15 +172,13 @@ class Store:
         policy = self.retry
 
         def once(path: str) -> None:
-            stream_range(self.fs.url(path), start, end, write, verify=verify, put=put,
-                         connect_timeout=policy.connect_timeout, read_timeout=policy.read_timeout,
-                         total_timeout=policy.timeout)
+            stream_range(self.fs.url(path), start, end, write, verify=verify, put=put, total_timeout=policy.timeout,
+                         connect_timeout=policy.connect_timeout, read_timeout=policy.read_timeout)
 
         self._call(name, once, retry)
 
     def _deadline(self) -> dict[str, float]:
-        """fsspec's bound on one call of an async filesystem (s3fs): past it the request is
-        cancelled, ``FSTimeoutError`` (K25)."""
+        """fsspec's bound on one s3fs call: past it the request is cancelled (K25)."""
         return {"timeout": self.retry.timeout} if self._is_s3 else {}
 
     def _direct_ok(self, name: str) -> bool:
