@@ -21,11 +21,14 @@ import contextlib
 import errno
 import fcntl
 import http.client
+import math
 import os
 import select
 import socket
 import ssl
 from collections.abc import Callable
+
+from shardkit.storage.http_deadline import RequestDeadlineExceeded, check_deadline
 
 #: ``put(pipe_fd, count, offset)``: take exactly ``count`` bytes out of ``pipe_fd`` into place.
 Put = Callable[[int, int, int], None]
@@ -41,11 +44,13 @@ def can_splice(sock: socket.socket) -> bool:
 
 
 def splice_body(response: http.client.HTTPResponse, sock: socket.socket, start: int, end: int,
-                write: Write, put: Put, piece_bytes: int, read_timeout: float | None) -> None:
+                write: Write, put: Put, piece_bytes: int, read_timeout: float | None,
+                deadline: float | None = None) -> None:
     """Bytes ``[start, end)`` of ``response``'s body, which the caller has checked carries
     exactly those: what the head's reader already buffered goes to ``write``, the rest to
     ``put`` in pieces of at most ``piece_bytes``; then ``response`` is closed (its connection
-    may carry the next request)."""
+    may carry the next request). No wait for the socket outlasts ``read_timeout``, and none
+    ends past ``deadline`` (``time.monotonic()`` seconds): ``RequestDeadlineExceeded`` (K25)."""
     offset = start
     held = response.fp.peek(1)[: end - offset]  # the head's reader may hold the body's start
     if held:
@@ -58,10 +63,11 @@ def splice_body(response: http.client.HTTPResponse, sock: socket.socket, start: 
             fcntl.fcntl(pipe_in, fcntl.F_SETPIPE_SZ, piece_bytes)
         fd = sock.fileno()
         while offset < end:
+            check_deadline(deadline)  # a trickle that never makes us wait ends there too
             try:
                 got = os.splice(fd, pipe_in, min(piece_bytes, end - offset))
             except BlockingIOError:  # a socket with a timeout is non-blocking: wait as it would
-                _wait_readable(fd, read_timeout)
+                _wait_readable(fd, read_timeout, deadline)
                 continue
             if not got:
                 raise http.client.IncompleteRead(b"", end - offset)
@@ -96,8 +102,13 @@ def _copy(pipe_fd: int, fd: int, count: int, offset: int) -> int:
     return done
 
 
-def _wait_readable(fd: int, timeout: float | None) -> None:
+def _wait_readable(fd: int, timeout: float | None, deadline: float | None) -> None:
+    left = check_deadline(deadline)
+    cut = left is not None and (timeout is None or left < timeout)
+    wait = left if cut else timeout
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLPRI)
-    if not poller.poll(None if timeout is None else int(timeout * 1000)):
+    if not poller.poll(None if wait is None else math.ceil(wait * 1000)):
+        if cut:
+            raise RequestDeadlineExceeded("the request's deadline passed")
         raise TimeoutError("timed out")  # as a socket's own read timeout says it

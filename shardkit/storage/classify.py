@@ -6,7 +6,10 @@ timeouts, truncated bodies → ``TransientStorageError``; of those, 503/429/thro
 ``ThrottledError`` (a subclass), on which cache downloads lower their concurrency.
 
 Backend classes are recognised by name along the exception chain, so this module imports
-neither botocore nor aiohttp (they are optional, via s3fs).
+neither botocore nor aiohttp (they are optional, via s3fs). An exception anywhere on the chain
+with a true ``permanent`` attribute (http_answers.py: an answer that is not the range asked
+for, a redirect that cannot be followed) is permanent, whatever its text holds: "bytes
+500-999" is not a 500.
 """
 
 from __future__ import annotations
@@ -65,8 +68,14 @@ def _http_status(exc: BaseException) -> tuple[int | None, str | None]:
     return (int(status) if status is not None else None), error.get("Code")
 
 
+def _is_permanent(exc: BaseException) -> bool:
+    return any(getattr(link, "permanent", False) is True for link in _chain(exc))
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether retrying ``exc`` can help."""
+    if _is_permanent(exc):
+        return False
     for link in _chain(exc):
         status, code = _http_status(link)
         if code in _TRANSIENT_CODES or (status is not None and (status >= 500 or status == 429)):
@@ -86,6 +95,8 @@ def is_transient(exc: BaseException) -> bool:
 
 def is_throttle(exc: BaseException) -> bool:
     """Whether ``exc`` is the store asking us to slow down: 503, 429 or a throttling code."""
+    if _is_permanent(exc):
+        return False
     for link in _chain(exc):
         status, code = _http_status(link)
         if code in _THROTTLE_CODES or status in (429, 503):

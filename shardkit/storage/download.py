@@ -291,7 +291,7 @@ class _Watch:
 
 def _start_thread(target: Callable[[int], None], index: int) -> None:
     # Daemon: a losing request stuck on a dead connection must not hold up interpreter exit;
-    # it ends by itself at the socket read timeout.
+    # it ends by itself at the socket read timeout, or at its deadline (K25).
     threading.Thread(
         target=target, args=(index,), daemon=True, name=f"shardkit-part-{'hedge' if index else 'first'}"
     ).start()

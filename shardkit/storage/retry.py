@@ -28,9 +28,10 @@ T = TypeVar("T")
 class RetryPolicy:
     """How to retry one store operation.
 
-    ``timeout`` bounds the whole operation, retries and sleeps included (seconds). The socket
-    timeouts of each request are set on the backend (``connect_timeout``/``read_timeout``), so a
-    single stuck request ends too.
+    ``timeout`` bounds the whole operation, retries and sleeps included (seconds): no retry
+    starts once it has passed. It is also each range request's total deadline, head and body
+    (specs/cache.md, K25), so a request that gets its bytes one at a time still ends; the
+    socket timeouts of each request (``connect_timeout``/``read_timeout``) bound each wait.
     """
 
     max_attempts: int = 8

@@ -20,12 +20,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import fsspec
+from fsspec.exceptions import FSTimeoutError
 
 from shardkit.errors import StorageError, TransientStorageError
 from shardkit.storage.atomic import BufferedAtomicWrite, LocalAtomicWrite, link_or_copy
 from shardkit.storage.backends import make_filesystem
 from shardkit.storage.body_splice import Put
 from shardkit.storage.classify import to_storage_error
+from shardkit.storage.http_answers import ignored_range
 from shardkit.storage.http_ranges import Write, proxy_applies, stream_range
 from shardkit.storage.local_files import read_regular_file
 from shardkit.storage.multipart import MultipartAtomicWrite
@@ -119,7 +121,7 @@ class Store:
         read with ``read_range`` or downloaded in chunks (download.py), not with this."""
         if self.is_local:  # a FIFO or device must not hang or exhaust the reader (local_files.py)
             return read_regular_file(self.local_path(name))
-        options = {"max_concurrency": 1} if self._is_s3 else {}
+        options = {"max_concurrency": 1, **self._deadline()} if self._is_s3 else {}
         return bytes(self._call(name, lambda p: self.fs.cat_file(p, **options)))
 
     def read_range(self, name: str, start: int, end: int, *,
@@ -133,7 +135,13 @@ class Store:
             return b""
 
         def once(path: str) -> bytes:
-            data = self.fs.cat_file(path, start=start, end=end)
+            try:
+                data = self.fs.cat_file(path, start=start, end=end, **self._deadline())
+            except FSTimeoutError as exc:
+                raise TransientStorageError(f"{self.url_of(name)}: bytes [{start}, {end}) not read by the "
+                                            f"request's deadline, {self.retry.timeout:g}s (K25)") from exc
+            if len(data) > end - start:  # a retry gets the same: permanent (K27)
+                raise StorageError(f"{self.url_of(name)}: {ignored_range(start, end, len(data))}")
             if len(data) != end - start:
                 raise TransientStorageError(
                     f"{self.url_of(name)}: short read at bytes [{start}, {end}): "
@@ -152,7 +160,7 @@ class Store:
         go over plain HTTP connections, presigned by s3fs (K23, http_ranges.py) when
         ``direct_ranges`` allows, most of a plain-HTTP body spliced to ``put(pipe_fd, count,
         offset)`` when given (it must take exactly ``count`` bytes out of the pipe);
-        anything else is one ``read_range``."""
+        anything else is one ``read_range``. Each request ends within ``self.retry.timeout`` (K25)."""
         if start < 0 or end < start:
             raise ValueError(f"{self.url_of(name)}: invalid byte range [{start}, {end})")
         if end == start:
@@ -161,12 +169,17 @@ class Store:
             write(memoryview(self.read_range(name, start, end, retry=retry)), start)
             return
         verify = (self.storage_options.get("client_kwargs") or {}).get("verify", True)
+        policy = self.retry
 
         def once(path: str) -> None:
-            stream_range(self.fs.url(path), start, end, write, verify=verify, put=put,
-                         connect_timeout=self.retry.connect_timeout, read_timeout=self.retry.read_timeout)
+            stream_range(self.fs.url(path), start, end, write, verify=verify, put=put, total_timeout=policy.timeout,
+                         connect_timeout=policy.connect_timeout, read_timeout=policy.read_timeout)
 
         self._call(name, once, retry)
+
+    def _deadline(self) -> dict[str, float]:
+        """fsspec's bound on one s3fs call: past it the request is cancelled (K25)."""
+        return {"timeout": self.retry.timeout} if self._is_s3 else {}
 
     def _direct_ok(self, name: str) -> bool:
         """Whether this process's reads of ``name`` may skip s3fs for the bytes (K23): an S3

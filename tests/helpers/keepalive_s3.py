@@ -51,12 +51,16 @@ class KeepAliveS3Server:
         self._lock = threading.Lock()
         self._records: list[Request] = []
         self._connections = 0
-        handler = type("Handler", (_Handler,), {"server_state": self})
+        handler = type("Handler", (self._handler_base(),), {"server_state": self})
         self._server = _Server(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self.endpoint_url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
                                         daemon=True, name="keepalive-s3")
+
+    def _handler_base(self) -> type[_Handler]:
+        """The request handler; a subclass may answer otherwise (misbehaving_s3.py)."""
+        return _Handler
 
     def start(self) -> KeepAliveS3Server:
         self._thread.start()

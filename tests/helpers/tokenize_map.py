@@ -66,8 +66,8 @@ def utf8_bytes(record: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def sizes(record: dict[str, Any]) -> dict[str, Any]:
-    """A map over file groups: each group's key and the size of its ``.jpg`` part."""
-    return {"key": record["__key__"], "size": len(record["jpg"])}
+    """A map over an image folder: each image's key and size (one ``image`` field, PI14)."""
+    return {"key": record["__key__"], "size": len(record["image"])}
 
 
 def deep(record: dict[str, Any]) -> dict[str, Any]:
