@@ -52,14 +52,16 @@ def test_batches_follow_the_lm_contract(tmp_path):
 @examples(12)
 @given(lengths=lengths_st, mode=st.sampled_from(["concat", "pack"]), seq_len=st.integers(2, 12),
        batch_size=st.integers(1, 3), bos=st.booleans(), eos=st.booleans(), masks=st.booleans(),
-       mask_starts=st.booleans())
+       mask_starts=st.booleans(), layout=st.sampled_from(["shifted", "hf"]))
 def test_rows_match_the_slow_reference(tmp_path_factory, lengths, mode, seq_len, batch_size, bos, eos, masks,
-                                       mask_starts):
-    """TB4: input_ids, labels (shifted, crossing documents in concat mode, ignored at padding,
-    masked tokens and with mask_doc_starts), position_ids and cu_seqlens, slot by slot."""
+                                       mask_starts, layout):
+    """TB4, TB20: input_ids, labels (the target of each input — crossing documents in concat
+    mode, ignored at padding, masked tokens and with mask_doc_starts — at its own column, or one
+    column right in the Hugging Face layout), position_ids and cu_seqlens, slot by slot."""
     path = write_token_dataset(str(tmp_path_factory.mktemp("ds") / "ds"), lengths, masks=masks)
     tokens = sk.TokenBlocks(seq_len, mode=mode, bos_id=1 if bos else None, eos_id=2 if eos else None,
-                            loss_mask_field="loss_mask" if masks else None, mask_doc_starts=mask_starts)
+                            loss_mask_field="loss_mask" if masks else None, mask_doc_starts=mask_starts,
+                            labels=layout)
     ds = sk.StreamingDataset(path, batch_size=batch_size, tokens=tokens, tail="pad", with_index=True, seed=3)
     order = order_of(ds)
     for batch in sk.ShardLoader(ds):

@@ -1,0 +1,76 @@
+"""TB20 with a real ``transformers.GPT2LMHeadModel``: on fixed token-block batches the model's own
+loss (it shifts ``labels`` itself) equals a reference cross-entropy over the true next tokens,
+recomputed slot by slot from the batch's provenance by the letter of TB4 — for both label
+layouts, as ``ShardkitTrainer`` hands them to the model, in concat and pack mode. The shifted
+layout handed straight to the model (the README snippet before TB20) is shown to train another
+target; the shifted layout with a hand-written loss trains every true target."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import shardkit as sk
+from shardkit.loader.hf_inputs import ModelInputs, forward_keys, in_hf_layout
+from tests.helpers.token_data import order_of, reference_targets, write_token_dataset
+
+transformers = pytest.importorskip("transformers")
+
+LENGTHS = [5, 0, 9, 3, 12, 7, 1, 4, 6]  # tokens 10 + 1000·s + i: ids below 8,100
+VOCAB, SEQ, EOS = 8100, 8, 2
+
+
+@pytest.fixture(scope="module")
+def model() -> Any:
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=16, n_layer=1, n_head=2)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return write_token_dataset(str(tmp_path_factory.mktemp("hf") / "ds"), LENGTHS)
+
+
+def _batches(data: str, tokens: sk.TokenBlocks) -> tuple[list[dict[str, Any]], list[int]]:
+    ds = sk.StreamingDataset(data, batch_size=3, tokens=tokens, tail="pad", with_index=True, seed=3)
+    return list(sk.ShardLoader(ds)), order_of(ds)
+
+
+def _next_token_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of each input's logits against its true target (``targets`` (B, L), -100:
+    none), computed as the model's loss reduces it (float logits, mean over the kept items)."""
+    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, VOCAB), targets.reshape(-1),
+                                             ignore_index=-100)
+
+
+@pytest.mark.parametrize("mask_doc_starts", [False, True])
+@pytest.mark.parametrize("mode", ["concat", "pack"])
+@pytest.mark.parametrize("layout", ["shifted", "hf"])
+def test_gpt2s_own_loss_equals_the_next_token_cross_entropy(model: Any, data: str, layout: str, mode: str,
+                                                             mask_doc_starts: bool) -> None:
+    tokens = sk.TokenBlocks(SEQ, mode=mode, eos_id=EOS, labels=layout, mask_doc_starts=mask_doc_starts)
+    batches, order = _batches(data, tokens)
+    assert len(batches) >= 2
+    to_model = ModelInputs(forward_keys(model))
+    for batch in batches:
+        truth = torch.as_tensor(reference_targets(batch, LENGTHS, order, tokens, layout="shifted"))
+        inputs = to_model(in_hf_layout(batch, tokens))  # what ShardkitTrainer passes to forward
+        assert set(inputs) == {"input_ids", "labels", "position_ids"}, sorted(inputs)
+        with torch.no_grad():
+            out = model(**inputs)
+        # The model's own shift can train inputs 0 … L-2 of a row: their true targets, nothing else.
+        trainable = torch.cat([truth[:, :-1], torch.full((len(truth), 1), -100)], dim=1)
+        assert trainable.ne(-100).any()
+        assert out.loss.item() == _next_token_ce(out.logits, trainable).item()
+        if layout == "shifted":
+            # A hand-written loss over shifted labels trains every input's true target ...
+            assert _next_token_ce(out.logits, batch["labels"]).item() == _next_token_ce(out.logits, truth).item()
+            # ... and the shifted labels handed to the model unchanged train the token after next.
+            with torch.no_grad():
+                twice = model(batch["input_ids"], labels=batch["labels"], position_ids=batch["position_ids"])
+            assert twice.loss.item() != out.loss.item()
+        else:
+            assert torch.equal(batch["labels"], inputs["labels"])  # already in the model's layout
