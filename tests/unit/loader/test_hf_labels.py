@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import shardkit as sk
+from shardkit.errors import PlanError
 from shardkit.loader.hf_inputs import ModelInputs, forward_keys, in_hf_layout
 from tests.helpers.token_data import order_of, reference_targets, write_token_dataset
 
@@ -74,3 +75,34 @@ def test_gpt2s_own_loss_equals_the_next_token_cross_entropy(model: Any, data: st
             assert twice.loss.item() != out.loss.item()
         else:
             assert torch.equal(batch["labels"], inputs["labels"])  # already in the model's layout
+
+
+def test_a_label_layout_other_than_shifted_or_hf_is_refused() -> None:
+    with pytest.raises(PlanError, match="TokenBlocks.labels"):
+        sk.TokenBlocks(SEQ, labels="aligned")
+
+
+def test_shardkit_trainer_hands_forward_only_its_keys_with_labels_in_the_hf_layout(data: str, tmp_path) -> None:
+    """A real ``Trainer`` step on a shifted-label token loader: ``forward`` gets ``input_ids``,
+    ``labels`` (the HF layout of the loader's labels), ``position_ids`` and ``Trainer``'s own
+    ``num_items_in_batch`` — which counts exactly the targets the model's shift trains."""
+    from shardkit.loader.hf import ShardkitTrainer
+
+    torch.manual_seed(0)
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=16,
+                                                                n_layer=1, n_head=2))
+    tokens = sk.TokenBlocks(SEQ, eos_id=EOS)  # labels="shifted", the default
+    def loader() -> sk.ShardLoader:
+        return sk.ShardLoader(sk.StreamingDataset(data, batch_size=3, tokens=tokens, tail="pad", seed=3))
+
+    expected = [in_hf_layout(b, tokens)["labels"] for b in loader()][:2]
+    seen: list[dict[str, Any]] = []
+    gpt2.register_forward_pre_hook(lambda module, args, kwargs: seen.append(dict(kwargs)), with_kwargs=True)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=3,
+                                          report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True)
+    ShardkitTrainer(model=gpt2, args=args, train_loader=loader()).train()
+    assert len(seen) == 2
+    for kwargs, labels in zip(seen, expected, strict=True):
+        assert set(kwargs) == {"input_ids", "labels", "position_ids", "num_items_in_batch"}
+        assert torch.equal(kwargs["labels"], labels)
+        assert int(kwargs["num_items_in_batch"]) == int(labels[:, 1:].ne(-100).sum())
