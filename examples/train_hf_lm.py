@@ -15,7 +15,7 @@ aligned with ``input_ids`` as every ``*ForCausalLM`` expects (its loss shifts th
 there is no target. ``ShardkitTrainer`` would also move shifted labels to this layout; asking
 for it here keeps the batches right for any other Hugging Face loop too. Only the keys
 ``GPT2LMHeadModel.forward`` names reach it (``input_ids``, ``labels``, ``position_ids``).
-Epochs and steps are the loader's (docs/guarantees.md G14): ``--epochs`` whole epochs are
+Epochs and steps are the loader's (docs/guarantees.md G15): ``--epochs`` whole epochs are
 trained, each token of each epoch once, across kills and elastic resumes.
 
 ``--audit-dir``: each rank appends one line per optimizer step with the (sample, position) pairs
@@ -135,6 +135,8 @@ def main() -> None:
                                        n_head=2))
     tokens = sk.TokenBlocks(args.seq_len, mode=args.mode, eos_id=args.eos_id, labels="hf")
     mixture = args.data.endswith((".toml", ".json")) and not args.data.endswith("manifest.json")
+    # With tensor/pipeline parallelism, pass the data-parallel group here (README, "An LM example
+    # to copy"); TODO(issue 29 item 4, at merge): a --tp option building a DeviceMesh for it.
     provenance = {"with_index": True, **({"with_source": True} if mixture else {})} if args.audit_dir else {}
     dataset = sk.StreamingDataset(args.data, batch_size=args.batch_size, seed=args.seed, tail="pad", tokens=tokens,
                                   **provenance)

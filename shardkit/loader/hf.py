@@ -8,7 +8,7 @@
 - batches reach ``model.forward`` with only the keys it names, token-block labels in the
   Hugging Face layout (loader/hf_inputs.py, TB20; ``model_inputs=`` replaces the key rule),
   moved to the device by ``Trainer``;
-- epochs and steps are the loader's (loader/hf_epochs.py, G14): a run continues the epoch of
+- epochs and steps are the loader's (loader/hf_epochs.py, G15): a run continues the epoch of
   the loaded state on any topology, and ``num_train_epochs`` / ``max_steps`` keep their meaning
   across elastic resumes; each epoch has its own order;
 - each checkpoint folder gets ``shardkit_loader.json`` (the loader state at the consumed boundary,

@@ -1,5 +1,5 @@
 """How many steps and epochs ``ShardkitTrainer`` runs, from the loader, never from ``global_step``
-(docs/guarantees.md G14). Pure arithmetic: no torch, no transformers.
+(docs/guarantees.md G15). Pure arithmetic: no torch, no transformers.
 
 ``transformers.Trainer`` sizes a run as if every epoch had the steps of the current topology: it
 resumes at epoch ``global_step // steps_per_epoch`` and stops at ``num_train_epochs ×

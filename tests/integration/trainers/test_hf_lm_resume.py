@@ -1,4 +1,4 @@
-"""G14 under real preemption: ``examples/train_hf_lm.py`` (a tiny random GPT-2 under
+"""G15 under real preemption: ``examples/train_hf_lm.py`` (a tiny random GPT-2 under
 ``transformers.Trainer`` via ``ShardkitTrainer``, token blocks, CPU, gloo) under ``torchrun``
 is SIGKILLed mid-epoch and resumed on another topology; ``tools/audit_tokens.py`` then finds
 every (document, position) of every epoch trained exactly once:
@@ -8,9 +8,9 @@ every (document, position) of every epoch trained exactly once:
 - 1 rank → 2 ranks from a checkpoint saved at the end of epoch 0;
 - a 3-source token mixture, 2 ranks → 1 rank with another ``seq_len`` and batch size.
 
-Before G14 ``Trainer`` took the epoch as ``global_step // len(loader)`` on the new topology and
+Before G15 ``Trainer`` took the epoch as ``global_step // len(loader)`` on the new topology and
 ``set_epoch`` dropped the loaded state: positions were lost or trained twice. The resumed runs
-also restore the optimizer on CPU under ``torchrun`` (``cpu:N`` storages, G14's CPU point).
+also restore the optimizer on CPU under ``torchrun`` (``cpu:N`` storages, G15's CPU point).
 The kill waits (polling files, never sleeping) for a complete checkpoint and two more steps.
 """
 

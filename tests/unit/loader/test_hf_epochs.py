@@ -1,4 +1,4 @@
-"""G14's arithmetic (shardkit/loader/hf_epochs.py): the counts ``ShardkitTrainer`` gives
+"""G15's arithmetic (shardkit/loader/hf_epochs.py): the counts ``ShardkitTrainer`` gives
 ``Trainer`` make ``Trainer``'s own loop — ``epochs_trained = global_step // steps_per_epoch``,
 ``range(epochs_trained, num_train_epochs)``, a stop at ``max_steps`` — train exactly the loader
 epochs left, each to its end, whatever the step counts of the topology that ran before."""
