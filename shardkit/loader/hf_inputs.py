@@ -49,6 +49,9 @@ class ModelInputs:
         self._told: frozenset[str] = frozenset()
 
     def __call__(self, batch: Batch) -> Batch:
+        if batch and not self.keys & frozenset(batch):
+            raise ValueError(f"the model's forward names none of the batch keys ({', '.join(sorted(batch))}); "
+                             "pass ShardkitTrainer(model_inputs=fn) to say which reach it")
         dropped = frozenset(batch) - self.keys
         if dropped - self._told:
             self._told |= dropped

@@ -106,3 +106,12 @@ def test_shardkit_trainer_hands_forward_only_its_keys_with_labels_in_the_hf_layo
         assert set(kwargs) == {"input_ids", "labels", "position_ids", "num_items_in_batch"}
         assert torch.equal(kwargs["labels"], labels)
         assert int(kwargs["num_items_in_batch"]) == int(labels[:, 1:].ne(-100).sum())
+
+
+def test_a_forward_that_names_none_of_the_batch_keys_is_an_error_not_an_empty_call() -> None:
+    class Opaque(torch.nn.Module):
+        def forward(self, **batch: Any) -> Any:
+            return batch
+
+    with pytest.raises(ValueError, match="model_inputs"):
+        ModelInputs(forward_keys(Opaque()))({"input_ids": torch.zeros(1, 2), "labels": torch.zeros(1, 2)})
