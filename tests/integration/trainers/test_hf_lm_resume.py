@@ -6,7 +6,8 @@ every (document, position) of every epoch trained exactly once:
 - 1 rank → 2 ranks (killed in epoch 0);
 - 2 ranks → 1 rank with another ``seq_len`` and batch size (killed in epoch 1);
 - 1 rank → 2 ranks from a checkpoint saved at the end of epoch 0;
-- a 3-source token mixture, 2 ranks → 1 rank with another ``seq_len`` and batch size.
+- a 3-source token mixture, 2 ranks → 1 rank with another ``seq_len`` and batch size, and
+  1 rank → 2 ranks from a checkpoint saved at the end of epoch 0.
 
 Before G15 ``Trainer`` took the epoch as ``global_step // len(loader)`` on the new topology and
 ``set_epoch`` dropped the loaded state: positions were lost or trained twice. The resumed runs
@@ -114,18 +115,34 @@ def test_resume_from_a_checkpoint_saved_at_an_epoch_end_on_more_ranks(tmp_path: 
     _exactly_once(job.finish(job.start(2, 16, 2)))
 
 
-def test_three_source_mixture_two_ranks_to_one_with_other_seq_len_and_batch(tmp_path: Path) -> None:
-    write_token_mixture(str(tmp_path / "data"), SOURCES)
+def _mixture_file(root: Path) -> str:
+    write_token_mixture(str(root), SOURCES)
     body = 'samples_per_epoch = 40\nweight_unit = "tokens"\n' + "".join(
         f'[[sources]]\npath = "s{i}"\nweight = {w}\n' for i, (_, w) in enumerate(SOURCES))
-    (tmp_path / "data" / "mix.toml").write_text(body)
-    data = str(tmp_path / "data" / "mix.toml")
-    job = LMJob(tmp_path, data)
-    per_epoch = _steps_per_epoch(data, 16, 2, 2)
-    saved = job.kill_after(job.start(2, 16, 2), checkpoint=per_epoch // 2)
-    assert saved < per_epoch
-    report = job.finish(job.start(1, 24, 3))
+    (root / "mix.toml").write_text(body)
+    return str(root / "mix.toml")
+
+
+def _exactly_once_per_source(report: dict[str, Any]) -> None:
     _exactly_once(report)
     for epoch in report["epochs"]:
         assert sorted(epoch["sources"]) == ["s0", "s1", "s2"]
         assert all(s["pairs"] == s["expected"] == s["logged"] > 0 for s in epoch["sources"].values()), epoch
+
+
+def test_three_source_mixture_two_ranks_to_one_with_other_seq_len_and_batch(tmp_path: Path) -> None:
+    data = _mixture_file(tmp_path / "data")
+    job = LMJob(tmp_path, data)
+    per_epoch = _steps_per_epoch(data, 16, 2, 2)
+    saved = job.kill_after(job.start(2, 16, 2), checkpoint=per_epoch // 2)
+    assert saved < per_epoch
+    _exactly_once_per_source(job.finish(job.start(1, 24, 3)))
+
+
+def test_three_source_mixture_from_an_epoch_end_checkpoint_on_more_ranks(tmp_path: Path) -> None:
+    data = _mixture_file(tmp_path / "data")
+    job = LMJob(tmp_path, data)
+    per_epoch = _steps_per_epoch(data, 16, 2, 1)
+    saved = job.kill_after(job.start(1, 16, 2, save_every=per_epoch), checkpoint=per_epoch)
+    assert saved == per_epoch
+    _exactly_once_per_source(job.finish(job.start(2, 16, 2)))
