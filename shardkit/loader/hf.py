@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from shardkit.errors import StateError
-from shardkit.loader.hf_epochs import trainer_counts
+from shardkit.loader.hf_epochs import planned_steps, trainer_counts
 from shardkit.loader.hf_inputs import InputsHook, ModelInputs, check_for_hf, forward_keys, in_hf_layout, token_blocks_of
 from shardkit.loader.shard_loader import ShardLoader
 
@@ -107,8 +107,8 @@ class _TrainerEpochs:
     one the loader's next iteration reads at the first call (the loaded state's, kept), then one
     more per call. ``len`` is the loader's: what is left of a resumed epoch, else a whole one."""
 
-    def __init__(self, loader: ShardLoader, prepare: Any) -> None:
-        self.loader, self.prepare = loader, prepare
+    def __init__(self, loader: ShardLoader, prepare: Any, started: Any) -> None:
+        self.loader, self.prepare, self.started = loader, prepare, started
         self.epoch: int | None = None  # the loader epoch of Trainer's current epoch
         self.trainer_epoch = 0  # Trainer's loop index for it
 
@@ -117,6 +117,7 @@ class _TrainerEpochs:
         if target != self.loader.next_epoch:  # the last iteration was not run to StopIteration
             self.loader.set_epoch(target)
         self.epoch, self.trainer_epoch = target, trainer_epoch
+        self.started(target)
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -159,7 +160,8 @@ class ShardkitTrainer(_tf.Trainer):  # type: ignore[name-defined]
         super().__init__(*args, **kwargs)
         self.train_loader = train_loader
         self.model_inputs = model_inputs or ModelInputs(forward_keys(self.model))
-        self.epochs = _TrainerEpochs(train_loader, self._prepare_batch)
+        self.epochs = _TrainerEpochs(train_loader, self._prepare_batch, self._epoch_started)
+        self._full_batches = 0
         if not self.args.ignore_data_skip:
             self.args.ignore_data_skip = True  # shardkit resumes at the boundary itself
         self.add_callback(_Accounting(self))
@@ -168,6 +170,14 @@ class ShardkitTrainer(_tf.Trainer):  # type: ignore[name-defined]
         # partitions over the data-parallel group (StreamingDataset's dp argument); Trainer's own
         # world (args.world_size, its num_items_in_batch gather) still spans every rank. Nothing
         # here reads rank or world: epoch_batches/len/state_dict are the loader's, over its group.
+
+    def _epoch_started(self, epoch: int) -> None:
+        """An epoch-based run's ``max_steps`` at the start of loader epoch ``epoch``: exact for it
+        (``planned_steps``), so the last epoch ends at ``max_steps``, never before its end."""
+        if self.args.max_steps <= 0 and self.state.max_steps:
+            later = max(int(self.args.num_train_epochs) - 1 - epoch, 0)
+            self.state.max_steps = planned_steps(self.state.global_step, len(self.train_loader), later,
+                                                 self._full_batches, self.args.gradient_accumulation_steps)
 
     def _prepare_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
         return self.model_inputs(in_hf_layout(batch, self.tokens))
@@ -180,7 +190,8 @@ class ShardkitTrainer(_tf.Trainer):  # type: ignore[name-defined]
         """Epochs and steps from the loader (loader/hf_epochs.py), not ``global_step // len``."""
         loader = self.train_loader
         first = loader.next_epoch
-        counts = trainer_counts(self._resume_step, first, len(loader), loader.epoch_batches, args.num_train_epochs,
+        self._full_batches = loader.epoch_batches(first)
+        counts = trainer_counts(self._resume_step, first, len(loader), self._full_batches, args.num_train_epochs,
                                 args.max_steps, args.gradient_accumulation_steps, total_train_batch_size)
         log.info("shardkit: loader epoch %d on, %d epoch(s), %d steps in all (from step %d)", first,
                  counts.epochs_to_run, counts.max_steps, self._resume_step)

@@ -11,8 +11,9 @@ this topology needs:
 
 - ``num_train_epochs = E`` (``max_steps <= 0``): every loader epoch up to ``E - 1`` is trained to
   its end, whatever topology trains which part; ``max_steps`` becomes the steps taken so far
-  plus the steps left on this topology (the learning-rate schedule is stretched or shrunk to
-  it at a resume).
+  plus the steps left on this topology (:func:`planned_steps`, recomputed at every epoch start;
+  the learning-rate schedule is sized by the value at the start of the run, so a resume on
+  another topology stretches or shrinks it).
 - ``max_steps = N > 0``: ``N`` optimizer steps in all (``global_step`` counts them across
   topologies); epochs follow one another as the loader's epochs end. A step on more ranks
   reads more data: ``N`` counts steps, not samples.
@@ -26,7 +27,6 @@ number of loader epochs to run.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -53,10 +53,22 @@ def updates(num_batches: int, accumulation: int) -> int:
     return -(-num_batches // accumulation)
 
 
-def trainer_counts(global_step: int, first_epoch: int, first_batches: int, epoch_batches: Callable[[int], int],
+def planned_steps(global_step: int, batches_now: int, later_epochs: int, full_batches: int,
+                  accumulation: int) -> int:
+    """``max_steps`` of an epoch-based run at the start of a loader epoch with ``batches_now``
+    batches left on this rank, ``later_epochs`` more to follow of (about) ``full_batches`` each.
+
+    Exact for the epoch under way; later epochs are estimated by a whole epoch of the first one
+    (exact for sample datasets and one token dataset in concat mode; a mixture's or a pack-mode
+    epoch may differ by a few steps). ``ShardkitTrainer`` recomputes it at every epoch start, so
+    in the last epoch it is exact and ``Trainer`` stops at that epoch's end, never before."""
+    return global_step + updates(batches_now, accumulation) + later_epochs * updates(full_batches, accumulation)
+
+
+def trainer_counts(global_step: int, first_epoch: int, first_batches: int, full_batches: int,
                    num_train_epochs: float, max_steps: int, accumulation: int, batch_size: int) -> TrainerCounts:
     """Counts for a run that starts at ``global_step`` with loader epoch ``first_epoch``, of which
-    ``first_batches`` batches are left on this rank; ``epoch_batches(e)`` is a whole epoch's.
+    ``first_batches`` batches are left on this rank; ``full_batches``: a whole epoch's on this rank.
 
     Raises ``ValueError`` for a fractional ``num_train_epochs`` (an epoch is the loader's, whole)."""
     if accumulation < 1:
@@ -65,19 +77,15 @@ def trainer_counts(global_step: int, first_epoch: int, first_batches: int, epoch
     if epoch_based and num_train_epochs != math.floor(num_train_epochs):
         raise ValueError(f"ShardkitTrainer trains whole loader epochs; num_train_epochs={num_train_epochs} is "
                          "fractional (use max_steps for a part of an epoch)")
-    per_epoch = max(updates(epoch_batches(first_epoch), accumulation), 1)
-    steps = [updates(first_batches, accumulation)]  # per loader epoch to run, from first_epoch on
+    per_epoch = max(updates(full_batches, accumulation), 1)
     if epoch_based:
-        steps += [updates(epoch_batches(e), accumulation) for e in range(first_epoch + 1, int(num_train_epochs))]
-        steps = steps[: max(int(num_train_epochs) - first_epoch, 0)]
-        total = global_step + sum(steps)
-    else:
-        left = max_steps - global_step
-        while sum(steps) < left and steps[-1] > 0:
-            steps.append(updates(epoch_batches(first_epoch + len(steps)), accumulation))
-        steps = steps if left > 0 else []
-        total = max_steps
+        epochs = max(int(num_train_epochs) - first_epoch, 0)
+        total = global_step
+        if epochs:
+            total = planned_steps(global_step, first_batches, epochs - 1, full_batches, accumulation)
+    else:  # at most one epoch per step left: Trainer's loop stops at max_steps
+        epochs, total = max(max_steps - global_step, 0), max_steps
     started = global_step // per_epoch  # Trainer's own epochs_trained
-    examples = epoch_batches(first_epoch) * batch_size
-    return TrainerCounts(started + len(steps), per_epoch, examples, examples * max(len(steps), 1), epoch_based,
-                         epoch_batches(first_epoch), total, len(steps))
+    examples = full_batches * batch_size
+    return TrainerCounts(started + epochs, per_epoch, examples, examples * max(epochs, 1), epoch_based, full_batches,
+                         total, epochs)
