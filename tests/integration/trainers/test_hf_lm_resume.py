@@ -51,7 +51,7 @@ class LMJob:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
                str(SCRIPT), "--data", self.data, "--out", str(self.out), "--audit-dir", str(self.audit),
                "--seq-len", str(seq_len), "--batch-size", str(batch), "--epochs", "2", "--workers", "1",
-               "--vocab", str(VOCAB), "--save-every", str(save_every), "--step-sleep", "0.05"]
+               "--vocab", str(VOCAB), "--save-every", str(save_every), "--step-sleep", "0.08"]
         if self.launches:
             cmd.append("--resume")
         self.launches += 1
