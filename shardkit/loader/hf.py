@@ -162,6 +162,9 @@ class ShardkitTrainer(_tf.Trainer):  # type: ignore[name-defined]
         self.model_inputs = model_inputs or ModelInputs(forward_keys(self.model))
         self.epochs = _TrainerEpochs(train_loader, self._prepare_batch, self._epoch_started)
         self._full_batches = 0
+        if self.args.include_tokens_per_second:  # Trainer would iterate a whole epoch to count them
+            raise ValueError("ShardkitTrainer: include_tokens_per_second reads an epoch ahead of training; "
+                             "train_loader.stats()['tokens_per_s'] reports token blocks' throughput")
         if not self.args.ignore_data_skip:
             self.args.ignore_data_skip = True  # shardkit resumes at the boundary itself
         self.add_callback(_Accounting(self))

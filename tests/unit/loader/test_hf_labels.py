@@ -115,3 +115,22 @@ def test_a_forward_that_names_none_of_the_batch_keys_is_an_error_not_an_empty_ca
 
     with pytest.raises(ValueError, match="model_inputs"):
         ModelInputs(forward_keys(Opaque()))({"input_ids": torch.zeros(1, 2), "labels": torch.zeros(1, 2)})
+
+
+def test_shardkit_trainer_refuses_what_would_read_ahead_or_misread_labels(data: str, tmp_path) -> None:
+    """``include_tokens_per_second`` makes ``Trainer`` iterate an epoch before training; an
+    ``ignore_index`` other than -100 is trained on by a Hugging Face loss."""
+    from shardkit.loader.hf import ShardkitTrainer
+
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=16,
+                                                                n_layer=1, n_head=2))
+
+    def trainer(tokens: sk.TokenBlocks, **extra: Any) -> Any:
+        args = transformers.TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True, **extra)
+        loader = sk.ShardLoader(sk.StreamingDataset(data, batch_size=3, tokens=tokens))
+        return ShardkitTrainer(model=gpt2, args=args, train_loader=loader)
+
+    with pytest.raises(ValueError, match="include_tokens_per_second"):
+        trainer(sk.TokenBlocks(SEQ), include_tokens_per_second=True)
+    with pytest.raises(ValueError, match="ignore_index=-1"):
+        trainer(sk.TokenBlocks(SEQ, ignore_index=-1))
