@@ -209,3 +209,18 @@ def test_an_epoch_after_a_loaded_state_continues_exactly_after_a_break(tmp_path)
 
 def _indexed(path: str, batch_size: int, tokens: sk.TokenBlocks) -> sk.StreamingDataset:
     return sk.StreamingDataset(path, batch_size=batch_size, tokens=tokens, tail="pad", with_index=True)
+
+
+@pytest.mark.parametrize("mode", ["concat", "pack"])
+def test_hf_labels_are_the_same_from_workers_whose_rows_are_written_into_shared_slots(tmp_path, mode):
+    """TB20 through the worker ring (TB18: rows assembled in the memory a batch is sent from):
+    the Hugging Face layout is the slow reference's, slot by slot."""
+    lengths = [5, 0, 40, 7, 3, 12, 9, 1, 30]
+    path = write_token_dataset(str(tmp_path / "ds"), lengths, masks=True)
+    tokens = sk.TokenBlocks(8, mode=mode, eos_id=2, loss_mask_field="loss_mask", labels="hf")
+    ds = sk.StreamingDataset(path, batch_size=2, tokens=tokens, tail="pad", with_index=True, seed=3)
+    order = order_of(ds)
+    batches = list(sk.ShardLoader(ds, num_workers=2))
+    assert batches
+    for batch in batches:
+        check_against_reference(batch, lengths, order, tokens)
