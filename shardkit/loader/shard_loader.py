@@ -115,6 +115,17 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
         """The epoch the current (or last) iteration reads."""
         return self.streaming.epoch
 
+    @property
+    def next_epoch(self) -> int:
+        """The epoch the next ``iter(loader)`` reads (R10): the current one continued or resumed,
+        or the next one once an iteration ran to its end or a loaded state had nothing left."""
+        return self._next_iteration()[0]
+
+    def epoch_batches(self, epoch: int) -> int:
+        """Batches this rank yields in the whole of ``epoch``, from its start, on this topology."""
+        topology = self._topology()
+        return self.streaming.num_batches(epoch, topology.rank, topology.world_size, self.num_workers)
+
     def _next_iteration(self) -> tuple[int, dict[str, Any] | None]:
         """The epoch and plan state the next ``iter(loader)`` uses (R10), without side effects."""
         if self._cursor.advances(self.streaming.epoch):

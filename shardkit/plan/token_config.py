@@ -4,7 +4,7 @@ into fixed-length blocks (specs/token-blocks.md). Pure configuration, validated 
 What a position *is* depends on ``field``, ``mode``, ``bos_id`` and ``eos_id`` (TB1): a resume
 refuses a change of any of them (TB8). ``seq_len``, ``long_docs`` and ``open_blocks`` shape how
 positions are cut and may change at an elastic resume; ``pad_id``, ``ignore_index``,
-``loss_mask_field`` and ``mask_doc_starts`` only change token values and labels.
+``loss_mask_field``, ``mask_doc_starts`` and ``labels`` only change token values and labels.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from shardkit.errors import PlanError
 from shardkit.plan.token_blocks import BlockOptions
-from shardkit.plan.token_rows import IGNORE_INDEX, TokenOptions
+from shardkit.plan.token_rows import IGNORE_INDEX, LABEL_LAYOUTS, TokenOptions
 
 IDENTITY_KEYS = ("field", "mode", "bos_id", "eos_id")  # what a position is (TB8: never changed)
 LEVEL_KEYS = ("seq_len", "long_docs", "open_blocks")  # how a level cuts (may change, TB8)
@@ -29,6 +29,14 @@ class TokenBlocks:
     padded; longer ones split or truncated by ``long_docs``). ``eos_id``/``bos_id``: boundary
     tokens added around every non-empty document. ``loss_mask_field``: an optional per-token
     field (nonzero: train on it). ``mask_doc_starts``: no loss on a document's first token.
+
+    ``labels`` (TB20): ``"shifted"`` (default) — ``labels[:, j]`` is the target of input ``j``,
+    for a hand-written loss that does not shift (``cross_entropy(logits, labels)``); ``"hf"`` —
+    the Hugging Face convention, for a model whose own loss shifts (every ``*ForCausalLM``,
+    ``model(**batch)``): ``labels[:, j]`` is the target of input ``j - 1``, so it equals
+    ``input_ids[:, j]`` inside a document, and ``ignore_index`` at column 0, at padding after
+    padding and (``mask_doc_starts``) at a document's first token. Pass shifted labels to a
+    model that shifts again and it learns the token after next.
     """
 
     seq_len: int
@@ -42,6 +50,7 @@ class TokenBlocks:
     mask_doc_starts: bool = False
     long_docs: str = "split"
     open_blocks: int = 16
+    labels: str = "shifted"
 
     def __post_init__(self) -> None:
         for name in ("seq_len", "open_blocks", "pad_id", "ignore_index"):
@@ -52,6 +61,8 @@ class TokenBlocks:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise PlanError(f"TokenBlocks.{name}: expected an int or None, got {value!r}")
+        if self.labels not in LABEL_LAYOUTS:
+            raise PlanError(f"TokenBlocks.labels: expected one of {', '.join(LABEL_LAYOUTS)}, got {self.labels!r}")
         if not isinstance(self.field, str) or not self.field:
             raise PlanError(f"TokenBlocks.field: expected a field name, got {self.field!r}")
         self.block_options()  # validates seq_len, mode, long_docs, open_blocks
@@ -63,7 +74,8 @@ class TokenBlocks:
 
     def token_options(self) -> TokenOptions:
         return TokenOptions(eos_id=self.eos_id, bos_id=self.bos_id, pad_id=self.pad_id,
-                            mask_doc_starts=self.mask_doc_starts, ignore_index=self.ignore_index)
+                            mask_doc_starts=self.mask_doc_starts, ignore_index=self.ignore_index,
+                            labels=self.labels)
 
     def identity(self) -> dict[str, Any]:
         """What a position is (saved in the state; a resume refuses a change, TB8)."""

@@ -1,5 +1,10 @@
-"""Token values for blocks: ``input_ids``, shifted ``labels``, ``position_ids``, ``cu_seqlens``
-(specs/token-blocks.md, TB2-TB4). Pure numpy; the loader turns the arrays into tensors.
+"""Token values for blocks: ``input_ids``, ``labels``, ``position_ids``, ``cu_seqlens``
+(specs/token-blocks.md, TB2-TB4, TB20). Pure numpy; the loader turns the arrays into tensors.
+
+``labels`` come in one of two layouts (``LABEL_LAYOUTS``, TB20): ``"shifted"`` — ``labels[r, j]``
+is the target of input ``j`` (for a hand-written loss, no shift) — or ``"hf"`` — ``labels[r, j]``
+is the target of input ``j - 1`` and column 0 is ``ignore_index``, the layout a Hugging Face
+``*ForCausalLM`` expects, since its loss shifts ``labels`` itself (:func:`to_hf_labels`).
 
 A **segment** of a row is a maximal run of consecutive positions of one document; position ids
 restart at 0 at every segment and padding is one segment of its own, so ``cu_seqlens`` always
@@ -19,17 +24,31 @@ from shardkit.errors import PlanError
 from shardkit.plan.token_blocks import Block, Piece
 
 IGNORE_INDEX = -100
+LABEL_LAYOUTS = ("shifted", "hf")  # TB20: the target of input j at column j, or at column j + 1
 
 
 @dataclass(frozen=True)
 class TokenOptions:
-    """Boundary tokens and label rules (``mask_doc_starts``: no loss on a document's first token)."""
+    """Boundary tokens and label rules (``mask_doc_starts``: no loss on a document's first token;
+    ``labels``: the layout of the targets, ``LABEL_LAYOUTS``)."""
 
     eos_id: int | None = None
     bos_id: int | None = None
     pad_id: int = 0
     mask_doc_starts: bool = False
     ignore_index: int = IGNORE_INDEX
+    labels: str = "shifted"
+
+
+def to_hf_labels(labels: np.ndarray, ignore_index: int = IGNORE_INDEX) -> np.ndarray:
+    """Shifted targets (B, L) → the Hugging Face layout, in place (TB20): the target of input
+    ``j`` moves to column ``j + 1``, column 0 becomes ``ignore_index``. A causal-LM loss that
+    shifts (``logits[:, :-1]`` against ``labels[:, 1:]``) then trains exactly the targets of
+    inputs ``0 … L-2``; the target of a row's last input has no column and is not trained."""
+    if labels.shape[-1]:
+        labels[..., 1:] = labels[..., :-1].copy()
+        labels[..., 0] = ignore_index
+    return labels
 
 
 class TokenDocs:
@@ -230,6 +249,8 @@ class _Parts:
         if self.keep:  # a label whose target's loss_mask is 0 is ignored (TB4)
             keep = np.concatenate(self.keep).reshape(num_rows, seq_len)
             np.putmask(labels, ~keep, self.docs.options.ignore_index)
+        if self.docs.options.labels == "hf":
+            to_hf_labels(labels, self.docs.options.ignore_index)
         return out
 
 

@@ -6,7 +6,8 @@ A forward pre-hook on the model checks what reaches ``forward`` (exactly ``input
 ``labels`` from the batch, plus ``Trainer``'s own ``num_items_in_batch``; ``[batch, 8]``) and
 appends ``{"run", "epoch", "step", "ids"}`` to ``AUDIT/runNNN-rankR.jsonl`` (the
 ``tools/audit.py`` format), flushed before the step's checkpoint can be written; ``step`` is
-the global step this batch completes.
+the global step this batch completes. Nothing here works around the CPU resume under
+``torchrun`` (``cpu:N`` optimizer storages): ``ShardkitTrainer`` handles it.
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 tests/integration/trainers/hf_train.py \
         --data D --out O --audit-dir A --run-number 0 [--resume]
@@ -29,16 +30,6 @@ from tests.helpers.job_args import job_parser
 
 SEQ = 8
 VOCAB = 128
-
-
-def _restore_cpu_n(storage: Any, location: str) -> Any:
-    """``Trainer`` resumes the optimizer with ``map_location=args.device``, which under a
-    multi-process CPU run is ``cpu:0``, a location torch 2.13 does not restore (a
-    transformers/torch matter, not shardkit's): keep such storages on the CPU."""
-    return storage if location.startswith("cpu:") else None
-
-
-torch.serialization.register_package(5, lambda obj: None, _restore_cpu_n)
 
 
 def tokens_of(sample_id: int) -> np.ndarray:

@@ -52,14 +52,16 @@ def test_batches_follow_the_lm_contract(tmp_path):
 @examples(12)
 @given(lengths=lengths_st, mode=st.sampled_from(["concat", "pack"]), seq_len=st.integers(2, 12),
        batch_size=st.integers(1, 3), bos=st.booleans(), eos=st.booleans(), masks=st.booleans(),
-       mask_starts=st.booleans())
+       mask_starts=st.booleans(), layout=st.sampled_from(["shifted", "hf"]))
 def test_rows_match_the_slow_reference(tmp_path_factory, lengths, mode, seq_len, batch_size, bos, eos, masks,
-                                       mask_starts):
-    """TB4: input_ids, labels (shifted, crossing documents in concat mode, ignored at padding,
-    masked tokens and with mask_doc_starts), position_ids and cu_seqlens, slot by slot."""
+                                       mask_starts, layout):
+    """TB4, TB20: input_ids, labels (the target of each input — crossing documents in concat
+    mode, ignored at padding, masked tokens and with mask_doc_starts — at its own column, or one
+    column right in the Hugging Face layout), position_ids and cu_seqlens, slot by slot."""
     path = write_token_dataset(str(tmp_path_factory.mktemp("ds") / "ds"), lengths, masks=masks)
     tokens = sk.TokenBlocks(seq_len, mode=mode, bos_id=1 if bos else None, eos_id=2 if eos else None,
-                            loss_mask_field="loss_mask" if masks else None, mask_doc_starts=mask_starts)
+                            loss_mask_field="loss_mask" if masks else None, mask_doc_starts=mask_starts,
+                            labels=layout)
     ds = sk.StreamingDataset(path, batch_size=batch_size, tokens=tokens, tail="pad", with_index=True, seed=3)
     order = order_of(ds)
     for batch in sk.ShardLoader(ds):
@@ -207,3 +209,18 @@ def test_an_epoch_after_a_loaded_state_continues_exactly_after_a_break(tmp_path)
 
 def _indexed(path: str, batch_size: int, tokens: sk.TokenBlocks) -> sk.StreamingDataset:
     return sk.StreamingDataset(path, batch_size=batch_size, tokens=tokens, tail="pad", with_index=True)
+
+
+@pytest.mark.parametrize("mode", ["concat", "pack"])
+def test_hf_labels_are_the_same_from_workers_whose_rows_are_written_into_shared_slots(tmp_path, mode):
+    """TB20 through the worker ring (TB18: rows assembled in the memory a batch is sent from):
+    the Hugging Face layout is the slow reference's, slot by slot."""
+    lengths = [5, 0, 40, 7, 3, 12, 9, 1, 30]
+    path = write_token_dataset(str(tmp_path / "ds"), lengths, masks=True)
+    tokens = sk.TokenBlocks(8, mode=mode, eos_id=2, loss_mask_field="loss_mask", labels="hf")
+    ds = sk.StreamingDataset(path, batch_size=2, tokens=tokens, tail="pad", with_index=True, seed=3)
+    order = order_of(ds)
+    batches = list(sk.ShardLoader(ds, num_workers=2))
+    assert batches
+    for batch in batches:
+        check_against_reference(batch, lengths, order, tokens)

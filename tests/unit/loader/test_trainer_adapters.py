@@ -100,3 +100,23 @@ def test_hf_checkpoint_without_or_with_a_bad_loader_state_names_the_folder(tmp_p
         load_checkpoint_state(str(folder))
     (folder / STATE_FILE).write_text('{"kind": "shardkit.loader"}')
     assert load_checkpoint_state(str(folder)) == {"kind": "shardkit.loader"}
+
+
+def test_next_epoch_and_epoch_batches_are_what_a_trainer_sizes_its_loop_by(url: str) -> None:
+    """R10 seen from outside: the epoch the next iteration reads (a loaded state's, kept; the
+    next one once an iteration or a loaded state reached the end) and a whole epoch's steps."""
+    loader = sk.ShardLoader(sk.StreamingDataset(url, batch_size=BATCH, seed=3))
+    assert loader.next_epoch == 0 and loader.epoch_batches(0) == len(loader) == N // BATCH
+    list(loader)
+    assert loader.next_epoch == 1
+    batches = iter(loader)
+    next(batches)
+    mid = loader.state_dict()
+    for _ in batches:
+        pass
+    end = loader.state_dict()
+    resumed = sk.ShardLoader(sk.StreamingDataset(url, batch_size=BATCH, seed=3))
+    resumed.load_state_dict(mid)
+    assert resumed.next_epoch == 1 and len(resumed) == resumed.epoch_batches(1) - 1
+    resumed.load_state_dict(end)
+    assert resumed.next_epoch == 2 and len(resumed) == resumed.epoch_batches(2)
