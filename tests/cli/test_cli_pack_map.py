@@ -1,5 +1,5 @@
 """``shardkit pack --map`` through the real ``shardkit`` command: every pack option applies to a
-mapped pack (specs/token-blocks.md TB10, TB20; pack-shuffle.md PS7), its inputs are refused and
+mapped pack (specs/token-blocks.md TB10, TB21; pack-shuffle.md PS7), its inputs are refused and
 parsed as plain pack inputs are (pack-inputs.md PI1), ``--map`` finds a module in the current
 folder, and a shard bounds its blocks (shard-format.md I15)."""
 
@@ -40,7 +40,7 @@ def records_file(path: Path, num: int = 700) -> list[dict]:
 
 @pytest.mark.slow
 def test_map_with_shuffle_seed_and_workers_writes_the_shuffled_pack_of_the_mapped_rows(tmp_path: Path) -> None:
-    """PS7, TB20: ``--map`` with ``--shuffle --seed 3`` (1 and 2 workers) gives the bytes plain
+    """PS7, TB21: ``--map`` with ``--shuffle --seed 3`` (1 and 2 workers) gives the bytes plain
     ``pack --seed 3`` gives the mapped rows; ``info`` names the order; overwrite safety holds."""
     records = records_file(tmp_path / "rows.jsonl")
     mapped = tokenize_map.mapped_words(records)
