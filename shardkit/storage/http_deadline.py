@@ -17,9 +17,11 @@ Thread-safety: a socket carries one request at a time (its connection's), as htt
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import time
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -57,6 +59,19 @@ def _bound(sock: Any) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _receiving(sock: Any) -> Iterator[None]:
+    """One receive under its request's deadline: a timeout the deadline cut short is
+    ``RequestDeadlineExceeded``; a plain read timeout stays a ``TimeoutError``."""
+    cut = _bound(sock)
+    try:
+        yield
+    except TimeoutError:
+        if cut:
+            raise RequestDeadlineExceeded("the request's deadline passed") from None
+        raise
+
+
 class _TimedSocket(socket.socket):
     """A plain TCP socket whose receives honour its request's deadline."""
 
@@ -64,13 +79,8 @@ class _TimedSocket(socket.socket):
     read_timeout: float = 60.0
 
     def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
-        cut = _bound(self)
-        try:
+        with _receiving(self):
             return super().recv_into(buffer, nbytes, flags)
-        except TimeoutError:
-            if cut:
-                raise RequestDeadlineExceeded("the request's deadline passed") from None
-            raise
 
 
 class TimedSSLSocket(ssl.SSLSocket):
@@ -80,13 +90,8 @@ class TimedSSLSocket(ssl.SSLSocket):
     read_timeout: float = 60.0
 
     def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
-        cut = _bound(self)
-        try:
+        with _receiving(self):
             return super().recv_into(buffer, nbytes, flags)
-        except TimeoutError:
-            if cut:
-                raise RequestDeadlineExceeded("the request's deadline passed") from None
-            raise
 
 
 def create_connection(address: tuple[str, int], timeout: Any = None,
