@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from shardkit.errors import CacheError, StorageError, StorageTimeoutError
 from shardkit.storage.budget import NodeBudget
-from shardkit.storage.cache_files import regular_stat
+from shardkit.storage.cache_files import make_private, regular_stat, seal
 from shardkit.storage.cache_layout import Entry, ensure_root, entry_name, write_meta
 from shardkit.storage.download import Downloader, DownloadOptions
 from shardkit.storage.eviction import SpaceManager, disk_error, remove_temps
@@ -228,7 +228,9 @@ class ShardCache:
         for attempt in range(1, self.options.verify_attempts + 1):
             tmp = self._space.reserve(entry, num_bytes)
             try:
+                publish_mode = make_private(tmp, num_bytes)  # K36: nobody else can write it ...
                 self._download(store, name, tmp, num_bytes, url, cancel)
+                seal(tmp, publish_mode)  # ... nor anyone at all once the bytes are in, before the check
                 if verify is not None:
                     verify(tmp)
             except StorageError:
