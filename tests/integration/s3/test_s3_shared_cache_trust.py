@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import struct
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from shardkit.read.stream import cache_item
 from shardkit.storage import ShardCache, open_store
 from shardkit.storage.cache_layout import entry_name
 from shardkit.write import output
+from tests.helpers.forged import rebound_companion
 from tests.helpers.modes import umask
 from tests.helpers.unix_users import Member, group_member, readable_copy, shared_folder, shared_root
 
@@ -97,13 +97,6 @@ def test_a_planted_manifest_entry_is_not_believed_k34(setup: dict[str, Any]) -> 
     assert ids == set(range(GENUINE, GENUINE + NUM_SAMPLES))
 
 
-def _rebound(companion: bytes, json_data: bytes) -> bytes:
-    """``companion`` claiming to describe ``json_data``: its bound hash and trailer recomputed."""
-    body = bytearray(companion[:-8])
-    struct.pack_into("<Q", body, 16, xxhash.xxh64_intdigest(json_data))
-    return bytes(body) + struct.pack("<Q", xxhash.xxh64_intdigest(bytes(body)))
-
-
 def test_a_planted_companion_rebound_to_the_genuine_json_is_not_used_m17(
         setup: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """M17: the member plants a forged ``manifest.bin`` entry that records the genuine JSON's
@@ -115,7 +108,7 @@ def test_a_planted_companion_rebound_to_the_genuine_json_is_not_used_m17(
     store = open_store(setup["url"], setup["options"])
     genuine_json = store.read("manifest.json")
     with open(os.path.join(setup["forged"], "manifest.json"), "rb") as fh:
-        forged = _rebound(encode_companion(fh.read()), genuine_json)
+        forged = rebound_companion(encode_companion(fh.read()), genuine_json)
     assert len(forged) == store.size("manifest.bin"), "same shape, same companion size"
     key = f"manifest-bin-{xxhash.xxh64_hexdigest(genuine_json)}"
     member.plant(readable_copy(stage, "companion", forged), _data_path(cache_dir, key))
