@@ -1,4 +1,4 @@
-"""Proving that a decoded companion says what the JSON says (specs/manifest.md M17).
+"""Proving that a decoded companion says what the JSON says (specs/manifest.md M20).
 
 The xxh64 a companion records of "its" JSON is written by whoever wrote the companion, so it
 binds nothing: anyone can record the hash of a genuine ``manifest.json`` in a forged

@@ -142,7 +142,7 @@ class Manifest:
 
 
 #: ``manifest.json`` is ``json.dumps(body, indent=JSON_INDENT, ensure_ascii=False) + "\n"`` of
-#: ``json_head`` followed by ``"shards"`` (a companion is checked against exactly this text, M17).
+#: ``json_head`` followed by ``"shards"`` (a companion is checked against exactly this text, M20).
 JSON_INDENT = 1
 
 

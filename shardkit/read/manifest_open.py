@@ -6,13 +6,13 @@ reads the bytes from the cache entry of that version, which the first process of
 downloaded (one GET per node and version, K3). A republished manifest has another version,
 so the next open fetches it anew; an open already under way keeps the manifest it read.
 
-Nothing in a shared cache dir is trusted (K34): a cached copy is used only when it holds the
+Nothing in a shared cache dir is trusted (K40): a cached copy is used only when it holds the
 bytes the store holds: its MD5 is the ETag this process got from the store, or the file is
 this user's own, written by the cache straight from the store and writable by nobody else;
 any other copy is logged and the manifest read from the store.
 
 A manifest.json of ``COMPANION_MIN_BYTES`` or more is not parsed when ``manifest.bin`` decodes
-and re-encodes to exactly that JSON (M15, M17): the JSON is the source of truth. A missing,
+and re-encodes to exactly that JSON (M15, M20): the JSON is the source of truth. A missing,
 stale, damaged or forged companion is logged and the JSON parsed.
 """
 
@@ -68,7 +68,7 @@ def _manifest_bytes(store: Store, cache: ShardCache | None) -> tuple[bytes, bool
 
 
 def _cached_copy(store: Store, cache: ShardCache) -> bytes | None:
-    """The node cache's copy of the manifest's current version if it is the store's (K34)."""
+    """The node cache's copy of the manifest's current version if it is the store's (K40)."""
     where = store.url_of(MANIFEST_NAME)
     size, version = store.version(MANIFEST_NAME)
     digest = hashlib.sha256(f"{store.url}\0{version}\0{size}".encode()).hexdigest()[:32]
@@ -100,7 +100,7 @@ def _read_with_stat(path: str) -> tuple[bytes, os.stat_result]:
 
 
 def _companion(store: Store, cache: ShardCache | None, json_data: bytes) -> Manifest | None:
-    """The manifest from ``manifest.bin`` if it is there and re-encodes to ``json_data`` (M17):
+    """The manifest from ``manifest.bin`` if it is there and re-encodes to ``json_data`` (M20):
     its bytes may come from anywhere (a shared cache entry), the proof is against the JSON."""
     where = store.url_of(COMPANION_NAME)
     json_checksum = xxh64_text(json_data)
@@ -115,7 +115,7 @@ def _companion(store: Store, cache: ShardCache | None, json_data: bytes) -> Mani
         return None
     if not describes_json(manifest, json_data):
         log.warning("%s is not used: it does not re-encode to the manifest.json it claims to describe "
-                    "(M17: forged, or a JSON not written by shardkit); parsing the JSON", where)
+                    "(M20: forged, or a JSON not written by shardkit); parsing the JSON", where)
         return None
     return manifest
 

@@ -228,7 +228,7 @@ class ShardCache:
         for attempt in range(1, self.options.verify_attempts + 1):
             tmp = self._space.reserve(entry, num_bytes)
             try:
-                publish_mode = make_private(tmp, num_bytes)  # K36: nobody else can write it ...
+                publish_mode = make_private(tmp, num_bytes)  # K42: nobody else can write it ...
                 self._download(store, name, tmp, num_bytes, url, cancel)
                 seal(tmp, publish_mode)  # ... nor anyone at all once the bytes are in, before the check
                 if verify is not None:

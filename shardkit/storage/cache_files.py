@@ -118,7 +118,7 @@ def check_dir(path: str, *, follow: bool) -> None:
             path, st.st_uid, st.st_gid, stat.filemode(st.st_mode))
 
 
-#: Mode of a download in progress: only its downloader may open it (K36).
+#: Mode of a download in progress: only its downloader may open it (K42).
 PRIVATE_MODE = 0o600
 
 
@@ -127,7 +127,7 @@ def make_private(path: str, num_bytes: int) -> int:
     of ``num_bytes`` bytes allocated; the mode to publish it with: the reserved file's read bits
     (``0444 & ~umask``). Anyone may have opened the reserved file for writing in the moment it
     was group-writable; that open file is unlinked here, so nothing written through it reaches
-    the download (K36)."""
+    the download (K42)."""
     st = os.lstat(path)
     fresh = f"{path}-p"
     fd = create_new_with_mode(fresh, PRIVATE_MODE)
@@ -152,7 +152,7 @@ def make_private(path: str, num_bytes: int) -> int:
 
 def seal(path: str, mode: int) -> None:
     """Make the finished download at ``path`` read-only (``mode``) before it is checked and
-    published: from then on only its owner (or root) can change its bytes (K36)."""
+    published: from then on only its owner (or root) can change its bytes (K42)."""
     fd = open_regular(path, os.O_RDONLY)
     try:
         st = os.fstat(fd)
@@ -165,6 +165,6 @@ def seal(path: str, mode: int) -> None:
 
 
 def sealed_by_self(st: os.stat_result) -> bool:
-    """The file is this user's and nobody may write it: a sealed download of this user (K36),
+    """The file is this user's and nobody may write it: a sealed download of this user (K42),
     whose bytes nobody else can have written (root aside)."""
     return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o222

@@ -1,5 +1,5 @@
 """``shardkit verify`` believes no companion the JSON does not prove (specs/manifest.md M15,
-M17): the real command in a subprocess."""
+M20): the real command in a subprocess."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from tests.helpers.forged import rebound_companion
 from tests.helpers.hostile import run_measured
 
 
-def test_verify_fails_on_a_non_manifest_json_with_a_companion_rebound_to_it_m17(tmp_path) -> None:
-    """M17: manifest.json replaced by a JSON of 1 MiB or more that is no manifest, and
+def test_verify_fails_on_a_non_manifest_json_with_a_companion_rebound_to_it_m20(tmp_path) -> None:
+    """M20: manifest.json replaced by a JSON of 1 MiB or more that is no manifest, and
     manifest.bin (a valid companion of the real manifest) re-bound to that JSON's xxh64 and its
     trailer recomputed: the JSON is parsed, so verify fails (exit 2), naming the manifest."""
     folder = str(tmp_path / "ds")

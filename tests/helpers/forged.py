@@ -1,5 +1,5 @@
 """Forged metadata as an attacker makes it: self-consistent, so only a check rooted elsewhere
-catches it (specs/manifest.md M17)."""
+catches it (specs/manifest.md M20)."""
 
 from __future__ import annotations
 

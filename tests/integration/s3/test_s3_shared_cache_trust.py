@@ -1,5 +1,5 @@
 """Another member of the cache dir's group cannot make a job train on its samples (specs/cache.md,
-"Sharing a cache dir": K34, K35, K36; specs/manifest.md M17): real attacks, run as a second real
+"Sharing a cache dir": K40, K41, K42; specs/manifest.md M20): real attacks, run as a second real
 Unix user of the group against the victim's job reading from the moto S3 server with a cache_dir.
 
 Each forged dataset has the genuine one's shape (same shard names and sizes, raw blocks), so a
@@ -79,8 +79,8 @@ def _dataset(setup: dict[str, Any]) -> sk.StreamingDataset:
                                cache_dir=setup["cache"], storage_options=setup["options"])
 
 
-def test_a_planted_manifest_entry_is_not_believed_k34(setup: dict[str, Any]) -> None:
-    """K34: the member plants ``e-manifest-<key of (url, ETag, size)>.data`` — a valid forged
+def test_a_planted_manifest_entry_is_not_believed_k40(setup: dict[str, Any]) -> None:
+    """K40: the member plants ``e-manifest-<key of (url, ETag, size)>.data`` — a valid forged
     manifest padded to the real size — and the shards it names; the victim reads its own."""
     member, stage, cache_dir = setup["member"], setup["stage"], setup["cache"]
     store = open_store(setup["url"], setup["options"])
@@ -97,9 +97,9 @@ def test_a_planted_manifest_entry_is_not_believed_k34(setup: dict[str, Any]) -> 
     assert ids == set(range(GENUINE, GENUINE + NUM_SAMPLES))
 
 
-def test_a_planted_companion_rebound_to_the_genuine_json_is_not_used_m17(
+def test_a_planted_companion_rebound_to_the_genuine_json_is_not_used_m20(
         setup: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    """M17: the member plants a forged ``manifest.bin`` entry that records the genuine JSON's
+    """M20: the member plants a forged ``manifest.bin`` entry that records the genuine JSON's
     xxh64 (its own trailer recomputed) and the shards it names; the victim reads its own."""
     monkeypatch.setattr(output, "COMPANION_MIN_BYTES", 1)
     monkeypatch.setattr(manifest_open, "COMPANION_MIN_BYTES", 1)
@@ -124,8 +124,8 @@ def _forged_shard_bytes(setup: dict[str, Any], index: int) -> bytes:
         return fh.read()
 
 
-def test_the_victims_entry_cannot_be_overwritten_in_place_k36(setup: dict[str, Any]) -> None:
-    """K36: between two epochs of one running loader the member writes a same-shaped forged
+def test_the_victims_entry_cannot_be_overwritten_in_place_k42(setup: dict[str, Any]) -> None:
+    """K42: between two epochs of one running loader the member writes a same-shaped forged
     shard over the victim's published entry, in place: refused by the file's mode, and the
     second epoch reads genuine samples."""
     member, stage = setup["member"], setup["stage"]
@@ -142,8 +142,8 @@ def test_the_victims_entry_cannot_be_overwritten_in_place_k36(setup: dict[str, A
     assert done.returncode != 0 and "Permission denied" in done.stderr, done
 
 
-def test_an_entry_its_owner_rewrites_in_place_never_yields_its_samples_k35(setup: dict[str, Any]) -> None:
-    """K35: the member owns the entry (it published it, with the genuine bytes), so no mode stops
+def test_an_entry_its_owner_rewrites_in_place_never_yields_its_samples_k41(setup: dict[str, Any]) -> None:
+    """K41: the member owns the entry (it published it, with the genuine bytes), so no mode stops
     it from writing it in place between two epochs of the victim's running loader; the second
     epoch fails naming the block, and never yields a forged sample."""
     member, stage = setup["member"], setup["stage"]

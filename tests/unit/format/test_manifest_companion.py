@@ -145,9 +145,9 @@ def test_fingerprint_is_the_same_hashed_in_slices(count: int, monkeypatch: pytes
 
 @settings(max_examples=30, deadline=None)
 @given(names=_NAMES, order=st.sampled_from([None, {"shuffled": True}]), slice_size=st.sampled_from([1, 2, 8192]))
-def test_a_companion_re_encodes_to_exactly_the_writers_json_m17(names: list[str], order: dict[str, Any] | None,
+def test_a_companion_re_encodes_to_exactly_the_writers_json_m20(names: list[str], order: dict[str, Any] | None,
                                                                 slice_size: int) -> None:
-    """M17: the text re-encoded from a decoded companion is the writer's JSON, byte for byte
+    """M20: the text re-encoded from a decoded companion is the writer's JSON, byte for byte
     (whatever the slicing); one byte changed anywhere and it no longer is."""
     body, companion = _pair(_manifest(names, order=order))
     decoded = decode_companion(companion, xxh64_text(body))
@@ -161,9 +161,9 @@ def test_a_companion_re_encodes_to_exactly_the_writers_json_m17(names: list[str]
                           empty.to_json())
 
 
-def test_a_forged_companion_rebound_to_the_json_is_not_used_m17(
+def test_a_forged_companion_rebound_to_the_json_is_not_used_m20(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    """M17: a companion of another dataset that records this JSON's xxh64 (its trailer
+    """M20: a companion of another dataset that records this JSON's xxh64 (its trailer
     recomputed) decodes; the reader still parses the JSON, and says why."""
     monkeypatch.setattr(manifest_open, "COMPANION_MIN_BYTES", 1)
     genuine = _pack(tmp_path / "ds", 30)
