@@ -48,7 +48,8 @@ class CacheOptions:
     space_timeout: float = 300.0     # waiting for leases to free room under the limit
     warn_after: float = 60.0         # log a warning when a wait or download takes longer
     poll_interval: float = 0.1
-    verify_on_hit: bool = True       # verify a cached file once per process before first use
+    verify_on_hit: bool = True       # verify a cached file once per process before first use (re-download if bad;
+                                     # readers check what they read regardless, K41)
     verify_attempts: int = 3         # downloads tried when the fetched bytes fail ``verify``
     chunk_bytes: int = 8 * 1024 * 1024  # one ranged GET (part) of a download
     download_threads: int = 8            # parts of one download in flight at once
