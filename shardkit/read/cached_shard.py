@@ -19,6 +19,7 @@ against the kept index and fail.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 
@@ -42,6 +43,11 @@ class _CheckedIndexes:
         self._lock = threading.Lock()
         self._kept: OrderedDict[_Key, tuple[ShardIndex, int]] = OrderedDict()
         self._bytes, self._limit = 0, limit_bytes
+        # A DataLoader worker forked while another thread held the lock must not inherit it held.
+        os.register_at_fork(after_in_child=self._new_lock)
+
+    def _new_lock(self) -> None:
+        self._lock = threading.Lock()
 
     def get(self, key: _Key) -> ShardIndex | None:
         with self._lock:
