@@ -25,9 +25,8 @@ from shardkit.storage.cache_layout import entry_name
 from shardkit.write import output
 from tests.helpers.forged import rebound_companion
 from tests.helpers.modes import umask
-from tests.helpers.unix_users import Member, group_member, readable_copy, shared_folder, shared_root
+from tests.helpers.unix_users import Member, readable_copy, shared_folder
 
-__all__ = ["group_member", "shared_root"]  # fixtures used by name below
 pytestmark = pytest.mark.s3
 
 GENUINE, FORGED = 1 << 20, 1 << 21  # ids: msgpack encodes both in 5 bytes, so shards keep their sizes
