@@ -60,8 +60,9 @@ class _CheckedIndexes:
     def put(self, key: _Key, index: ShardIndex) -> None:
         cost = index.blocks.nbytes + index.sample_offsets.nbytes + index.first_sample.nbytes
         with self._lock:
-            if key in self._kept:
-                return
+            old = self._kept.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
             self._kept[key] = (index, cost)
             self._bytes += cost
             while self._bytes > self._limit and len(self._kept) > 1:
@@ -72,22 +73,24 @@ class _CheckedIndexes:
 _CHECKED = _CheckedIndexes(_KEPT_BYTES)
 
 
-def open_checked(path: str, info: ShardInfo) -> tuple[LocalFileSource, ShardIndex]:
+def open_checked(path: str, info: ShardInfo, fresh: bool = False) -> tuple[LocalFileSource, ShardIndex]:
     """A copying (``pread``) source of the cached shard at ``path`` and its index, checked
-    against ``info`` from the manifest (K41); ``CorruptShardError`` naming the file otherwise."""
+    against ``info`` from the manifest (K41); ``CorruptShardError`` naming the file otherwise.
+    ``fresh``: hash the file even if this process checked it before (the cache's own check,
+    which decides whether to download again, K2)."""
     source = LocalFileSource(path, mapped=False)
     try:
-        return source, checked_index(source, info)
+        return source, checked_index(source, info, fresh)
     except BaseException:
         source.close()
         raise
 
 
-def checked_index(source: LocalFileSource, info: ShardInfo) -> ShardIndex:
+def checked_index(source: LocalFileSource, info: ShardInfo, fresh: bool = False) -> ShardIndex:
     """The index of the file ``source`` reads, from a pass whose xxh64 is ``info.checksum``."""
     st = source.stat()
     key = (st.st_dev, st.st_ino, st.st_size, st.st_uid, info.checksum)
-    index = _CHECKED.get(key)
+    index = None if fresh else _CHECKED.get(key)
     if index is None:
         index = _hash_and_index(source, info)
         _CHECKED.put(key, index)

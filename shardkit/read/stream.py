@@ -52,7 +52,7 @@ def _checksum_verifier(info: ShardInfo) -> Any:
     """The cache's check of a download or a hit: the whole file against the manifest's checksum,
     keeping its checked index for the reader that opens it next (K41: one hash per file)."""
     def verify(path: str) -> None:
-        source, _ = open_checked(path, info)
+        source, _ = open_checked(path, info, fresh=True)
         source.close()
 
     return verify
