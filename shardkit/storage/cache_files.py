@@ -159,7 +159,10 @@ def seal(path: str, mode: int) -> None:
         if st.st_uid != os.geteuid() or st.st_nlink != 1:
             raise CacheError(f"{path}: the download in progress is no longer this process's file "
                              f"(owner uid {st.st_uid}, {st.st_nlink} names); refusing to publish it")
-        os.fchmod(fd, mode)
+        try:
+            os.fchmod(fd, mode)
+        except OSError as exc:  # a filesystem without modes: readers' checks (K41) still hold
+            logger.warning("cannot make %s read-only (%s); publishing it as it is", path, exc.strerror)
     finally:
         os.close(fd)
 
