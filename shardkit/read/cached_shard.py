@@ -1,5 +1,5 @@
 """Reading a shard out of a shared cache dir: every byte checked at use, against a chain rooted
-in the manifest (specs/cache.md K41).
+in the manifest (specs/cache.md K45).
 
 A cache dir is shared by a group, and a member can replace any entry (rename) or, where the
 modes let them, write one in place — its owner always can. So nothing a cached file says
@@ -75,7 +75,7 @@ _CHECKED = _CheckedIndexes(_KEPT_BYTES)
 
 def open_checked(path: str, info: ShardInfo, fresh: bool = False) -> tuple[LocalFileSource, ShardIndex]:
     """A copying (``pread``) source of the cached shard at ``path`` and its index, checked
-    against ``info`` from the manifest (K41); ``CorruptShardError`` naming the file otherwise.
+    against ``info`` from the manifest (K45); ``CorruptShardError`` naming the file otherwise.
     ``fresh``: hash the file even if this process checked it before (the cache's own check,
     which decides whether to download again, K2)."""
     source = LocalFileSource(path, mapped=False)

@@ -6,7 +6,7 @@ reads the bytes from the cache entry of that version, which the first process of
 downloaded (one GET per node and version, K3). A republished manifest has another version,
 so the next open fetches it anew; an open already under way keeps the manifest it read.
 
-Nothing in a shared cache dir is trusted (K40): a cached copy is used only when it holds the
+Nothing in a shared cache dir is trusted (K44): a cached copy is used only when it holds the
 bytes the store holds: its MD5 is the ETag this process got from the store, or the file is
 this user's own, written by the cache straight from the store and writable by nobody else;
 any other copy is logged and the manifest read from the store.
@@ -68,7 +68,7 @@ def _manifest_bytes(store: Store, cache: ShardCache | None) -> tuple[bytes, bool
 
 
 def _cached_copy(store: Store, cache: ShardCache) -> bytes | None:
-    """The node cache's copy of the manifest's current version if it is the store's (K40)."""
+    """The node cache's copy of the manifest's current version if it is the store's (K44)."""
     where = store.url_of(MANIFEST_NAME)
     size, version = store.version(MANIFEST_NAME)
     digest = hashlib.sha256(f"{store.url}\0{version}\0{size}".encode()).hexdigest()[:32]

@@ -51,7 +51,7 @@ class ShardReader(ShardBlocks):
         """``options``: read-ahead and views (``ReadOptions``). ``max_block_bytes``: blocks
         declaring more raw bytes are refused before they are read (I12; default
         ``resolve_max_block_bytes()``). ``index``: the shard's index, already checked (a cached
-        shard's, K41); blocks are then checked against it, and the file's own is not read."""
+        shard's, K45); blocks are then checked against it, and the file's own is not read."""
         self.source = source
         self.info = info
         self.label = shard_label or (info.name if info else source.where)

@@ -50,7 +50,7 @@ def cache_item(dataset: StoredDataset, shard_index: int) -> CacheItem:
 
 def _checksum_verifier(info: ShardInfo) -> Any:
     """The cache's check of a download or a hit: the whole file against the manifest's checksum,
-    keeping its checked index for the reader that opens it next (K41: one hash per file)."""
+    keeping its checked index for the reader that opens it next (K45: one hash per file)."""
     def verify(path: str) -> None:
         source, _ = open_checked(path, info, fresh=True)
         source.close()
@@ -115,7 +115,7 @@ class ShardOpener:
 
     def _source(self, shard_index: int, info: ShardInfo,
                 stack: contextlib.ExitStack | None) -> tuple[Any, ShardIndex | None]:
-        """The shard's bytes, and its index when already checked (a cached shard: K41)."""
+        """The shard's bytes, and its index when already checked (a cached shard: K45)."""
         store = self.dataset.store
         if store.is_local:
             return LocalFileSource(store.local_path(info.name)), None

@@ -49,7 +49,7 @@ class CacheOptions:
     warn_after: float = 60.0         # log a warning when a wait or download takes longer
     poll_interval: float = 0.1
     verify_on_hit: bool = True       # verify a cached file once per process before first use (re-download if bad;
-                                     # readers check what they read regardless, K41)
+                                     # readers check what they read regardless, K45)
     verify_attempts: int = 3         # downloads tried when the fetched bytes fail ``verify``
     chunk_bytes: int = 8 * 1024 * 1024  # one ranged GET (part) of a download
     download_threads: int = 8            # parts of one download in flight at once
@@ -229,7 +229,7 @@ class ShardCache:
         for attempt in range(1, self.options.verify_attempts + 1):
             tmp = self._space.reserve(entry, num_bytes)
             try:
-                publish_mode = make_private(tmp, num_bytes)  # K42: nobody else can write it ...
+                publish_mode = make_private(tmp, num_bytes)  # K46: nobody else can write it ...
                 self._download(store, name, tmp, num_bytes, url, cancel)
                 seal(tmp, publish_mode)  # ... nor anyone at all once the bytes are in, before the check
                 if verify is not None:

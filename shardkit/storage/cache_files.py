@@ -118,7 +118,7 @@ def check_dir(path: str, *, follow: bool) -> None:
             path, st.st_uid, st.st_gid, stat.filemode(st.st_mode))
 
 
-#: Mode of a download in progress: only its downloader may open it (K42).
+#: Mode of a download in progress: only its downloader may open it (K46).
 PRIVATE_MODE = 0o600
 
 
@@ -127,7 +127,7 @@ def make_private(path: str, num_bytes: int) -> int:
     of ``num_bytes`` bytes allocated; the mode to publish it with: the reserved file's read bits
     (``0444 & ~umask``). Anyone may have opened the reserved file for writing in the moment it
     was group-writable; that open file is unlinked here, so nothing written through it reaches
-    the download (K42)."""
+    the download (K46)."""
     st = os.lstat(path)
     fresh = f"{path}-p"
     fd = create_new_with_mode(fresh, PRIVATE_MODE)
@@ -152,7 +152,7 @@ def make_private(path: str, num_bytes: int) -> int:
 
 def seal(path: str, mode: int) -> None:
     """Make the finished download at ``path`` read-only (``mode``) before it is checked and
-    published: from then on only its owner (or root) can change its bytes (K42)."""
+    published: from then on only its owner (or root) can change its bytes (K46)."""
     fd = open_regular(path, os.O_RDONLY)
     try:
         st = os.fstat(fd)
@@ -161,13 +161,13 @@ def seal(path: str, mode: int) -> None:
                              f"(owner uid {st.st_uid}, {st.st_nlink} names); refusing to publish it")
         try:
             os.fchmod(fd, mode)
-        except OSError as exc:  # a filesystem without modes: readers' checks (K41) still hold
+        except OSError as exc:  # a filesystem without modes: readers' checks (K45) still hold
             logger.warning("cannot make %s read-only (%s); publishing it as it is", path, exc.strerror)
     finally:
         os.close(fd)
 
 
 def sealed_by_self(st: os.stat_result) -> bool:
-    """The file is this user's and nobody may write it: a sealed download of this user (K42),
+    """The file is this user's and nobody may write it: a sealed download of this user (K46),
     whose bytes nobody else can have written (root aside)."""
     return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o222

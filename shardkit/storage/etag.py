@@ -1,4 +1,4 @@
-"""Checking bytes against the ETag a store returned for them (specs/cache.md K40).
+"""Checking bytes against the ETag a store returned for them (specs/cache.md K44).
 
 An S3 ETag is the MD5 of the object for a single PUT (``"<32 hex>"``), and the MD5 of its
 parts' MD5s for a multipart upload (``"<32 hex>-<parts>"``). A copy of an object whose MD5

@@ -1,5 +1,5 @@
 """Another member of the cache dir's group cannot make a job train on its samples (specs/cache.md,
-"Sharing a cache dir": K40, K41, K42; specs/manifest.md M20): real attacks by one real Unix user
+"Sharing a cache dir": K44, K45, K46; specs/manifest.md M20): real attacks by one real Unix user
 of the group on the job of another (tests/helpers/victim_job.py), which reads from the moto S3
 server with a cache_dir.
 
@@ -94,8 +94,8 @@ def scene(s3_bucket: tuple[str, dict[str, Any]], group_members: tuple[Member, Me
         job.close()
 
 
-def test_a_planted_manifest_entry_is_not_believed_k40(scene: Scene) -> None:
-    """K40: the attacker plants ``e-manifest-<key of (url, ETag, size)>.data`` — a valid forged
+def test_a_planted_manifest_entry_is_not_believed_k44(scene: Scene) -> None:
+    """K44: the attacker plants ``e-manifest-<key of (url, ETag, size)>.data`` — a valid forged
     manifest padded to the real size — and the shards it names; the victim reads its own."""
     job = scene.start_victim()
     store = open_store(scene.url, scene.options)
@@ -130,8 +130,8 @@ def test_a_planted_companion_rebound_to_the_genuine_json_is_not_used_m20(scene: 
     assert set(report["ids"]) == ALL_GENUINE
 
 
-def test_the_victims_entry_cannot_be_overwritten_in_place_k42(scene: Scene) -> None:
-    """K42: between two epochs of the victim's running loader the attacker writes a same-shaped
+def test_the_victims_entry_cannot_be_overwritten_in_place_k46(scene: Scene) -> None:
+    """K46: between two epochs of the victim's running loader the attacker writes a same-shaped
     forged shard over the victim's published entry, in place: the file's mode refuses it, and
     the second epoch reads genuine samples."""
     job = scene.start_victim()
@@ -147,8 +147,8 @@ def test_the_victims_entry_cannot_be_overwritten_in_place_k42(scene: Scene) -> N
     assert done.returncode != 0 and "Permission denied" in done.stderr, done
 
 
-def test_an_entry_its_owner_rewrites_in_place_never_yields_its_samples_k41(scene: Scene) -> None:
-    """K41: the attacker owns the entry (it published it, with the genuine bytes), so no mode
+def test_an_entry_its_owner_rewrites_in_place_never_yields_its_samples_k45(scene: Scene) -> None:
+    """K45: the attacker owns the entry (it published it, with the genuine bytes), so no mode
     stops it from writing it in place between two epochs of the victim's running loader; the
     second epoch fails naming the block, and never yields a forged sample."""
     job = scene.start_victim()

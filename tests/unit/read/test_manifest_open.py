@@ -60,9 +60,9 @@ def test_a_cache_too_small_for_the_manifest_reads_it_from_the_store(tmp_path: Pa
     assert _cached_manifests(tmp_path / "cache") == []
 
 
-def test_a_cached_copy_nobody_vouches_for_is_not_used_k40(tmp_path: Path,
+def test_a_cached_copy_nobody_vouches_for_is_not_used_k44(tmp_path: Path,
                                                           caplog: pytest.LogCaptureFixture) -> None:
-    """K40 where the store's version is no MD5 (memory://: a time): a cached copy that is not a
+    """K44 where the store's version is no MD5 (memory://: a time): a cached copy that is not a
     sealed download of this user (here: a writable file put in its place) is not believed; the
     manifest is read from the store, naming the file."""
     url = _remote_copy(tmp_path, 50)

@@ -162,8 +162,8 @@ def test_a_world_writable_cache_dir_without_sticky_bit_is_warned_about_k14(
         assert cache_dir in warned[0] and "sticky" in warned[0]
 
 
-def test_a_writer_of_the_reserved_temp_never_reaches_the_download_k42(tmp_path) -> None:
-    """K42: whoever opened the reserved temp for writing while it was ``0666 & ~umask`` writes
+def test_a_writer_of_the_reserved_temp_never_reaches_the_download_k46(tmp_path) -> None:
+    """K46: whoever opened the reserved temp for writing while it was ``0666 & ~umask`` writes
     into a file no longer named there; the file at that name is private (0600) and keeps its size."""
     from shardkit.storage.cache_files import make_private, seal
 

@@ -1,4 +1,4 @@
-"""Bytes checked against an S3-style ETag (specs/cache.md K40): single-part MD5, multipart MD5
+"""Bytes checked against an S3-style ETag (specs/cache.md K44): single-part MD5, multipart MD5
 of part MD5s, and ETags that are no MD5 match nothing."""
 
 from __future__ import annotations
