@@ -4,6 +4,8 @@
 - ``s3_bucket``: a fresh bucket, as ``("s3://<bucket>", storage_options)``.
 - ``fault_proxy``: a counting, fault-injecting proxy in front of ``s3_server``
   (tests/helpers/fault_proxy.py).
+- ``group_members``, ``shared_root``: two real Unix users in a fresh group, and a folder all
+  users may enter, for attacks through a shared cache dir (tests/helpers/group_members.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.fault_proxy import fault_proxy  # noqa: F401  (fixture registration)
+from tests.helpers.group_members import group_members, shared_root  # noqa: F401  (fixture registration)
 
 
 @pytest.fixture(scope="session")

@@ -137,22 +137,31 @@ class Manifest:
         return fingerprint_text(canonical_json(body))
 
     def to_json(self) -> bytes:
-        body = {
-            "format": FORMAT_NAME,
-            "format_version": f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}",
-            "fingerprint": self.compute_fingerprint(),
-            "created_by": self.created_by,
-            "num_samples": self.num_samples,
-            "num_bytes": self.num_bytes,
-            "raw_bytes": self.raw_bytes,
-            "num_shards": len(self.shards),
-            "schema": self.schema,
-            "metadata": self.metadata,
-            **({} if self.order is None else {"order": self.order}),
-            **({"lengths": [entry.to_dict() for entry in self.lengths]} if self.lengths else {}),
-            "shards": [s.to_dict() for s in self.shards],
-        }
-        return (json.dumps(body, indent=1, sort_keys=False, ensure_ascii=False) + "\n").encode()
+        body = {**json_head(self, self.compute_fingerprint()), "shards": [s.to_dict() for s in self.shards]}
+        return (json.dumps(body, indent=JSON_INDENT, sort_keys=False, ensure_ascii=False) + "\n").encode()
+
+
+#: ``manifest.json`` is ``json.dumps(body, indent=JSON_INDENT, ensure_ascii=False) + "\n"`` of
+#: ``json_head`` followed by ``"shards"`` (a companion is checked against exactly this text, M20).
+JSON_INDENT = 1
+
+
+def json_head(manifest: Manifest, fingerprint: str) -> dict[str, Any]:
+    """The keys of ``manifest.json`` before ``"shards"``, in the order a writer writes them."""
+    return {
+        "format": FORMAT_NAME,
+        "format_version": f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}",
+        "fingerprint": fingerprint,
+        "created_by": manifest.created_by,
+        "num_samples": manifest.num_samples,
+        "num_bytes": manifest.num_bytes,
+        "raw_bytes": manifest.raw_bytes,
+        "num_shards": len(manifest.shards),
+        "schema": manifest.schema,
+        "metadata": manifest.metadata,
+        **({} if manifest.order is None else {"order": manifest.order}),
+        **({"lengths": [entry.to_dict() for entry in manifest.lengths]} if manifest.lengths else {}),
+    }
 
 
 def canonical_json(value: Any) -> bytes:

@@ -6,108 +6,118 @@ reads the bytes from the cache entry of that version, which the first process of
 downloaded (one GET per node and version, K3). A republished manifest has another version,
 so the next open fetches it anew; an open already under way keeps the manifest it read.
 
-A manifest.json of ``COMPANION_MIN_BYTES`` or more is not parsed when ``manifest.bin`` is
-there and bound to it (M15): the reader hashes the JSON (streamed, no copy) and decodes the
-companion's columns instead. A missing, stale or damaged companion is logged and the JSON
-parsed: the JSON is the source of truth.
+Nothing in a shared cache dir is trusted (K44): a cached copy is used only when it holds the
+bytes the store holds: its MD5 is the ETag this process got from the store, or the file is
+this user's own, written by the cache straight from the store and writable by nobody else;
+any other copy is logged and the manifest read from the store.
+
+A manifest.json of ``COMPANION_MIN_BYTES`` or more is not parsed when ``manifest.bin`` decodes
+and re-encodes to exactly that JSON (M15, M20): the JSON is the source of truth. A missing,
+stale, damaged or forged companion is logged and the JSON parsed.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
-from collections.abc import Iterator
 
-from shardkit.errors import CacheError, ManifestError, NotFoundError
+from shardkit.errors import CacheError, ManifestError, NotFoundError, StorageError
 from shardkit.format import MANIFEST_NAME, Manifest, decode_manifest
-from shardkit.format.checksum import StreamingChecksum, xxh64_text
+from shardkit.format.checksum import xxh64_text
+from shardkit.format.companion_json import describes_json
 from shardkit.format.manifest_companion import COMPANION_MIN_BYTES, COMPANION_NAME, decode_companion
 from shardkit.storage import ShardCache, Store
+from shardkit.storage.cache_files import sealed_by_self
+from shardkit.storage.etag import matches_etag
 from shardkit.storage.local_files import open_regular_file, read_regular_file
 
 log = logging.getLogger(__name__)
-_HASH_CHUNK = 1 << 20
 
 
 def load_manifest(store: Store, cache: ShardCache | None = None) -> Manifest:
     """The validated manifest of the dataset in ``store`` (``cache``: the node cache)."""
     where = store.url_of(MANIFEST_NAME)
     try:
-        with _local_copy(store, cache) as path:
-            if path is not None:
-                return _from_file(store, cache, path, where)
-            data = store.read(MANIFEST_NAME)
+        data, cached = _manifest_bytes(store, cache)
     except NotFoundError:
         raise NotFoundError(f"{where}: no manifest (not a shardkit dataset, or packing did not finish)") from None
     if len(data) >= COMPANION_MIN_BYTES:
-        found = _companion(store, None, xxh64_text(data))
+        found = _companion(store, cache, data)
         if found is not None:
             return found
-    return decode_manifest(data, where)
-
-
-@contextlib.contextmanager
-def _local_copy(store: Store, cache: ShardCache | None) -> Iterator[str | None]:
-    """A local path of manifest.json: the file itself, or a lease on the node cache's copy of
-    its current version; None without a cache."""
-    if store.is_local:
-        yield store.local_path(MANIFEST_NAME)
-        return
-    if cache is None:
-        yield None
-        return
-    size, version = store.version(MANIFEST_NAME)
-    digest = hashlib.sha256(f"{store.url}\0{version}\0{size}".encode()).hexdigest()[:32]
-    with contextlib.ExitStack() as stack:
-        try:
-            path: str | None = stack.enter_context(
-                cache.open(store, MANIFEST_NAME, key=f"manifest-{digest}", num_bytes=size))
-        except CacheError as exc:  # e.g. a cache limit below the manifest's size (K7)
-            log.warning("%s: not kept in the node cache (%s); reading it from the store",
-                        store.url_of(MANIFEST_NAME), exc)
-            path = None
-        yield path
-
-
-def _from_file(store: Store, cache: ShardCache | None, path: str, where: str) -> Manifest:
-    fd, size = open_regular_file(path, "manifest")  # never a FIFO or device (a local dataset's)
     try:
-        if size >= COMPANION_MIN_BYTES:
-            found = _companion(store, cache, _file_checksum(fd))
-            if found is not None:
-                return found
-    finally:
-        os.close(fd)
-    try:
-        return decode_manifest(read_regular_file(path, "manifest"), where)
+        return decode_manifest(data, where)
     except ManifestError as exc:
-        if store.is_local:
+        if not cached:
             raise
-        # A cached copy torn by a republish between chunks: the store's own copy decides.
+        # Our own copy, torn by a republish between its chunks: the store's copy decides.
         log.warning("%s: the node cache's copy does not decode (%s); reading it from the store", where, exc)
         return decode_manifest(store.read(MANIFEST_NAME), where)
 
 
-def _file_checksum(fd: int) -> str:
-    checksum = StreamingChecksum()
-    while chunk := os.read(fd, _HASH_CHUNK):
-        checksum.update(chunk)
-    return checksum.text()
+def _manifest_bytes(store: Store, cache: ShardCache | None) -> tuple[bytes, bool]:
+    """manifest.json's bytes, and whether they came from the node cache."""
+    if store.is_local:
+        return read_regular_file(store.local_path(MANIFEST_NAME), "manifest"), False
+    if cache is not None:
+        data = _cached_copy(store, cache)
+        if data is not None:
+            return data, True
+    return store.read(MANIFEST_NAME), False
 
 
-def _companion(store: Store, cache: ShardCache | None, json_checksum: str) -> Manifest | None:
-    """The manifest from ``manifest.bin`` if it is there and bound to ``json_checksum``."""
+def _cached_copy(store: Store, cache: ShardCache) -> bytes | None:
+    """The node cache's copy of the manifest's current version if it is the store's (K44)."""
+    where = store.url_of(MANIFEST_NAME)
+    size, version = store.version(MANIFEST_NAME)
+    digest = hashlib.sha256(f"{store.url}\0{version}\0{size}".encode()).hexdigest()[:32]
+    try:
+        with cache.open(store, MANIFEST_NAME, key=f"manifest-{digest}", num_bytes=size) as path:
+            data, st = _read_with_stat(path)
+    except CacheError as exc:  # e.g. a cache limit below the manifest's size (K7)
+        log.warning("%s: not kept in the node cache (%s); reading it from the store", where, exc)
+        return None
+    if len(data) == size and (sealed_by_self(st) or matches_etag(data, version, store.part_bytes)):
+        return data
+    log.warning("%s: the node cache's copy %s (owner uid %d, mode %o) is not known to hold the store's "
+                "bytes (version %s); reading it from the store", where, path, st.st_uid, st.st_mode & 0o7777,
+                version)
+    return None
+
+
+def _read_with_stat(path: str) -> tuple[bytes, os.stat_result]:
+    """The bytes of the file at ``path`` and the ``fstat`` of the very file they were read from."""
+    fd, _ = open_regular_file(path, "cached manifest")
+    try:
+        st = os.fstat(fd)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(), st
+    except OSError as exc:
+        raise StorageError(f"{path}: cannot read cached manifest: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def _companion(store: Store, cache: ShardCache | None, json_data: bytes) -> Manifest | None:
+    """The manifest from ``manifest.bin`` if it is there and re-encodes to ``json_data`` (M20):
+    its bytes may come from anywhere (a shared cache entry), the proof is against the JSON."""
     where = store.url_of(COMPANION_NAME)
+    json_checksum = xxh64_text(json_data)
     try:
         data = _cached_read(store, cache, COMPANION_NAME, f"manifest-bin-{json_checksum.split(':')[-1]}")
-        return decode_companion(data, json_checksum, where)
+        manifest = decode_companion(data, json_checksum, where)
     except NotFoundError:
         log.info("%s: no manifest companion; parsing the (large) manifest.json", where)
+        return None
     except ManifestError as exc:
         log.warning("%s is not used: %s", where, exc)
-    return None
+        return None
+    if not describes_json(manifest, json_data):
+        log.warning("%s is not used: it does not re-encode to the manifest.json it claims to describe "
+                    "(M20: forged, or a JSON not written by shardkit); parsing the JSON", where)
+        return None
+    return manifest
 
 
 def _cached_read(store: Store, cache: ShardCache | None, name: str, key: str) -> bytes:

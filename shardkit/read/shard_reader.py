@@ -46,17 +46,19 @@ class ShardReader(ShardBlocks):
         stats: ReadStats | None = None,
         options: ReadOptions = ReadOptions(),
         max_block_bytes: int | None = None,
+        index: ShardIndex | None = None,
     ) -> None:
         """``options``: read-ahead and views (``ReadOptions``). ``max_block_bytes``: blocks
         declaring more raw bytes are refused before they are read (I12; default
-        ``resolve_max_block_bytes()``)."""
+        ``resolve_max_block_bytes()``). ``index``: the shard's index, already checked (a cached
+        shard's, K45); blocks are then checked against it, and the file's own is not read."""
         self.source = source
         self.info = info
         self.label = shard_label or (info.name if info else source.where)
         self.where = f"shard {self.label} ({source.where})"
         self.max_block_bytes = resolve_max_block_bytes(max_block_bytes)
         self.stats = stats if stats is not None else ReadStats()
-        self.index = self._read_index()
+        self.index = index if index is not None else self._read_index()
         self.read_ahead = options.read_ahead and getattr(source, "thread_safe", False)
         self.views = options.views
         # A remote source (range requests): blocks are fetched ahead, concurrently (K33).

@@ -42,6 +42,14 @@ class LocalFileSource:
     def size(self) -> int:
         return self._size
 
+    def stat(self) -> os.stat_result:
+        """``fstat`` of the file this source reads (not of whatever its path names now)."""
+        return os.fstat(self._fd)
+
+    def read_into(self, buffer: bytearray, offset: int) -> int:
+        """Copy bytes from ``offset`` into ``buffer`` (reused across calls); the count read."""
+        return os.preadv(self._fd, [buffer], offset)
+
     def read_range(self, start: int, end: int) -> bytes | memoryview:
         if start < 0 or end > self._size or start > end:
             raise OSError(f"{self.where}: short read at [{start}, {end}) of a {self._size}-byte file")

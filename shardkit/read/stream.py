@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from shardkit.format import ShardInfo
-from shardkit.format.checksum import xxh64_file
+from shardkit.format.shard_layout import ShardIndex
 from shardkit.plan import Plan, Window
+from shardkit.read.cached_shard import open_checked
 from shardkit.read.column_pieces import ColumnPiece, as_samples, is_run, join_pieces
 from shardkit.read.dataset import StoredDataset
 from shardkit.read.options import ReadOptions
@@ -48,10 +49,11 @@ def cache_item(dataset: StoredDataset, shard_index: int) -> CacheItem:
 
 
 def _checksum_verifier(info: ShardInfo) -> Any:
+    """The cache's check of a download or a hit: the whole file against the manifest's checksum,
+    keeping its checked index for the reader that opens it next (K45: one hash per file)."""
     def verify(path: str) -> None:
-        got = xxh64_file(path)
-        if got != info.checksum:
-            raise ValueError(f"shard {info.name}: downloaded checksum {got}, manifest says {info.checksum}")
+        source, _ = open_checked(path, info, fresh=True)
+        source.close()
 
     return verify
 
@@ -94,9 +96,9 @@ class ShardOpener:
         stack = contextlib.ExitStack() if self.cache is not None else None
         started = time.perf_counter()
         try:
-            source = self._source(shard_index, info, stack)
+            source, index = self._source(shard_index, info, stack)
             reader = ShardReader(source, info, stats=self.stats, options=self.options,
-                                 max_block_bytes=self._max_block_bytes)
+                                 max_block_bytes=self._max_block_bytes, index=index)
         except BaseException as exc:
             if stack is not None:
                 stack.close()
@@ -111,12 +113,14 @@ class ShardOpener:
             old.close()
         return reader
 
-    def _source(self, shard_index: int, info: ShardInfo, stack: contextlib.ExitStack | None) -> Any:
+    def _source(self, shard_index: int, info: ShardInfo,
+                stack: contextlib.ExitStack | None) -> tuple[Any, ShardIndex | None]:
+        """The shard's bytes, and its index when already checked (a cached shard: K45)."""
         store = self.dataset.store
         if store.is_local:
-            return LocalFileSource(store.local_path(info.name))
+            return LocalFileSource(store.local_path(info.name)), None
         if self.cache is None or stack is None:
-            return StoreSource(store, info.name, info.num_bytes)
+            return StoreSource(store, info.name, info.num_bytes), None
         item = cache_item(self.dataset, shard_index)
         if self._prefetcher is not None:
             path = stack.enter_context(self._prefetcher.open(item))
@@ -124,7 +128,11 @@ class ShardOpener:
             path = stack.enter_context(
                 self.cache.open(store, item.name, key=item.key, num_bytes=item.num_bytes, verify=item.verify)
             )
-        return LocalFileSource(path)
+        # The leased path is opened again here, and may name another file by now (a member of
+        # the group renamed one over it): the file this reader keeps is checked, not the path.
+        source, index = open_checked(path, info)
+        stack.callback(source.close)
+        return source, index
 
     def close(self) -> None:
         while self._open:

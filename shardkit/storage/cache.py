@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from shardkit.errors import CacheError, StorageError, StorageTimeoutError
 from shardkit.storage.budget import NodeBudget
-from shardkit.storage.cache_files import regular_stat
+from shardkit.storage.cache_files import make_private, regular_stat, seal
 from shardkit.storage.cache_layout import Entry, ensure_root, entry_name, write_meta
 from shardkit.storage.download import Downloader, DownloadOptions
 from shardkit.storage.eviction import SpaceManager, disk_error, remove_temps
@@ -48,7 +48,8 @@ class CacheOptions:
     space_timeout: float = 300.0     # waiting for leases to free room under the limit
     warn_after: float = 60.0         # log a warning when a wait or download takes longer
     poll_interval: float = 0.1
-    verify_on_hit: bool = True       # verify a cached file once per process before first use
+    verify_on_hit: bool = True       # verify a cached file once per process before first use (re-download if bad;
+                                     # readers check what they read regardless, K45)
     verify_attempts: int = 3         # downloads tried when the fetched bytes fail ``verify``
     chunk_bytes: int = 8 * 1024 * 1024  # one ranged GET (part) of a download
     download_threads: int = 8            # parts of one download in flight at once
@@ -229,7 +230,9 @@ class ShardCache:
         for attempt in range(1, self.options.verify_attempts + 1):
             tmp = self._space.reserve(entry, num_bytes)
             try:
+                publish_mode = make_private(tmp, num_bytes)  # K46: nobody else can write it ...
                 self._download(store, name, tmp, num_bytes, url, cancel)
+                seal(tmp, publish_mode)  # ... nor anyone at all once the bytes are in, before the check
                 if verify is not None:
                     verify(tmp)
             except StorageError:

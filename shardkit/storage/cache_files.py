@@ -11,6 +11,7 @@ changes the mode of a file (and only of a folder it has just created itself).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -53,6 +54,11 @@ def open_regular(path: str, flags: int, mode: int = FILE_MODE) -> int:
 def create_new(path: str) -> int:
     """Create ``path`` (it must not exist, not even as a dangling link); read-write fd."""
     return open_regular(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+
+
+def create_new_with_mode(path: str, mode: int) -> int:
+    """``create_new`` with ``mode`` (narrowed by the umask) instead of ``FILE_MODE``."""
+    return open_regular(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
 
 
 def regular_stat(path: str) -> os.stat_result | None:
@@ -110,3 +116,58 @@ def check_dir(path: str, *, follow: bool) -> None:
             "sticky bit: anyone on this machine can replace cached shards; use a folder shared "
             "by a group only (specs/cache.md, 'Sharing a cache dir')",
             path, st.st_uid, st.st_gid, stat.filemode(st.st_mode))
+
+
+#: Mode of a download in progress: only its downloader may open it (K46).
+PRIVATE_MODE = 0o600
+
+
+def make_private(path: str, num_bytes: int) -> int:
+    """Put a file only this user can open at ``path`` (a temp just reserved, ``0666 & ~umask``),
+    of ``num_bytes`` bytes allocated; the mode to publish it with: the reserved file's read bits
+    (``0444 & ~umask``). Anyone may have opened the reserved file for writing in the moment it
+    was group-writable; that open file is unlinked here, so nothing written through it reaches
+    the download (K46)."""
+    st = os.lstat(path)
+    fresh = f"{path}-p"
+    fd = create_new_with_mode(fresh, PRIVATE_MODE)
+    try:
+        os.ftruncate(fd, num_bytes)  # the size is counted (eviction) from now: no gap at the rename
+        os.replace(fresh, path)
+        if num_bytes:
+            try:
+                os.posix_fallocate(fd, 0, num_bytes)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+                    raise
+    except BaseException:
+        for name in (fresh, path):
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+        raise
+    finally:
+        os.close(fd)
+    return stat.S_IMODE(st.st_mode) & 0o444
+
+
+def seal(path: str, mode: int) -> None:
+    """Make the finished download at ``path`` read-only (``mode``) before it is checked and
+    published: from then on only its owner (or root) can change its bytes (K46)."""
+    fd = open_regular(path, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_nlink != 1:
+            raise CacheError(f"{path}: the download in progress is no longer this process's file "
+                             f"(owner uid {st.st_uid}, {st.st_nlink} names); refusing to publish it")
+        try:
+            os.fchmod(fd, mode)
+        except OSError as exc:  # a filesystem without modes: readers' checks (K45) still hold
+            logger.warning("cannot make %s read-only (%s); publishing it as it is", path, exc.strerror)
+    finally:
+        os.close(fd)
+
+
+def sealed_by_self(st: os.stat_result) -> bool:
+    """The file is this user's and nobody may write it: a sealed download of this user (K46),
+    whose bytes nobody else can have written (root aside)."""
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o222

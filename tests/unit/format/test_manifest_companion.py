@@ -16,12 +16,14 @@ from hypothesis import strategies as st
 
 import shardkit as sk
 from shardkit.errors import ManifestError
-from shardkit.format import Manifest, ShardInfo, decode_manifest, manifest_companion
+from shardkit.format import Manifest, ShardInfo, companion_json, decode_manifest, manifest_companion
 from shardkit.format.checksum import xxh64_text
+from shardkit.format.companion_json import describes_json
 from shardkit.format.manifest_companion import COMPANION_NAME, ShardTable, decode_companion, encode_companion
 from shardkit.read import manifest_open, open_dataset
 from shardkit.read.orphans import unnamed_files
 from shardkit.write import output
+from tests.helpers.forged import rebound_companion
 
 _PART = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,12}", fullmatch=True).filter(lambda s: ".." not in s)
 _NAMES = st.lists(st.one_of(_PART, st.tuples(_PART, _PART).map("/".join)), min_size=1, max_size=30,
@@ -139,3 +141,36 @@ def test_fingerprint_is_the_same_hashed_in_slices(count: int, monkeypatch: pytes
                             Manifest((), {"id": {"type": "int"}}, {}))
     got = decode_companion(companion, xxh64_text(body))
     assert got.fingerprint == decode_manifest(body).fingerprint == got.compute_fingerprint()
+
+
+@settings(max_examples=30, deadline=None)
+@given(names=_NAMES, order=st.sampled_from([None, {"shuffled": True}]), slice_size=st.sampled_from([1, 2, 8192]))
+def test_a_companion_re_encodes_to_exactly_the_writers_json_m20(names: list[str], order: dict[str, Any] | None,
+                                                                slice_size: int) -> None:
+    """M20: the text re-encoded from a decoded companion is the writer's JSON, byte for byte
+    (whatever the slicing); one byte changed anywhere and it no longer is."""
+    body, companion = _pair(_manifest(names, order=order))
+    decoded = decode_companion(companion, xxh64_text(body))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(companion_json, "_SLICE", slice_size)
+        assert describes_json(decoded, body)
+        assert not describes_json(decoded, body[:-1] + b" ")
+        assert not describes_json(decoded, body.replace(b'"num_samples": 1,', b'"num_samples": 2,', 1))
+    empty = Manifest((), {"id": {"type": "int"}}, {})
+    assert describes_json(decode_companion(encode_companion(empty.to_json()), xxh64_text(empty.to_json())),
+                          empty.to_json())
+
+
+def test_a_forged_companion_rebound_to_the_json_is_not_used_m20(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """M20: a companion of another dataset that records this JSON's xxh64 (its trailer
+    recomputed) decodes; the reader still parses the JSON, and says why."""
+    monkeypatch.setattr(manifest_open, "COMPANION_MIN_BYTES", 1)
+    genuine = _pack(tmp_path / "ds", 30)
+    json_data = (tmp_path / "ds" / "manifest.json").read_bytes()
+    other = _manifest(["a", "b"]).to_json()
+    (tmp_path / "ds" / COMPANION_NAME).write_bytes(rebound_companion(encode_companion(other), json_data))
+    with caplog.at_level(logging.WARNING):
+        opened = open_dataset(str(tmp_path / "ds")).manifest
+    assert not isinstance(opened.shards, ShardTable) and opened.shards == genuine.shards
+    assert "does not re-encode to the manifest.json" in caplog.text

@@ -58,3 +58,23 @@ def test_a_cache_too_small_for_the_manifest_reads_it_from_the_store(tmp_path: Pa
         dataset = open_dataset(url, cache=ShardCache(str(tmp_path / "cache"), 16))
     assert dataset.manifest.num_samples == 50 and "not kept in the node cache" in caplog.text
     assert _cached_manifests(tmp_path / "cache") == []
+
+
+def test_a_cached_copy_nobody_vouches_for_is_not_used_k44(tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """K44 where the store's version is no MD5 (memory://: a time): a cached copy that is not a
+    sealed download of this user (here: a writable file put in its place) is not believed; the
+    manifest is read from the store, naming the file."""
+    url = _remote_copy(tmp_path, 50)
+    cache = ShardCache(str(tmp_path / "cache"), 1 << 30)
+    genuine = open_dataset(url, cache=cache).manifest
+    [entry] = _cached_manifests(tmp_path / "cache")
+    forged = open_store(_remote_copy(tmp_path, 30)).read("manifest.json")
+    assert len(forged) <= entry.stat().st_size
+    entry.unlink()
+    entry.write_bytes(forged + b" " * (len(genuine.to_json()) - len(forged)))
+    entry.chmod(0o664)
+    with caplog.at_level(logging.WARNING):
+        opened = open_dataset(url, cache=cache).manifest
+    assert opened == genuine and "is not known to hold the store's bytes" in caplog.text
+    assert str(entry) in caplog.text

@@ -160,3 +160,24 @@ def test_a_world_writable_cache_dir_without_sticky_bit_is_warned_about_k14(
     assert bool(warned) == warns, warned
     if warns:
         assert cache_dir in warned[0] and "sticky" in warned[0]
+
+
+def test_a_writer_of_the_reserved_temp_never_reaches_the_download_k46(tmp_path) -> None:
+    """K46: whoever opened the reserved temp for writing while it was ``0666 & ~umask`` writes
+    into a file no longer named there; the file at that name is private (0600) and keeps its size."""
+    from shardkit.storage.cache_files import make_private, seal
+
+    path = str(tmp_path / "e-x.tmp-1-abcd")
+    with open(path, "wb") as fh:
+        fh.truncate(64)
+    os.chmod(path, 0o664)
+    with open(path, "r+b") as intruder:
+        mode = make_private(path, 64)
+        intruder.write(b"forged")
+        intruder.flush()
+    st = os.lstat(path)
+    assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_size == 64 and mode == 0o444
+    with open(path, "rb") as fh:
+        assert fh.read() == bytes(64)
+    seal(path, mode)
+    assert stat.S_IMODE(os.lstat(path).st_mode) == 0o444

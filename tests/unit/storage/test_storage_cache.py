@@ -182,14 +182,17 @@ def test_stale_temp_of_a_dead_download_is_removed_c4(remote: Store, tmp_path: ob
 
 
 @pytest.mark.parametrize(("mask", "file_mode"), [(0o002, 0o664), (0o022, 0o644), (0o027, 0o640)])
-def test_cache_files_get_0666_minus_the_umask_k15(remote: Store, tmp_path: object, mask: int,
-                                                 file_mode: int) -> None:
+def test_cache_files_get_0666_minus_the_umask_and_data_is_read_only_k15_k46(
+        remote: Store, tmp_path: object, mask: int, file_mode: int) -> None:
+    """K15: modes follow the umask; K46: a published data file has no write bit at all."""
     with umask(mask):
         cache = ShardCache(os.path.join(str(tmp_path), "cache"), 10 * SIZE, FAST)
         with lease(cache, remote, 0):
             pass
     modes = file_modes(cache.cache_dir)
-    assert modes and set(modes.values()) == {file_mode}, modes
+    data = {path: mode for path, mode in modes.items() if path.endswith(".data")}
+    assert data and set(data.values()) == {file_mode & 0o444}, modes
+    assert set(modes.values()) - {file_mode & 0o444} == {file_mode}, modes
     for folder in (cache.cache_dir, cache.root):  # created by the cache: 0777 & ~umask, setgid
         assert stat.S_IMODE(os.stat(folder).st_mode) == (0o777 & ~mask) | stat.S_ISGID
 
