@@ -35,6 +35,7 @@ from shardkit.plan.token_config import IDENTITY_KEYS, TokenBlocks
 from shardkit.plan.token_plan import TokenPlan, build_token_plan, epoch_order
 from shardkit.plan.token_pool import ConsumerWork, document_needs
 from shardkit.plan.token_rows import TokenDocs, assemble, next_nonempty
+from shardkit.plan.token_state_check import check_token_part, plan_depth
 from shardkit.read.options import ReadOptions
 from shardkit.read.token_docs import EpochDocuments
 from shardkit.read.token_lengths import document_lengths
@@ -118,9 +119,7 @@ class TokenDataset(StreamingDataset):
         return {TOKENS_KEY: plan.tokens_part(self.tokens, offsets, self._loaded_cuts(plan.params.epoch))}
 
     def load_state_part(self, state: dict[str, Any]) -> str:
-        part = state.get(TOKENS_KEY)
-        if not isinstance(part, dict) or not isinstance(part.get("levels"), list):
-            raise StateError("loader state: no 'tokens' part; it was not saved by a token-block dataset")
+        part = check_token_part(state.get(TOKENS_KEY), plan_depth(state["plan"]))  # its shape first (TB22)
         for key in IDENTITY_KEYS:  # what a position is (TB8)
             if part.get(key) != getattr(self.tokens, key):
                 raise StateError(f"loader state: token {key} is {part.get(key)!r}, this dataset's is "
@@ -132,11 +131,6 @@ class TokenDataset(StreamingDataset):
     def _check_loaded(self, plan_state: dict[str, Any]) -> None:
         """The saved consumer states must be the replay of their offsets (TB5): rebuild the
         saved level exactly as it was (its own params and cut)."""
-        depth, level = 0, plan_state
-        while level["parent"] is not None:
-            depth, level = depth + 1, level["parent"]
-        if len(self._cuts) != depth + 1:
-            raise StateError(f"loader state: {depth + 1} plan levels but {len(self._cuts)} token levels")
         saved = PlanParams.from_dict(plan_state["params"])
         cut = self._cuts[-1]
         tokens = replace(self.tokens, **{k: cut[k] for k in ("seq_len", "long_docs", "open_blocks")})
