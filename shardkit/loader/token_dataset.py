@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardkit.errors import StateError
+from shardkit.errors import PlanError, StateError
 from shardkit.loader.dataset import StreamingDataset
 from shardkit.loader.emitter import Emitter
+from shardkit.loader.epoch_check import log_once
 from shardkit.loader.guard import check_caller
 from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.token_batch import batch_blocks, to_tensors
@@ -32,7 +33,7 @@ from shardkit.loader.transfer.ring import Ring
 from shardkit.plan import PlanParams
 from shardkit.plan.token_blocks import Block, BlockOptions
 from shardkit.plan.token_config import IDENTITY_KEYS, TokenBlocks
-from shardkit.plan.token_plan import TokenPlan, build_token_plan, epoch_order
+from shardkit.plan.token_plan import TokenPlan, build_token_plan, epoch_order, token_yield_problem
 from shardkit.plan.token_pool import ConsumerWork, document_needs
 from shardkit.plan.token_rows import TokenDocs, assemble, next_nonempty
 from shardkit.plan.token_state_check import check_token_part, plan_depth
@@ -96,8 +97,21 @@ class TokenDataset(StreamingDataset):
         plan = self._token_plans.get(key)
         if plan is None:
             plan = self._build_token_plan(params, self.tokens, resume, cuts)
+            if resume is None and not plan.level.split.num_blocks:
+                self._check_yield(plan)
             self._token_plans = {key: plan}
         return plan
+
+    def _check_yield(self, plan: TokenPlan) -> None:
+        """A fresh epoch with no batch (TB24, like P16): a ``PlanError`` when one consumer would
+        get none either (no batch on any topology), else logged once (check_plan)."""
+        problem = token_yield_problem(plan, self.path)
+        if problem is None:
+            return
+        alone = replace(plan.params, world_size=1, num_workers=0)
+        if plan.num_consumers == 1 or not self._build_token_plan(alone, self.tokens, None, []).level.split.num_blocks:
+            raise PlanError(problem)
+        log_once(problem)
 
     def _build_token_plan(self, params: PlanParams, tokens: TokenBlocks, resume: dict[str, Any] | None,
                           cuts: list[dict[str, Any]]) -> TokenPlan:
