@@ -190,7 +190,10 @@ class TokenDataset(StreamingDataset):
     def _documents(self, plan: TokenPlan, work: ConsumerWork, stats: WorkerStats) -> EpochDocuments:
         """The documents ``work`` needs, with the index of the last piece that needs each."""
         nxt = next_nonempty(plan.segments) if plan.level.options.mode == "concat" else None
-        return self._document_reader(plan, document_needs(work.pieces, plan.positions, nxt), stats)
+        docs = self._document_reader(plan, document_needs(work.pieces, plan.positions, nxt), stats)
+        extra = self.tokens.extra_tokens
+        docs.expect(np.where(plan.segments > 0, plan.segments - extra, 0), plan.positions)  # TB23
+        return docs
 
     def _document_reader(self, plan: TokenPlan, needs: list[tuple[int, int]], stats: WorkerStats) -> EpochDocuments:
         options = ReadOptions(read_ahead=False, views=True)  # column blocks as column views (TB12)

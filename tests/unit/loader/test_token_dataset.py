@@ -85,9 +85,11 @@ def test_every_position_once_across_kills_and_elastic_resumes(tmp_path_factory, 
         last = i == len(chain) - 1
         try:
             pairs, state, plan = run_level(path, tokens, batch_size, world, tail, state, None if last else kills)
-        except PlanError as exc:  # TB24: a fresh epoch that yields no batch on any topology
-            assert i == 0 and tail == "drop" and "yields no batch" in str(exc)
-            return
+        except PlanError as exc:  # TB24: a fresh epoch that yields no batch on any topology: at the
+            assert tail == "drop" and "yields no batch" in str(exc)  # start, or the next epoch after
+            if i == 0:  # a state with nothing left (R10)
+                return
+            break
         consumed.update(pairs)
         state = json.loads(json.dumps(state))
     assert max(consumed.values(), default=1) == 1  # never twice
