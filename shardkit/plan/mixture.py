@@ -119,8 +119,8 @@ class MixSpec:
             raise PlanError(f"mixture schedule: two changes at the same point {[s.at for s in self.schedule]}")
         if self.basis is not None and len(self.basis[1]) != len(self.sources):
             raise PlanError(f"mixture basis: expected {len(self.sources)} cursors, got {self.basis[1]}")
-        for epoch in [0] + [step.first_epoch for step in self.schedule]:
-            self.counts(epoch)  # every piece of the schedule is feasible (MX1)
+        for epoch in sorted({0} | {step.first_epoch for step in self.schedule}):
+            self.counts(epoch)  # every piece of the schedule is feasible (MX1); each epoch once (MX6)
 
     @property
     def names(self) -> tuple[str, ...]:
