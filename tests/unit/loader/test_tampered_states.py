@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 import shardkit as sk
 from shardkit.errors import StateError
 from tests.helpers.datasets import write_dataset
-from tests.helpers.state_mutations import mutations
+from tests.helpers.state_mutations import mutated, mutations
 from tests.helpers.token_data import write_token_dataset, write_token_mixture
 
 LENGTHS = [5, 0, 40, 7, 3, 12, 9, 27, 30, 2] * 3
@@ -98,8 +98,6 @@ def test_a_tampered_state_is_a_state_error_or_loads(cases, kind: str) -> None:
 def test_the_issues_token_state_edits_are_state_errors(cases, path: tuple[Any, ...], value: Any) -> None:
     """R14/TB22: world sizes and ints past int64 or the consumer cap, and malformed levels, are
     refused by name before anything is sized by them (``world_size = 2**63`` was a MemoryError)."""
-    from tests.helpers.state_mutations import mutated
-
     make, state = cases["pack"]
     with pytest.raises(StateError, match=str(path[-1]) if isinstance(path[-1], str) else "levels"):
         make(2).load_state_dict(mutated(state, path, "set", value))
@@ -111,8 +109,6 @@ def test_the_issues_token_state_edits_are_state_errors(cases, path: tuple[Any, .
 ])
 def test_the_issues_mixture_state_edits_are_state_errors(cases, path: tuple[Any, ...], value: Any) -> None:
     """MX7/R14: a cursor or epoch size past int64 was an OverflowError."""
-    from tests.helpers.state_mutations import mutated
-
     make, state = cases["mixture"]
     with pytest.raises(StateError, match="2\\*\\*63|sources"):
         make(2).load_state_dict(mutated(state, path, "set", value))
