@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from shardkit.errors import ShardkitError
 from shardkit.format import MANIFEST_NAME, CompressOptions
+from shardkit.plan.params import MAX_INT
 from shardkit.units import parse_duration, parse_size
 from shardkit.write.inputs import shown as _shown  # bytes that are not UTF-8 shown as \xNN
 
@@ -64,6 +65,8 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
         value = _integer(text)
         if value < minimum:
             raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        if value > MAX_INT:  # plans compute in int64 (specs/resume-state.md R14)
+            raise argparse.ArgumentTypeError(f"expected an integer <= 2**63-1, got {len(text)} digits")
         return value
 
     return parse

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from shardkit.cli.common import print_json, storage_options
+from shardkit.cli.common import UsageError, print_json, storage_options
 from shardkit.errors import CorruptShardError, PlanError
 from shardkit.plan import PlanParams
 from shardkit.plan.mixture import MixSpec
@@ -26,6 +26,7 @@ EXIT_USAGE = 2
 
 
 def run(args: argparse.Namespace) -> int:
+    _refuse_dataset_options(args)
     try:  # an unusable description or an unreadable source: exit 2 like an unreadable dataset
         opened = open_mixture(load_mixture(args.path), storage_options(args))
         spec = opened.spec()
@@ -36,15 +37,27 @@ def run(args: argparse.Namespace) -> int:
             exc = PlanError(f"{args.path}: {exc}")
         exc.exit_code = EXIT_USAGE  # type: ignore[union-attr]
         raise exc from None
-    params = PlanParams(seed=args.seed, epoch=args.epoch, world_size=args.world_size, num_workers=args.workers,
-                        batch_size=args.batch_size, tail=args.tail, shuffle=not args.no_shuffle,
-                        shuffle_window=args.shuffle_window)
-    report = explain(spec, params, [ds.url for ds in opened.datasets])
+    try:  # parameters no plan can have (too many consumers), or an epoch past int64 cursors: exit 2
+        params = PlanParams(seed=args.seed, epoch=args.epoch, world_size=args.world_size, num_workers=args.workers,
+                            batch_size=args.batch_size, tail=args.tail, shuffle=not args.no_shuffle,
+                            shuffle_window=args.shuffle_window, interleave=getattr(args, "interleave", 1))
+        report = explain(spec, params, [ds.url for ds in opened.datasets])
+    except PlanError as exc:
+        raise UsageError(f"{args.path}: {exc}") from None
     if args.json:
         print_json(report)
         return 0
     _print(report, params)
     return 0
+
+
+def _refuse_dataset_options(args: argparse.Namespace) -> None:
+    """Options of ``plan DATASET`` that a mixture's plan has no use for are refused, not ignored."""
+    if getattr(args, "quality", None):
+        raise UsageError(f"{args.path}: --quality measures one dataset; run it on a source of the mixture")
+    if getattr(args, "spread", None) is not None:
+        raise UsageError(f"{args.path}: --spread does not apply to a mixture (its plan interleaves the "
+                         "sources itself, specs/mixture.md); leave it out")
 
 
 def explain(spec: MixSpec, params: PlanParams, urls: list[str]) -> dict[str, Any]:
@@ -68,6 +81,7 @@ def explain(spec: MixSpec, params: PlanParams, urls: list[str]) -> dict[str, Any
             rows[-1].update(weighted(source.sample_weights, q, c))
     return {
         "epoch": params.epoch, "samples_per_epoch": total, "composition": spec.composition,
+        "interleave": plan.params.interleave,  # the lanes the plan read with (P13)
         "weight_unit": spec.unit, "steps_per_rank": plan.steps_per_rank, "num_consumers": plan.num_consumers,
         "num_dropped": plan.num_dropped, "num_padded": plan.num_padded, "sources": rows,
         "segments": segments(spec, params),

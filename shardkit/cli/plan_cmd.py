@@ -7,8 +7,9 @@ import argparse
 import sys
 
 from shardkit.cli import mix_cmd
-from shardkit.cli.common import add_storage_options, dataset_path, int_at_least, print_json
+from shardkit.cli.common import UsageError, add_storage_options, dataset_path, int_at_least, print_json
 from shardkit.cli.dataset_cmds import load
+from shardkit.errors import PlanError
 from shardkit.plan import Plan, PlanParams, build_plan
 from shardkit.plan.params import DEFAULT_SPREAD, default_spread
 from shardkit.plan.quality import LabelQuality, label_quality, quality_advice
@@ -57,12 +58,15 @@ def run(args: argparse.Namespace) -> int:
     if is_mixture_file(args.path):  # a mixture description (specs/mixture.md)
         return mix_cmd.run(args)
     dataset = load(args)  # an unreadable manifest exits 2, as for info and verify
-    params = PlanParams(
-        seed=args.seed, epoch=args.epoch, world_size=args.world_size, num_workers=args.workers,
-        batch_size=args.batch_size, tail=args.tail, shuffle=not args.no_shuffle,
-        shuffle_window=args.shuffle_window, interleave=args.interleave,
-        spread=args.spread or default_spread(dataset.manifest.order),
-    )
+    try:
+        params = PlanParams(
+            seed=args.seed, epoch=args.epoch, world_size=args.world_size, num_workers=args.workers,
+            batch_size=args.batch_size, tail=args.tail, shuffle=not args.no_shuffle,
+            shuffle_window=args.shuffle_window, interleave=args.interleave,
+            spread=args.spread or default_spread(dataset.manifest.order),
+        )
+    except PlanError as exc:  # e.g. more consumers than a plan may have (R14): bad input, exit 2
+        raise UsageError(str(exc)) from None
     plan = build_plan(dataset.manifest.shard_sizes, params)
     summary = plan.summary()
     summary["fingerprint"] = dataset.manifest.fingerprint

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from shardkit.errors import PlanError
 from shardkit.loader.dataset import StreamingDataset
 from shardkit.loader.shard_loader import ShardLoader
 from shardkit.plan.token_config import TokenBlocks
@@ -59,6 +60,9 @@ def _run(loader: ShardLoader, steps: int, step_time: float | None) -> dict[str, 
             time.sleep(step_time)
         if count >= steps:
             break
+    if first is None:  # e.g. an epoch empty for this topology only (logged, P16/TB24): nothing to time
+        raise PlanError(f"{loader.streaming.path}: the loader yielded no batch with {loader.num_workers} "
+                        "worker(s); nothing to measure (a smaller batch size or fewer workers may give some)")
     stats = loader.stats(gather=_distributed())
     stats["time_to_first_batch_s"] = first
     stats["wall_s"] = time.perf_counter() - started

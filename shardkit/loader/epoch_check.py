@@ -24,8 +24,8 @@ def check_plan(plan: Plan) -> None:
     """Log once (training process only) when ``plan``'s fresh epoch yields no batch or drops a
     large share."""
     problem = check_epoch_yield(plan.num_source_samples, plan.params, plan.level)
-    if problem is not None and worker_slot() == (0, 0):  # workers would repeat it
-        _log_once(problem.message)
+    if problem is not None:
+        log_once(problem.message)
 
 
 def check_dataset(num_samples: int, params: PlanParams) -> None:
@@ -33,6 +33,12 @@ def check_dataset(num_samples: int, params: PlanParams) -> None:
     problem = check_epoch_yield(num_samples, params)
     if problem is not None and problem.empty:
         raise PlanError(problem.message)
+
+
+def log_once(message: str) -> None:
+    """Log ``message`` once per training process (workers would repeat it)."""
+    if worker_slot() == (0, 0):
+        _log_once(message)
 
 
 @functools.cache

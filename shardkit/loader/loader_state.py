@@ -25,6 +25,8 @@ from shardkit.loader.mixture_state import SourceTally
 from shardkit.loader.replicas import gather_by_dp_rank
 from shardkit.loader.topology import Topology, rank_and_world
 from shardkit.plan import validate_state
+from shardkit.plan.params import MAX_INT
+from shardkit.plan.state import check_state_shape
 
 if TYPE_CHECKING:
     from shardkit.loader.dataset import StreamingDataset
@@ -138,9 +140,11 @@ def check_loader_state(state: Any, fingerprint: str | None) -> None:
         raise StateError(f"loader state version {version!r}; this shardkit reads <= {LOADER_STATE_VERSION}")
     if not isinstance(state.get("epoch"), int) or not isinstance(state.get("plan"), dict):
         raise StateError("loader state needs an int 'epoch' and a 'plan' object")
-    params = state["plan"].get("params")
-    if not isinstance(params, dict):
-        raise StateError(f"state.params: plan params: expected an object, got {type(params).__name__}")
+    steps = state.get("steps", 0)
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= MAX_INT:
+        raise StateError(f"loader state: 'steps' must be an int in 0..2**63-1, got {steps!r:.40}")
+    check_state_shape(state["plan"])  # every level's types, ranges and caps, before any part is read (R14)
+    params = state["plan"]["params"]
     if fingerprint is not None:
         validate_state(state["plan"], fingerprint)  # also refuses a malformed plan
     if params.get("epoch") != state["epoch"]:

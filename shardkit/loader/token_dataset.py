@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardkit.errors import StateError
+from shardkit.errors import PlanError, StateError
 from shardkit.loader.dataset import StreamingDataset
 from shardkit.loader.emitter import Emitter
+from shardkit.loader.epoch_check import log_once
 from shardkit.loader.guard import check_caller
 from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.token_batch import batch_blocks, to_tensors
@@ -32,9 +33,10 @@ from shardkit.loader.transfer.ring import Ring
 from shardkit.plan import PlanParams
 from shardkit.plan.token_blocks import Block, BlockOptions
 from shardkit.plan.token_config import IDENTITY_KEYS, TokenBlocks
-from shardkit.plan.token_plan import TokenPlan, build_token_plan, epoch_order
+from shardkit.plan.token_plan import TokenPlan, build_token_plan, epoch_order, token_yield_problem
 from shardkit.plan.token_pool import ConsumerWork, document_needs
 from shardkit.plan.token_rows import TokenDocs, assemble, next_nonempty
+from shardkit.plan.token_state_check import check_token_part, plan_depth
 from shardkit.read.options import ReadOptions
 from shardkit.read.token_docs import EpochDocuments
 from shardkit.read.token_lengths import document_lengths
@@ -95,8 +97,21 @@ class TokenDataset(StreamingDataset):
         plan = self._token_plans.get(key)
         if plan is None:
             plan = self._build_token_plan(params, self.tokens, resume, cuts)
+            if resume is None and not plan.level.split.num_blocks:
+                self._check_yield(plan)
             self._token_plans = {key: plan}
         return plan
+
+    def _check_yield(self, plan: TokenPlan) -> None:
+        """A fresh epoch with no batch (TB24, like P16): a ``PlanError`` when one consumer would
+        get none either (no batch on any topology), else logged once (check_plan)."""
+        problem = token_yield_problem(plan, self.path)
+        if problem is None:
+            return
+        alone = replace(plan.params, world_size=1, num_workers=0)
+        if plan.num_consumers == 1 or not self._build_token_plan(alone, self.tokens, None, []).level.split.num_blocks:
+            raise PlanError(problem)
+        log_once(problem)
 
     def _build_token_plan(self, params: PlanParams, tokens: TokenBlocks, resume: dict[str, Any] | None,
                           cuts: list[dict[str, Any]]) -> TokenPlan:
@@ -118,9 +133,7 @@ class TokenDataset(StreamingDataset):
         return {TOKENS_KEY: plan.tokens_part(self.tokens, offsets, self._loaded_cuts(plan.params.epoch))}
 
     def load_state_part(self, state: dict[str, Any]) -> str:
-        part = state.get(TOKENS_KEY)
-        if not isinstance(part, dict) or not isinstance(part.get("levels"), list):
-            raise StateError("loader state: no 'tokens' part; it was not saved by a token-block dataset")
+        part = check_token_part(state.get(TOKENS_KEY), plan_depth(state["plan"]))  # its shape first (TB22)
         for key in IDENTITY_KEYS:  # what a position is (TB8)
             if part.get(key) != getattr(self.tokens, key):
                 raise StateError(f"loader state: token {key} is {part.get(key)!r}, this dataset's is "
@@ -132,11 +145,6 @@ class TokenDataset(StreamingDataset):
     def _check_loaded(self, plan_state: dict[str, Any]) -> None:
         """The saved consumer states must be the replay of their offsets (TB5): rebuild the
         saved level exactly as it was (its own params and cut)."""
-        depth, level = 0, plan_state
-        while level["parent"] is not None:
-            depth, level = depth + 1, level["parent"]
-        if len(self._cuts) != depth + 1:
-            raise StateError(f"loader state: {depth + 1} plan levels but {len(self._cuts)} token levels")
         saved = PlanParams.from_dict(plan_state["params"])
         cut = self._cuts[-1]
         tokens = replace(self.tokens, **{k: cut[k] for k in ("seq_len", "long_docs", "open_blocks")})
@@ -182,7 +190,10 @@ class TokenDataset(StreamingDataset):
     def _documents(self, plan: TokenPlan, work: ConsumerWork, stats: WorkerStats) -> EpochDocuments:
         """The documents ``work`` needs, with the index of the last piece that needs each."""
         nxt = next_nonempty(plan.segments) if plan.level.options.mode == "concat" else None
-        return self._document_reader(plan, document_needs(work.pieces, plan.positions, nxt), stats)
+        docs = self._document_reader(plan, document_needs(work.pieces, plan.positions, nxt), stats)
+        extra = self.tokens.extra_tokens
+        docs.expect(np.where(plan.segments > 0, plan.segments - extra, 0), plan.positions)  # TB23
+        return docs
 
     def _document_reader(self, plan: TokenPlan, needs: list[tuple[int, int]], stats: WorkerStats) -> EpochDocuments:
         options = ReadOptions(read_ahead=False, views=True)  # column blocks as column views (TB12)

@@ -18,6 +18,7 @@ from fractions import Fraction
 import numpy as np
 
 from shardkit.errors import PlanError
+from shardkit.plan.params import MAX_INT
 from shardkit.plan.sample_weights import SampleWeights
 
 COMPOSITIONS = ("random", "stratified")
@@ -100,8 +101,8 @@ class MixSpec:
         if len(set(names)) != len(names):
             raise PlanError(f"mixture: source names must be unique, got {names}")
         n = self.samples_per_epoch
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise PlanError(f"mixture samples_per_epoch: expected an int >= 0, got {n!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_INT:
+            raise PlanError(f"mixture samples_per_epoch: expected an int in 0..2**63-1, got {n!r:.40}")
         if self.composition not in COMPOSITIONS:
             raise PlanError(f"mixture composition: expected one of {COMPOSITIONS}, got {self.composition!r}")
         if self.unit not in UNITS:
@@ -119,8 +120,8 @@ class MixSpec:
             raise PlanError(f"mixture schedule: two changes at the same point {[s.at for s in self.schedule]}")
         if self.basis is not None and len(self.basis[1]) != len(self.sources):
             raise PlanError(f"mixture basis: expected {len(self.sources)} cursors, got {self.basis[1]}")
-        for epoch in [0] + [step.first_epoch for step in self.schedule]:
-            self.counts(epoch)  # every piece of the schedule is feasible (MX1)
+        for epoch in sorted({0} | {step.first_epoch for step in self.schedule}):
+            self.counts(epoch)  # every piece of the schedule is feasible (MX1); each epoch once (MX6)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -175,6 +176,9 @@ class MixSpec:
         edges = sorted({first, epoch} | {e for e in changes if first < e < epoch})
         for lo, hi in zip(edges, edges[1:], strict=False):
             total = total + np.array([int(c) for c in self.counts(lo)], dtype=object) * (hi - lo)
+        if any(int(c) > MAX_INT for c in total):
+            raise PlanError(f"mixture epoch {epoch}: a source's stream position reaches {max(int(c) for c in total)}, "
+                            "beyond 2**63-1; an epoch this late is not supported")
         return np.array([int(c) for c in total], dtype=np.int64)
 
     def rebased(self, epoch: int, cursors: Sequence[int]) -> MixSpec:
@@ -242,7 +246,7 @@ def largest_remainder(total: int, weights: Sequence[float | Fraction]) -> np.nda
 
 def _check_step(step: ScheduleStep, names: list[str], samples_per_epoch: int) -> None:
     where = f"mixture schedule at epoch {step.first_epoch}, sample {step.first_sample}"
-    if len(step.weights) != len(names) or step.first_epoch < 0 or step.first_sample < 0:
+    if len(step.weights) != len(names) or not 0 <= step.first_epoch <= MAX_INT or step.first_sample < 0:
         raise PlanError(f"{where}: expected {len(names)} weights and an epoch and sample >= 0, got {step.weights}")
     if step.first_sample and step.first_sample >= samples_per_epoch:
         raise PlanError(f"{where}: the sample must be below samples_per_epoch {samples_per_epoch} "

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from shardkit.errors import StateError
+from shardkit.plan.params import MAX_INT
 
 MIX_STATE_VERSION = 2  # 1 is still written for an epoch without segments, token weights or a remix
 MIX_KIND = "shardkit.mixture"
@@ -30,7 +31,7 @@ def check_state(state: Any) -> None:
                          f"got {sorted(state)}")
     for key in ("epoch", "samples_per_epoch"):
         if not _is_int(state[key]) or state[key] < 0:
-            raise StateError(f"state.{key}: expected an int >= 0, got {state[key]!r}")
+            raise StateError(f"state.{key}: expected an int in 0..2**63-1, got {state[key]!r}")
     _check_segments(state.get("segments", []))
     if "remix" in state:
         remixed = state["remix"]
@@ -54,7 +55,7 @@ def check_state(state: Any) -> None:
         ints = [entry[k] for k in keys if k not in ("name", "fingerprint", "weight")]
         if not all(_is_int(v) and v >= 0 for v in ints) or not isinstance(entry["name"], str) \
                 or not _is_weight(entry["weight"]):
-            raise StateError(f"state.sources[{i}]: bad types or negative values in {entry}")
+            raise StateError(f"state.sources[{i}]: bad types or values outside 0..2**63-1 in {entry}")
 
 
 def _check_segments(segments: Any) -> None:
@@ -66,8 +67,9 @@ def _check_segments(segments: Any) -> None:
 
 
 def _is_weight(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An int (not a bool) that fits an int64 (R14): plans compute in numpy int64."""
+    return isinstance(value, int) and not isinstance(value, bool) and -MAX_INT - 1 <= value <= MAX_INT

@@ -31,6 +31,11 @@ _OPTIONAL_DEFAULTS = {"interleave": 1, "spread": 1}
 # each shard is split among about 12 consumers, so a window mixes up to 12x as many shards
 # (the smallest that gives a sorted 1,000-class set of 100k samples >= 132 classes per batch of 256 at 8x4).
 DEFAULT_SPREAD = 12
+#: Every int parameter fits an int64 (plans compute in numpy int64; specs/resume-state.md R14).
+MAX_INT = 2**63 - 1
+#: At most this many consumers (``world_size * max(num_workers, 1)``): a plan holds a few arrays
+#: of one entry per consumer, and a state from elsewhere must not ask for more (R14).
+MAX_CONSUMERS = 2**20
 
 
 def default_spread(order: dict[str, Any] | None) -> int:
@@ -64,8 +69,11 @@ class PlanParams:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise PlanError(f"plan parameter {name}: expected an int, got {value!r}")
-            if value < minimum:
-                raise PlanError(f"plan parameter {name}: expected >= {minimum}, got {value}")
+            if not minimum <= value <= MAX_INT:
+                raise PlanError(f"plan parameter {name}: expected {minimum}..2**63-1, got {value}")
+        if self.num_consumers > MAX_CONSUMERS:
+            raise PlanError(f"plan parameters world_size {self.world_size} x num_workers {self.num_workers}: "
+                            f"{self.num_consumers} consumers, at most {MAX_CONSUMERS} are supported")
         if self.tail not in TAILS:
             raise PlanError(f"plan parameter tail: expected one of {TAILS}, got {self.tail!r}")
         if not isinstance(self.shuffle, bool):

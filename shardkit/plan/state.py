@@ -95,6 +95,12 @@ def validate_state(state: Any, fingerprint: str) -> None:
         level, path = level["parent"], f"{path}.parent"
 
 
+def check_state_shape(state: Any) -> None:
+    """Refuse a malformed state (types, ranges and caps of every level, R13, R14) before any part
+    of it is read; the fingerprint and the offsets against a plan are checked later."""
+    _check_shape(state, "state")
+
+
 def state_epoch(state: dict[str, Any]) -> int:
     """The epoch a resume state belongs to (the loader resumes that epoch first)."""
     _check_shape(state, "state")

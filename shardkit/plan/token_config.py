@@ -18,6 +18,12 @@ from shardkit.plan.token_rows import IGNORE_INDEX, LABEL_LAYOUTS, TokenOptions
 
 IDENTITY_KEYS = ("field", "mode", "bos_id", "eos_id")  # what a position is (TB8: never changed)
 LEVEL_KEYS = ("seq_len", "long_docs", "open_blocks")  # how a level cuts (may change, TB8)
+#: TB22: the ranges a config (and a saved level) must be in. Token ids are int64 values of the
+#: batch; ``cu_seqlens`` is int32, so a row is shorter than 2**31; open blocks are searched per
+#: piece (TB3), so their count is bounded.
+MAX_SEQ_LEN = 2**31 - 1
+MAX_OPEN_BLOCKS = 4096
+INT64_RANGE = (-(2**63), 2**63 - 1)
 
 
 @dataclass(frozen=True)
@@ -53,14 +59,12 @@ class TokenBlocks:
     labels: str = "shifted"
 
     def __post_init__(self) -> None:
-        for name in ("seq_len", "open_blocks", "pad_id", "ignore_index"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise PlanError(f"TokenBlocks.{name}: expected an int, got {value!r}")
+        for name, (low, high) in {"seq_len": (1, MAX_SEQ_LEN), "open_blocks": (1, MAX_OPEN_BLOCKS),
+                                  "pad_id": INT64_RANGE, "ignore_index": INT64_RANGE}.items():
+            _check_int(name, getattr(self, name), low, high)
         for name in ("eos_id", "bos_id"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise PlanError(f"TokenBlocks.{name}: expected an int or None, got {value!r}")
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), *INT64_RANGE, " or None")
         if self.labels not in LABEL_LAYOUTS:
             raise PlanError(f"TokenBlocks.labels: expected one of {', '.join(LABEL_LAYOUTS)}, got {self.labels!r}")
         if not isinstance(self.field, str) or not self.field:
@@ -89,3 +93,11 @@ class TokenBlocks:
     def extra_tokens(self) -> int:
         """Boundary tokens around each non-empty document."""
         return int(self.bos_id is not None) + int(self.eos_id is not None)
+
+
+def _check_int(name: str, value: Any, low: int, high: int, alternative: str = "") -> None:
+    """TB22: ``value`` is an int (not a bool) in ``low..high``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PlanError(f"TokenBlocks.{name}: expected an int{alternative}, got {value!r:.40}")
+    if not low <= value <= high:
+        raise PlanError(f"TokenBlocks.{name}: expected an int in {low}..{high}{alternative}, got {value}")

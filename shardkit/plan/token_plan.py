@@ -124,6 +124,20 @@ class TokenPlan:
         return {**blocks.identity(), "levels": [*levels, {**self.cuts[-1], "consumers": states}]}
 
 
+def token_yield_problem(plan: TokenPlan, where: str) -> str | None:
+    """Why a fresh epoch of ``plan`` yields no batch (TB24, like partition.md P16), or None:
+    ``tail="drop"`` and fewer blocks per consumer than one batch, though there are positions."""
+    params, options = plan.params, plan.level.options
+    total = int(np.sum(plan.positions))
+    if plan.level.split.num_blocks or params.tail != "drop" or total == 0:
+        return None
+    return (f"{where}: token blocks: the epoch yields no batch ({total} input positions in "
+            f"{len(plan.positions)} documents, seq_len {options.seq_len}, {options.mode} mode, batch_size "
+            f"{params.batch_size} blocks, {plan.num_consumers} consumer(s), tail='drop'): a batch needs "
+            f"{params.batch_size} blocks of {options.seq_len} positions per consumer; use tail='pad', a smaller "
+            "seq_len or batch_size, or fewer consumers")
+
+
 def _chain(resume: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The levels of a plan state, root first."""
     levels: list[dict[str, Any]] = []

@@ -34,6 +34,7 @@ import numpy as np
 
 from shardkit.errors import PlanError
 from shardkit.plan.mixture import COMPOSITIONS, UNITS, MixSource, MixSpec, ScheduleStep
+from shardkit.plan.params import MAX_INT
 from shardkit.plan.sample_weights import SampleWeights
 from shardkit.read.dataset import StoredDataset, open_dataset, split_manifest_path
 from shardkit.read.field_values import read_numeric_field
@@ -205,6 +206,8 @@ def load_mixture(path: str) -> Mixture:
         data = tomllib.loads(raw.decode()) if path.endswith(".toml") else json.loads(raw)
     except (OSError, ValueError) as exc:
         raise PlanError(f"{path}: cannot read the mixture file: {exc}") from None
+    except RecursionError:  # a parser's own recursion: a file no mixture description looks like
+        raise PlanError(f"{path}: cannot read the mixture file: nested too deeply") from None
     return mixture_from_dict(data, path)
 
 
@@ -222,11 +225,11 @@ def mixture_from_dict(data: Any, where: str) -> Mixture:
                 or not all(_is_int(step.get(k, 0)) for k in ("first_epoch", "first_sample")):
             raise PlanError(f"{where}: schedule[{i}]: expected first_epoch (int), optional first_sample (int) "
                             f"and a weights table by source name, got {step!r}")
-        schedule.append(((step["first_epoch"], step.get("first_sample", 0)),
-                         {str(k): float(v) for k, v in step["weights"].items()}))
+        weights = {str(k): _number(v, f"{where}: schedule[{i}].weights.{k}") for k, v in step["weights"].items()}
+        schedule.append(((step["first_epoch"], step.get("first_sample", 0)), weights))
     size = data.get("samples_per_epoch")
-    if size is not None and (isinstance(size, bool) or not isinstance(size, int)):
-        raise PlanError(f"{where}: samples_per_epoch: expected an int, got {size!r}")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_INT):
+        raise PlanError(f"{where}: samples_per_epoch: expected an int in 0..2**63-1, got {size!r:.40}")
     try:
         return Mixture(sources, size, str(data.get("composition", "random")), schedule,
                        str(data.get("weight_unit", "samples")), str(data.get("token_field", "tokens")), where)
@@ -235,7 +238,17 @@ def mixture_from_dict(data: Any, where: str) -> Mixture:
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_INT
+
+
+def _number(value: Any, where: str) -> float:
+    """A weight of the file: an int or float (not a bool, not a string), named when it is not."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PlanError(f"{where}: expected a number, got {value!r:.40}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise PlanError(f"{where}: expected a finite number, got {value!r:.40}") from None
 
 
 def _list(data: dict[str, Any], key: str, where: str) -> list[Any]:
@@ -248,14 +261,15 @@ def _list(data: dict[str, Any], key: str, where: str) -> list[Any]:
 def _source(entry: Any, folder: str, where: str) -> Source:
     if not isinstance(entry, dict) or "path" not in entry or set(entry) - _SOURCE_KEYS:
         raise PlanError(f"{where}: expected keys {sorted(_SOURCE_KEYS)} with 'path' required, got {entry!r}")
-    path = str(entry["path"])
+    for key in ("path", "name"):
+        if key in entry and not isinstance(entry[key], str):
+            raise PlanError(f"{where}: {key}: expected a str, got {entry[key]!r:.40}")
+    path = entry["path"]
     if "://" not in path and not os.path.isabs(path):
         path = os.path.join(folder, path)
-    weight = entry.get("weight", 1.0)
-    if isinstance(weight, bool) or not isinstance(weight, int | float):
-        raise PlanError(f"{where}: weight: expected a number, got {weight!r}")
+    weight = _number(entry.get("weight", 1.0), f"{where}: weight")
     weights = entry.get("sample_weights")
     if weights is not None and not isinstance(weights, str):
         raise PlanError(f"{where}: sample_weights: expected a numeric field's name (an array goes through "
                         f"sk.Source(..., sample_weights=array)), got {weights!r:.80}")
-    return Source(path, float(weight), entry.get("name"), weights)
+    return Source(path, weight, entry.get("name"), weights)

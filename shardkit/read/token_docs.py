@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from shardkit.errors import FormatError
+from shardkit.errors import CorruptShardError, FormatError
 from shardkit.plan import Plan
+from shardkit.plan.token_plan import epoch_order
 from shardkit.read.column_pieces import ColumnPiece
 from shardkit.read.dataset import StoredDataset
 from shardkit.read.options import ReadOptions
@@ -39,6 +40,28 @@ def runs(wanted: list[int]) -> list[tuple[int, int]]:
     return out
 
 
+def with_empty_neighbours(found: list[tuple[int, int]], positions: np.ndarray) -> list[tuple[int, int]]:
+    """``found`` runs, each widened over the documents with no position just before and after it
+    (TB23: their lengths are checked too; the work never names them), and runs that then meet or
+    overlap going forward merged into one."""
+    n = len(positions)
+    if not found or n == 0:
+        return found
+    has = np.asarray(positions) > 0
+    index = np.arange(n)
+    last_before = np.maximum.accumulate(np.where(has, index, -1))  # the last d' <= d with positions
+    next_from = np.minimum.accumulate(np.where(has, index, n)[::-1])[::-1]  # the first d' >= d
+    out: list[tuple[int, int]] = []
+    for lo, hi in found:
+        lo = int(last_before[lo - 1]) + 1 if lo > 0 else 0
+        hi = int(next_from[hi]) if hi < n else n
+        if out and out[-1][0] <= lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
 class EpochDocuments:
     """``docs[d]`` → the token array of document ``d``; ``docs.masks[d]`` its loss mask.
 
@@ -53,23 +76,60 @@ class EpochDocuments:
         self.cache, self.stats = cache, stats
         self.last_use = dict(needs)
         self._runs = iter(runs([d for d, _ in needs]))
+        self.expected: np.ndarray | None = None  # tokens per document the plan was made from (TB23)
         self._stream: Iterator[tuple[int, np.ndarray, np.ndarray | None]] = iter(())
+        self._next_index = self._run_end = 0  # the next document the stream gives; its run's end
         self.loaded: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
         self.masks = _Masks(self)
+
+    def expect(self, num_tokens: np.ndarray, positions: np.ndarray) -> None:
+        """Check every document read against ``num_tokens`` (per document index: the lengths the
+        plan was made from) and read the documents with no ``positions`` next to the ones the work
+        needs too (TB23), so a length index that lies is a ``CorruptShardError``, not dropped tokens.
+        Call before the first document is read."""
+        self.expected = np.asarray(num_tokens)
+        self._runs = iter(with_empty_neighbours(runs(list(self.last_use)), positions))
 
     def __getitem__(self, d: int) -> np.ndarray:
         return self._load(d)[0]
 
     def _load(self, d: int) -> tuple[np.ndarray, np.ndarray | None]:
         while d not in self.loaded:
-            item = next(self._stream, None)
-            if item is None:
+            if self._next_index >= self._run_end:
                 lo, hi = next(self._runs)  # StopIteration here: a document the work never named
-                self._stream = self._read_run(lo, hi)
-                continue
-            index, tokens, mask = item
-            self.loaded[index] = (tokens, mask)
+                self._stream, self._next_index, self._run_end = self._read_run(lo, hi), lo, hi
+            self._pull()
+        while self._next_index < self._run_end and self._next_index not in self.last_use:
+            self._pull()  # the empty neighbours that follow: checked now (TB23), not kept
         return self.loaded[d]
+
+    def _pull(self) -> None:
+        """Read the next document of the current run: check its length, keep it if needed."""
+        item = next(self._stream, None)
+        if item is None:  # the epoch ended inside the run
+            self._next_index = self._run_end
+            return
+        index, tokens, mask = item
+        self._next_index = index + 1
+        if self.expected is not None and len(tokens) != self.expected[index]:
+            raise CorruptShardError(f"{self._sample_where(index)}: field {self.field!r} holds {len(tokens)} "
+                                    f"tokens, the plan was made from {int(self.expected[index])} "
+                                    f"({self._lengths_from()}); run shardkit verify (TB23)")
+        if index in self.last_use:  # a neighbour read only for its length is not kept
+            self.loaded[index] = (tokens, mask)
+
+    def _sample_where(self, d: int) -> str:
+        """Document ``d`` as the dataset, shard and sample that hold it."""
+        sample = int(epoch_order(self.order)[d])
+        offsets = self.order.shard_offsets
+        shard = int(np.searchsorted(offsets, sample, side="right")) - 1
+        name = self.dataset.manifest.shards[shard].name
+        return f"{self.dataset.url}: document {d} (epoch order) = sample {sample} (shard {name}, " \
+               f"sample {sample - int(offsets[shard])})"
+
+    def _lengths_from(self) -> str:
+        info = self.dataset.manifest.lengths_of(self.field)
+        return "a scan of the shards" if info is None else f"the length index {info.name}"
 
     def _read_run(self, lo: int, hi: int) -> Iterator[tuple[int, np.ndarray, np.ndarray | None]]:
         d = lo

@@ -42,6 +42,16 @@ class MixtureDocuments(EpochDocuments):
         return iter_mixture_consumer(self.opened, self.order, 0, lo, self.cache,  # type: ignore[return-value]
                                      self.stats, self.options, self.sources)
 
+    def _sample_where(self, d: int) -> str:
+        global_index = int(epoch_order(self.order)[d])
+        at = int(source_of_indices(self.bases, np.array([global_index]))[0])
+        source = self.opened.mixture.sources[self.sources[at]]
+        return (f"mixture source {source.label!r} ({source.path}): sample {global_index - int(self.bases[at])} "
+                f"(document {d}, epoch order)")
+
+    def _lengths_from(self) -> str:
+        return "the source's length index, or a scan of its shards"
+
     def _checked(self, d: int, value: Any) -> np.ndarray:
         try:
             return super()._checked(d, value)
