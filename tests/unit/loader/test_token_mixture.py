@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import shardkit as sk
-from shardkit.errors import StateError
+from shardkit.errors import PlanError, StateError
 from shardkit.plan.token_plan import epoch_order
 from shardkit.read.mixture import open_mixture
 from tests.helpers.token_data import (
@@ -57,6 +57,8 @@ levels = st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 10),
 @examples(12)
 @example(sources=[([1], 0.001), ([0], 0.001)], size=1, unit="samples", composition="random", mode="concat",
          tail="pad", chain=[(2, 1, 1, [0, 1]), (2, 1, 1, [0])])  # an exact resume after unequal kills
+@example(sources=[([0], 0.001)], size=1, unit="tokens", composition="random", mode="concat", tail="drop",
+         chain=[(1, 1, 1, [0]), (1, 1, 3, [0])])  # a fresh epoch with no batch after a kill before any state
 @given(sources=token_sources(), size=st.integers(1, 24), unit=st.sampled_from(["samples", "tokens"]),
        composition=st.sampled_from(["random", "stratified"]), mode=st.sampled_from(["concat", "pack"]),
        tail=st.sampled_from(["pad", "drop"]), chain=st.lists(levels, min_size=1, max_size=3))
@@ -78,7 +80,15 @@ def test_every_position_of_the_epoch_multiset_once_across_kills_and_elastic_resu
         last = i == len(chain) - 1
         if (world, batch_size, seq_len) != topology:  # a re-plan: steps count from here (an exact
             topology, steps = (world, batch_size, seq_len), [0] * world  # resume continues them)
-        pairs, state, plan = run_level(mix, tokens, batch_size, world, tail, state, None if last else kills, steps)
+        try:
+            pairs, state, plan = run_level(mix, tokens, batch_size, world, tail, state, None if last else kills,
+                                           steps)
+        except PlanError as exc:  # TB24: a fresh epoch that yields no batch on any topology: at the
+            assert tail == "drop" and "yields no batch" in str(exc)  # start (or after a kill before
+            if state is None:  # any state), or the next epoch after a state with nothing left (R10)
+                assert not consumed
+                return
+            break
         consumed.update(pairs)
         state = json.loads(json.dumps(state))
         if last:
