@@ -84,10 +84,9 @@ def test_every_position_of_the_epoch_multiset_once_across_kills_and_elastic_resu
             pairs, state, plan = run_level(mix, tokens, batch_size, world, tail, state, None if last else kills,
                                            steps)
         except PlanError as exc:  # TB24: a fresh epoch that yields no batch on any topology: at the
-            assert tail == "drop" and "yields no batch" in str(exc)  # start (or after a kill before
-            if state is None:  # any state), or the next epoch after a state with nothing left (R10)
-                assert not consumed
-                return
+            assert tail == "drop" and "yields no batch" in str(exc)  # start (nothing consumed yet:
+            if not consumed:  # the epoch has no batch on this topology), or the next epoch after a
+                return  # state with nothing left (R10)
             break
         consumed.update(pairs)
         state = json.loads(json.dumps(state))
