@@ -9,7 +9,10 @@ prints it. Imports only ``shardkit.cli`` (which never imports torch at module le
 from __future__ import annotations
 
 import argparse
+import html
+import os
 import sys
+from pathlib import Path
 
 from shardkit.cli import build_parser
 
@@ -22,7 +25,7 @@ _EXIT_CODES = """\
 | 1 | the command ran and found a problem (corrupt data, bad input while packing, `plan` of an epoch \
 that yields no batch, `cache warm` that could not hold every shard, `verify --strict` with unlisted files) |
 | 2 | usage error or an unreadable dataset or manifest: one line on stderr, never a traceback |
-| 141 | the reader of the output went away (`shardkit cache ls --json \\| head`), quietly |
+| 141 | the reader of the output went away (as when `shardkit cache ls --json` is piped into `head`), quietly |
 """
 
 
@@ -38,7 +41,9 @@ def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argpar
 
 
 def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    """One table cell: one line, no raw ``|`` or HTML, this machine's home shown as ``~``."""
+    text = " ".join(text.split()).replace(str(Path.home()), "~")
+    return html.escape(text, quote=False).replace("|", "&#124;")
 
 
 def _argument_rows(parser: argparse.ArgumentParser) -> list[str]:
@@ -67,7 +72,7 @@ def _section(parser: argparse.ArgumentParser, level: int, summary: str) -> list[
         lines += [summary[0].upper() + summary[1:] + ".", ""]
     if parser.description and parser.description != summary:
         lines += [" ".join(parser.description.split()), ""]
-    usage = " ".join(parser.format_usage().split())
+    usage = parser.format_usage().strip()  # argparse wraps it at $COLUMNS (render sets 100)
     lines += ["```text", usage, "```", ""]
     rows = _argument_rows(parser)
     if rows:
@@ -80,6 +85,18 @@ def _section(parser: argparse.ArgumentParser, level: int, summary: str) -> list[
 
 
 def render() -> str:
+    columns = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"  # argparse's wrapping width for the usage lines
+    try:
+        return _render()
+    finally:
+        if columns is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = columns
+
+
+def _render() -> str:
     parser = build_parser()
     parser.prog = "shardkit"
     head = [
