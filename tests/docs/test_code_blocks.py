@@ -5,7 +5,9 @@ Each page gets a fresh workspace: ``raw/`` (JSON Lines: ``id``, ``text``, ``labe
 ``out/`` packed from it (unless the page packs ``out/`` itself), and ``examples/`` and ``tools/``
 linked from the repo, so a block reads as if typed in a checkout. Python blocks run each in a
 fresh interpreter, bash blocks with ``bash -euo pipefail``; the venv's scripts (``shardkit``,
-``torchrun``) come first on ``PATH``.
+``torchrun``) come first on ``PATH``. A page whose blocks name ``s3://bucket/`` runs against the
+local moto server (``s3_server`` in tests/conftest.py) through ``AWS_ENDPOINT_URL``, with an
+empty bucket ``bucket``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,25 @@ from tests.docs.code_blocks import ROOT, RUN_LANGUAGES, Block, blocks, packs_out
 
 PAGES = pages()
 TIMEOUT_S = 300
+S3_BUCKET = "s3://bucket/"
+
+
+def uses_s3(page: Path) -> bool:
+    return any(b.runs and S3_BUCKET in b.code for b in blocks(page))
+
+
+def s3_environment(endpoint: str) -> dict[str, str]:
+    """What a page's blocks need to reach the test server as if it were S3; ``bucket`` is empty."""
+    import s3fs
+
+    from tests.helpers.s3 import CREDENTIALS, REGION
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **CREDENTIALS, client_kwargs={"endpoint_url": endpoint})
+    if fs.exists("bucket"):
+        fs.rm("bucket", recursive=True)
+    fs.mkdir("bucket")
+    return {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": CREDENTIALS["key"],
+            "AWS_SECRET_ACCESS_KEY": CREDENTIALS["secret"], "AWS_DEFAULT_REGION": REGION}
 
 
 def make_workspace(where: Path, pack_out: bool) -> dict[str, str]:
@@ -51,9 +72,9 @@ def run_code(block: Block, where: Path, env: dict[str, str]) -> None:
                              f"--- stderr (tail)\n{done.stderr[-4000:]}")
 
 
-def run_page(page: Path, where: Path) -> list[Block]:
+def run_page(page: Path, where: Path, extra_env: dict[str, str] | None = None) -> list[Block]:
     page_blocks = blocks(page)
-    env = make_workspace(where, pack_out=not packs_out(page_blocks))
+    env = {**make_workspace(where, pack_out=not packs_out(page_blocks)), **(extra_env or {})}
     for block in page_blocks:
         if block.mark == "file":
             (where / block.argument).write_text(block.code)
@@ -63,9 +84,11 @@ def run_page(page: Path, where: Path) -> list[Block]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
-def test_code_blocks_run(page: Path, tmp_path: Path) -> None:
-    run_page(page, tmp_path)
+@pytest.mark.parametrize("page", [pytest.param(p, marks=[pytest.mark.s3] * uses_s3(p), id=str(p.relative_to(ROOT)))
+                                  for p in PAGES])
+def test_code_blocks_run(page: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    extra = s3_environment(request.getfixturevalue("s3_server")) if uses_s3(page) else None
+    run_page(page, tmp_path, extra)
 
 
 def test_every_block_is_run_or_says_why() -> None:
