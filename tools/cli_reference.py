@@ -107,6 +107,10 @@ def _render() -> str:
         "Every command also has `--help`; `--json` is there where a machine reads the output.",
         "",
         _EXIT_CODES,
+        "`pack --overwrite` keeps the old dataset readable until the new manifest is published; "
+        "`verify` warns about files the manifest does not name (`--strict`: exit 1). Written files get "
+        "`0666 & ~umask` (a shared cache dir: \"Sharing a cache dir\" in [the cache spec](../specs/cache.md)).",
+        "",
     ]
     body = []
     for _name, help_text, sub in _subcommands(parser):
