@@ -21,9 +21,10 @@ demo: $(BIN)/shardkit
 test: $(BIN)/shardkit
 	$(BIN)/python -m pytest tests -q --durations=25
 
-# The inner loop: unit, CLI and golden-file tests (no multi-process loader, S3 or Ray integration), ~2 minutes.
+# The inner loop: unit, CLI, golden-file and docs checks (no multi-process loader, S3 or Ray integration;
+# the docs code blocks are slow), ~2 minutes.
 test-fast: $(BIN)/shardkit
-	$(BIN)/python -m pytest tests/unit tests/cli tests/golden -q -m "not slow"
+	$(BIN)/python -m pytest tests/unit tests/cli tests/golden tests/docs -q -m "not slow"
 
 # No `ruff format --check` yet: the tree was never formatted with it (87 files would change).
 lint: $(BIN)/shardkit

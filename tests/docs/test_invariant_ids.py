@@ -98,3 +98,37 @@ def test_the_checker_sees_a_dangling_id(tmp_path: Path) -> None:
     (tmp_path / "README.md").write_text("Q2 holds; see Q17.\n")
     assert sorted(dangling(tmp_path)) == ["README.md:1: Q17 is defined nowhere",
                                           "tests/test_a.py:1: Q3 is defined nowhere"]
+
+
+_OLD_ID = re.compile(r"(?<![A-Za-z0-9_./-])S([1-4])(?![A-Za-z0-9_])")
+_NESTING = re.compile(r"nest|deep|depth|level", re.IGNORECASE)
+
+
+def _old_citation(line: str) -> bool:
+    """S1, S2 or S4 as a word, or S3 on a line about nesting (elsewhere S3 is Amazon S3)."""
+    found = {match.group(1) for match in _OLD_ID.finditer(_NOQA.sub("", line))}
+    return bool(found - {"3"}) or ("3" in found and _NESTING.search(line) is not None)
+
+
+def stale_sample_value_ids(root: Path = ROOT) -> list[str]:
+    """Citations of specs/shard-format.md's S1–S4 by their old names (now SV1–SV4)."""
+    bad = []
+    for path in scanned_files(root):
+        name = str(path.relative_to(root))
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if path != Path(__file__).resolve() and "numbered S1–S4" not in line and _old_citation(line):
+                bad.append(f"{name}:{number}: {line.strip()[:100]}")
+    return bad
+
+
+def test_no_citation_of_the_old_sample_value_ids() -> None:
+    """S1–S4 became SV1–SV4; an S3 next to "nesting" is the old ID, not Amazon S3."""
+    bad = stale_sample_value_ids()
+    assert not bad, "cite SV1–SV4 (specs/shard-format.md §6), not S1–S4:\n" + "\n".join(bad)
+
+
+def test_the_old_ids_are_seen(tmp_path: Path) -> None:
+    (tmp_path / "shardkit").mkdir()
+    (tmp_path / "shardkit" / "a.py").write_text("# round trip (S2)\n# nested too deep (S3)\n# from S3, by range\n"
+                                                "x = 1  # noqa: S301\n# SV3 nesting\n")
+    assert [entry.split(":")[1] for entry in stale_sample_value_ids(tmp_path)] == ["1", "2"]
