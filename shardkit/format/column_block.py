@@ -13,7 +13,7 @@ the writer may store the block as columns instead, and does when that is not lar
 rows. Integer columns are stored in the narrowest integer type that holds their values and
 widened back on read (tokens of a < 65,536 vocabulary: 2 bytes instead of 4, which zstd could
 not shrink anyway). Reading is then one pass per column and a slice per sample. The decoded
-samples are the same values as the row block's (S2): arrays are read-only views of their
+samples are the same values as the row block's (SV2): arrays are read-only views of their
 column, so the arrays of one block share one buffer.
 
 Raw column block::

@@ -1,5 +1,5 @@
 """Bounds that every writer keeps and every reader enforces, so that no input, however hostile,
-can make shardkit allocate without limit or recurse without limit (specs/shard-format.md I12, S3).
+can make shardkit allocate without limit or recurse without limit (specs/shard-format.md I12, SV3).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from shardkit.errors import FormatError
 
 #: I12: the largest raw (decompressed) block a writer makes and a reader accepts by default.
 MAX_BLOCK_BYTES = 256 << 20
-#: S3: the deepest nesting of lists and maps in a sample; the sample map itself is level 1.
+#: SV3: the deepest nesting of lists and maps in a sample; the sample map itself is level 1.
 MAX_NESTING_DEPTH = 100
 #: The environment variable that sets a reader's block limit (bytes) when none is passed.
 MAX_BLOCK_BYTES_ENV = "SHARDKIT_MAX_BLOCK_BYTES"

@@ -132,7 +132,7 @@ def _default(value: Any) -> Any:
 
 
 def _encode_tensor(value: Any, torch: Any) -> bytes:
-    """The array payload of a dense CPU tensor; torch-only dtypes (S4) under torch's name."""
+    """The array payload of a dense CPU tensor; torch-only dtypes (SV4) under torch's name."""
     if value.device.type != "cpu" or value.layout != torch.strided:
         raise TypeError(f"only dense CPU tensors are supported, got {value.device} {value.layout}")
     try:
@@ -173,7 +173,7 @@ class SampleEncoder:
 
         ``check_keys=False`` skips the check for non-str map keys, for sources whose keys are
         str by construction (JSON objects, Parquet columns and struct fields); nesting deeper
-        than ``MAX_NESTING_DEPTH`` is refused either way (S3)."""
+        than ``MAX_NESTING_DEPTH`` is refused either way (SV3)."""
         where = "sample" if sample_index is None else f"sample {sample_index}"
         if not isinstance(sample, dict):
             raise EncodeError(f"{where}: a sample must be a dict, got {type(sample).__name__}")
@@ -214,7 +214,7 @@ def find_unsupported(value: Any, path: str = "$") -> str | None:
     return None if isinstance(converted, msgpack.ExtType) else find_unsupported(converted, path)
 
 
-_STACK_MESSAGE = f"nested deeper than msgpack's 1024 levels (the format allows {MAX_NESTING_DEPTH}, S3)"
+_STACK_MESSAGE = f"nested deeper than msgpack's 1024 levels (the format allows {MAX_NESTING_DEPTH}, SV3)"
 
 
 def _unpack(data: bytes | memoryview) -> Any:
@@ -225,7 +225,7 @@ def _unpack(data: bytes | memoryview) -> Any:
 
 
 def decode_sample(data: bytes | memoryview) -> dict[str, Any]:
-    """One sample from its msgpack bytes: a map, nested at most ``MAX_NESTING_DEPTH`` deep (S3)."""
+    """One sample from its msgpack bytes: a map, nested at most ``MAX_NESTING_DEPTH`` deep (SV3)."""
     sample = _unpack(data)
     if not isinstance(sample, dict):
         raise FormatError(f"a sample must decode to a map, got {type(sample).__name__}")
@@ -284,7 +284,7 @@ def decode_block_samples(
         bad = next(i for i, sample in enumerate(samples) if type(sample) is not dict)
         raise FormatError(f"sample {bad} of block: expected a map, got {type(samples[bad]).__name__}")
     if not _DECODED_CONTAINERS.isdisjoint(map(type, chain.from_iterable(map(dict.values, samples)))):
-        for index, sample in enumerate(samples):  # S3; only blocks that hold lists or maps
+        for index, sample in enumerate(samples):  # SV3; only blocks that hold lists or maps
             problem = nesting_problem(sample)
             if problem:
                 raise FormatError(f"sample {index} of block: {problem}")

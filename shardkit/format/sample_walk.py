@@ -1,5 +1,5 @@
 """Walks over a sample's lists and maps for the encoder and decoders: non-str keys, and nesting
-past ``MAX_NESTING_DEPTH`` (specs/shard-format.md S3). Only containers are visited."""
+past ``MAX_NESTING_DEPTH`` (specs/shard-format.md SV3). Only containers are visited."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ _DECODED_CONTAINERS = frozenset({dict, list})
 
 def find_bad_key(value: Any, path: str, depth: int = 1, check_keys: bool = True) -> str | None:
     """Where ``value`` (at nesting level ``depth``) first nests deeper than ``MAX_NESTING_DEPTH``
-    (S3) or, with ``check_keys``, has a map key that is not a str (readers decode with
+    (SV3) or, with ``check_keys``, has a map key that is not a str (readers decode with
     ``strict_map_key``); None if nowhere.
 
     Walks only containers; a list of scalars costs one C-level ``set(map(type, …))``."""
     if depth > MAX_NESTING_DEPTH:
-        return f"{_short(path)} (nested deeper than {MAX_NESTING_DEPTH} levels of lists and maps, S3)"
+        return f"{_short(path)} (nested deeper than {MAX_NESTING_DEPTH} levels of lists and maps, SV3)"
     if isinstance(value, dict):
         for key, item in value.items():
             if check_keys and not isinstance(key, str):
@@ -43,7 +43,7 @@ def _short(path: str) -> str:
 
 def too_deep(value: Any, depth: int) -> bool:
     """Whether the container ``value`` at nesting level ``depth`` nests past ``MAX_NESTING_DEPTH``
-    (S3). No paths are built (``_find_bad_key`` names the place once this says yes); a plain
+    (SV3). No paths are built (``_find_bad_key`` names the place once this says yes); a plain
     loop measured faster than C-level itertools or set tests for chat-like samples."""
     if depth > MAX_NESTING_DEPTH:
         return True
@@ -54,7 +54,7 @@ def too_deep(value: Any, depth: int) -> bool:
 
 
 def nesting_problem(sample: dict[str, Any]) -> str | None:
-    """S3 on read: where a decoded sample nests deeper than ``MAX_NESTING_DEPTH``, or None.
+    """SV3 on read: where a decoded sample nests deeper than ``MAX_NESTING_DEPTH``, or None.
     A sample of scalars, strings, bytes and arrays costs one C-level pass over its values."""
     if _DECODED_CONTAINERS.isdisjoint(map(type, sample.values())) or not too_deep(sample, 1):
         return None

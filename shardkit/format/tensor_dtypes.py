@@ -1,4 +1,4 @@
-"""Tensor dtypes numpy lacks (specs/shard-format.md S4): bfloat16 and the float8 kinds.
+"""Tensor dtypes numpy lacks (specs/shard-format.md SV4): bfloat16 and the float8 kinds.
 
 They are written as an array payload (ext type 2) whose dtype field holds torch's own name
 (``"bfloat16"``) and whose data is the tensor's bytes, little-endian, C order. torch is never
@@ -14,7 +14,7 @@ from typing import Any
 
 from shardkit.errors import FormatError
 
-# Tensor dtypes numpy lacks (S4): written under torch's own name with their little-endian bytes;
+# Tensor dtypes numpy lacks (SV4): written under torch's own name with their little-endian bytes;
 # the value is the item size. Only names the installed torch has are ever met.
 TORCH_ONLY_DTYPES = {
     "bfloat16": 2,
@@ -28,7 +28,7 @@ TORCH_ONLY_DTYPES = {
 
 def tensor_dtype_name(tensor: Any) -> str:
     """A tensor's dtype as the format names it: numpy's ``dtype.str`` (``"<f4"``), or for a dtype
-    numpy lacks, torch's name (``"bfloat16"``, S4)."""
+    numpy lacks, torch's name (``"bfloat16"``, SV4)."""
     found = _TENSOR_DTYPES.get(tensor.dtype)
     if found is None:
         name = str(tensor.dtype).removeprefix("torch.")
@@ -53,7 +53,7 @@ def encode_torch_only(tensor: Any, torch: Any) -> bytes:
 
 
 def decode_torch_only(payload: bytes | memoryview, name: str) -> Any:
-    """A writable tensor of a torch-only dtype (S4) from its array payload."""
+    """A writable tensor of a torch-only dtype (SV4) from its array payload."""
     torch = importlib.import_module("torch")
     dtype = getattr(torch, name, None)
     if dtype is None:

@@ -54,7 +54,7 @@ def concat(parts: list[Column]) -> Column:
     first = parts[0]
     if len(parts) == 1:
         return first
-    data = np.concatenate([p.data for p in parts], dtype=first.data.dtype)  # keeps ">i4" (S2)
+    data = np.concatenate([p.data for p in parts], dtype=first.data.dtype)  # keeps ">i4" (SV2)
     ragged = [p.offsets for p in parts if p.offsets is not None]
     if len(ragged) != len(parts):
         return Column(first.name, first.kind, data)

@@ -312,7 +312,7 @@ def test_index_raw_size_is_bounded_by_the_manifest(dataset, capsys):
 
 
 def test_unsupported_sample_type_names_field_and_sample(tmp_path):
-    """S1: EncodeError names the field path and the sample index; no manifest is left."""
+    """SV1: EncodeError names the field path and the sample index; no manifest is left."""
     folder = str(tmp_path / "ds")
     with pytest.raises(EncodeError, match=r"sample 3: cannot encode field \$\.x\.y\[1\]"):
         with sk.ShardWriter(folder, shard_size=1, block_size=1) as w:
@@ -341,7 +341,7 @@ def test_encode_errors(tmp_path, value, path):
 
 
 def test_tensors_the_format_cannot_hold_are_refused(tmp_path):
-    """S1: sparse tensors and tensors off the CPU (bfloat16 and float8 are supported: S4)."""
+    """SV1: sparse tensors and tensors off the CPU (bfloat16 and float8 are supported: SV4)."""
     torch = pytest.importorskip("torch")
     for value in (torch.eye(2).to_sparse(), torch.empty(2, device="meta")):
         with pytest.raises(EncodeError, match=r"sample 0: cannot encode field \$\.t"):

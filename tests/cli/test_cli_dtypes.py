@@ -1,4 +1,4 @@
-"""Values keep their dtype through packing and writing (specs/shard-format.md S2, S4): Parquet
+"""Values keep their dtype through packing and writing (specs/shard-format.md SV2, SV4): Parquet
 float32/float16 columns arrive as numpy scalars of that dtype, not float64; bfloat16 and float8
 tensors go through the writer, verify and ``head``."""
 
@@ -20,7 +20,7 @@ from shardkit.read.verify import verify_dataset
 @settings(max_examples=4, deadline=None)
 @given(values=st.lists(st.integers(-100, 100), min_size=1, max_size=20), nulls=st.booleans())
 def test_parquet_numeric_columns_keep_their_dtype(tmp_path_factory, dtype, values, nulls):
-    """S2: a float32 (or float16) column arrives as np.float32 (np.float16) values, list columns
+    """SV2: a float32 (or float16) column arrives as np.float32 (np.float16) values, list columns
     as arrays of the column's dtype; wider types as before (Python int/float); nulls as None."""
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
@@ -48,7 +48,7 @@ def test_parquet_numeric_columns_keep_their_dtype(tmp_path_factory, dtype, value
 
 
 def test_torch_only_tensors_through_writer_verify_and_head(tmp_path, capsys):
-    """S4 end to end: written, verified against the schema, read back bit for bit, shown."""
+    """SV4 end to end: written, verified against the schema, read back bit for bit, shown."""
     torch = pytest.importorskip("torch")
     names = [name for name in TORCH_ONLY_DTYPES if hasattr(torch, name)]
     generator = torch.Generator().manual_seed(0)

@@ -1,5 +1,5 @@
 """Hostile inputs give the documented error naming file, shard and sample — exit 1 for corrupt
-data, 2 for an unreadable manifest — never a traceback (specs/shard-format.md S3, B5;
+data, 2 for an unreadable manifest — never a traceback (specs/shard-format.md SV3, B5;
 manifest.md M1, M4, M6). Run through the real ``shardkit`` command in a subprocess."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def deep_json(depth: int) -> str:
 
 @pytest.mark.parametrize("depth", [150, 100_000])
 def test_pack_names_the_jsonl_line_nested_too_deep_and_skip_bad_skips_it(tmp_path, depth):
-    """S3 on write: the line is named (file:line); ``--skip-bad`` packs the rest and lists it."""
+    """SV3 on write: the line is named (file:line); ``--skip-bad`` packs the rest and lists it."""
     src = tmp_path / "rows.jsonl"
     src.write_text(f'{{"a": 1}}\n{{"deep": {deep_json(depth)}}}\n{{"a": 3}}\n')
     code, _, out = run_measured("pack", str(src), str(tmp_path / "out"), "--no-progress")
@@ -61,7 +61,7 @@ def nested_sample(depth: int) -> bytes:
 @pytest.mark.parametrize("command", [["head"], ["verify", "--no-progress"]])
 @pytest.mark.parametrize("depth", [600, 2000])
 def test_a_sample_nested_too_deep_is_corrupt_data_named_with_its_shard(tmp_path, command, depth):
-    """S3 on read: 600 levels (over the limit) and 2000 (over msgpack's stack, whose own error
+    """SV3 on read: 600 levels (over the limit) and 2000 (over msgpack's stack, whose own error
     says nothing) both name the shard, block and reason; exit 1."""
     folder = str(tmp_path / "ds")
     sample = nested_sample(depth) if depth < 1024 else b"\x81\xa1x" + b"\x91" * depth + b"\xc0"

@@ -25,7 +25,7 @@ from tests.helpers.samples import assert_value_equal, samples
 @settings(max_examples=200, deadline=None)
 @given(sample=samples)
 def test_sample_codec_round_trip(sample):
-    """S2: every supported value decodes to an equal value of the same type, dtype and shape;
+    """SV2: every supported value decodes to an equal value of the same type, dtype and shape;
     encoding is deterministic."""
     encoder = SampleEncoder()
     data = encoder.encode(sample, 0)
@@ -45,7 +45,7 @@ def test_schema_accepts_what_it_was_built_from(sample):
 
 
 def test_numpy_scalars_keep_their_type():
-    """S3: np.float64 is a float subclass but comes back as np.float64 (not float)."""
+    """SV3: np.float64 is a float subclass but comes back as np.float64 (not float)."""
     sample = {"f": np.float64(1.5), "b": np.bool_(True), "i": np.int64(-3), "h": np.float16(2)}
     got = decode_sample(SampleEncoder().encode(sample))
     for key, value in sample.items():

@@ -1,4 +1,4 @@
-"""Limits of the format against hostile input (specs/shard-format.md I12, S3, S4; manifest.md
+"""Limits of the format against hostile input (specs/shard-format.md I12, SV3, SV4; manifest.md
 M1, M4, M6): nesting depth on write and read, the block size bound in the codec, torch-only
 tensor dtypes round-tripping without changing the bytes of existing types, and malformed
 manifests and column blocks refused with ``FormatError`` subclasses, never anything else."""
@@ -40,7 +40,7 @@ def nested(depth: int, kinds: list[bool]) -> dict:
 @given(depth=st.integers(1, MAX_NESTING_DEPTH + 40), kinds=st.lists(st.booleans(), min_size=1, max_size=5),
        check_keys=st.booleans())
 def test_nesting_is_accepted_exactly_up_to_the_limit_on_write_and_read(depth, kinds, check_keys):
-    """S3: the encoder refuses a sample deeper than MAX_NESTING_DEPTH naming the sample and the
+    """SV3: the encoder refuses a sample deeper than MAX_NESTING_DEPTH naming the sample and the
     path; bytes that deep written by anything else are refused by every decode path."""
     sample = nested(depth, kinds)
     raw = msgpack.packb(sample, use_bin_type=True)
@@ -59,7 +59,7 @@ def test_nesting_is_accepted_exactly_up_to_the_limit_on_write_and_read(depth, ki
 
 
 def test_msgpack_nested_beyond_its_stack_is_a_named_format_error():
-    """S3: msgpack's own 1024-level stack gives an empty StackError; the reader's error says why."""
+    """SV3: msgpack's own 1024-level stack gives an empty StackError; the reader's error says why."""
     raw = b"\x81\xa1a" + b"\x91" * 2000 + b"\xc0"
     for decode in (lambda: decode_sample(raw), lambda: decode_block_samples(raw, 1),
                    lambda: decode_block_samples(raw, 1, [0, len(raw)])):
@@ -90,7 +90,7 @@ def _tensor_bytes(tensor: torch.Tensor) -> bytes:
     transpose=st.booleans(),
 )
 def test_tensors_round_trip_with_their_dtype_including_torch_only_ones(dtype, shape, seed, transpose):
-    """S4, S2: bfloat16 and float8 tensors (and float16 …) decode with the same dtype, shape and
+    """SV4, SV2: bfloat16 and float8 tensors (and float16 …) decode with the same dtype, shape and
     bytes, writable; the schema names the dtype and verifies the sample."""
     generator = torch.Generator().manual_seed(seed)
     tensor = torch.randn(shape, generator=generator).to(getattr(torch, dtype))
@@ -110,7 +110,7 @@ def test_tensors_round_trip_with_their_dtype_including_torch_only_ones(dtype, sh
 
 
 def test_existing_types_keep_their_bytes():
-    """S4 changes nothing for dtypes numpy has: the spec's worked example, and a float32 tensor
+    """SV4 changes nothing for dtypes numpy has: the spec's worked example, and a float32 tensor
     written as before (ext type 2 over the same array payload as an ndarray)."""
     example = SampleEncoder().encode({"tokens": np.arange(6, dtype=np.int32)})
     assert example.hex() == (
@@ -125,7 +125,7 @@ def test_existing_types_keep_their_bytes():
 
 
 def test_torch_only_tensor_bytes_are_pinned():
-    """S4 layout: torch's dtype name, ndim, u64 shape, little-endian data (ext type 2)."""
+    """SV4 layout: torch's dtype name, ndim, u64 shape, little-endian data (ext type 2)."""
     data = SampleEncoder().encode({"t": torch.tensor([1.0, -2.0], dtype=torch.bfloat16)})
     assert data.hex() == "81a174c71602" + "08" + b"bfloat16".hex() + "01" + "0200000000000000" + "803f00c0"
 
