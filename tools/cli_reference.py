@@ -109,7 +109,8 @@ def _render() -> str:
         _EXIT_CODES,
         "`pack --overwrite` keeps the old dataset readable until the new manifest is published; "
         "`verify` warns about files the manifest does not name (`--strict`: exit 1). Written files get "
-        "`0666 & ~umask` (a shared cache dir: \"Sharing a cache dir\" in [the cache spec](../specs/cache.md)).",
+        "`0666 & ~umask`, cached shards `0444 & ~umask` (a shared cache dir and what its other users can "
+        "and cannot do: \"Sharing a cache dir\" in [the cache spec](../specs/cache.md)).",
         "",
     ]
     body = []

@@ -42,9 +42,8 @@ class Block:
 
 
 def readme() -> Path:
-    """The README to check: ``docs/README.next.md`` while it waits to replace ``README.md``."""
-    upcoming = ROOT / "docs" / "README.next.md"
-    return upcoming if upcoming.is_file() else ROOT / "README.md"
+    """The root README."""
+    return ROOT / "README.md"
 
 
 def pages() -> list[Path]:

@@ -1,6 +1,6 @@
 """The README's relative links point at files that exist. The site's pages are checked by
 ``mkdocs build --strict`` (``make lint``); the README is not part of the site, so it is checked
-here. ``docs/README.next.md`` is read as the root README it is about to become."""
+here."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ _MAGIC = b"LDFZ01\0\0"
 _ARROW_MAGIC = b"LDARW01\0"
 _PREFIX = struct.Struct("<8sHHIII")
 _FRAME = struct.Struct("<IIQII")
-# A data_spec node is an object whose children are a list: two JSON levels per sample level (S3).
+# A data_spec node is an object whose children are a list: two JSON levels per sample level (SV3).
 _SPEC_DEPTH = 2 * MAX_NESTING_DEPTH + 2
 
 
