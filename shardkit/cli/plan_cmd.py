@@ -14,7 +14,6 @@ from shardkit.plan import Plan, PlanParams, build_plan
 from shardkit.plan.params import DEFAULT_SPREAD, default_spread
 from shardkit.plan.quality import LabelQuality, label_quality, quality_advice
 from shardkit.read import StoredDataset
-from shardkit.read.field_values import QualityFieldError as QualityFieldError  # the old home
 from shardkit.read.field_values import read_label_codes
 from shardkit.read.mixture import is_mixture_file
 
@@ -103,11 +102,8 @@ def _warn(warnings: list[str], code: int) -> int:
     return code
 
 
-read_labels = read_label_codes  # the old name (moved to the read layer for the loader, P20)
-
-
 def measure_quality(dataset: StoredDataset, plan: Plan, field: str, num_batches: int) -> LabelQuality:
-    return label_quality(plan, read_labels(dataset, field), field, num_batches=num_batches)
+    return label_quality(plan, read_label_codes(dataset, field), field, num_batches=num_batches)
 
 
 def print_quality(quality: LabelQuality) -> None:

@@ -29,8 +29,7 @@ from shardkit.read.options import ReadOptions
 from shardkit.read.range_ahead import RangesAhead
 from shardkit.read.read_ahead import BlocksAhead
 from shardkit.read.shard_blocks import ShardBlocks
-from shardkit.read.shard_index_read import check_against_manifest, read_shard_index
-from shardkit.read.shard_index_read import resolve_max_block_bytes as resolve_max_block_bytes  # its old home
+from shardkit.read.shard_index_read import check_against_manifest, read_shard_index, resolve_max_block_bytes
 from shardkit.read.sources import ByteSource
 from shardkit.read.stats import ReadStats
 

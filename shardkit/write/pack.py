@@ -20,7 +20,7 @@ from typing import Any
 
 from shardkit.errors import EncodeError, SourceError
 from shardkit.format import SampleEncoder, SchemaBuilder
-from shardkit.write import imports, sources
+from shardkit.write import imports, inputs, sources
 from shardkit.write.map_fn import MapRef, apply_map, check_importable, resolve
 from shardkit.write.parquet_source import iter_parquet
 from shardkit.write.shuffle import ShuffleOptions, write_chunks
@@ -142,7 +142,7 @@ def input_format(src: str, options: PackOptions) -> str:
         return options.fmt
     if options.map is not None and not os.path.isdir(src) and src.lower().endswith(sources.TEXT_SUFFIXES):
         return "text"
-    return imports.detect(src) or sources.detect_format(src)
+    return imports.detect(src) or inputs.detect_format(src)
 
 
 def _items(src: str | Iterable[Any], options: PackOptions) -> tuple[str, Iterator[sources.Item], dict[str, Any]]:

@@ -24,7 +24,7 @@ from shardkit.errors import ShardkitError, SourceError
 from shardkit.format import MANIFEST_NAME, CompressOptions, Manifest, decode_manifest
 from shardkit.storage import open_store
 from shardkit.units import parse_size
-from shardkit.write import sources
+from shardkit.write import inputs, sources
 from shardkit.write.lengths import combine_parts, write_length_files
 from shardkit.write.output import Output
 from shardkit.write.pack import PackOptions, PackSummary
@@ -196,7 +196,7 @@ def _source_dataset(src: str, options: PackOptions) -> tuple[Any, Any, dict[str,
     def numbered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return rows if options.shuffle is None else with_ordinals(rows)
 
-    fmt = sources.detect_format(src) if options.fmt == "auto" else options.fmt
+    fmt = inputs.detect_format(src) if options.fmt == "auto" else options.fmt
     if fmt == "files":
         items, classes = sources.iter_files(os.path.abspath(src), options.label_from_dir, auto=options.fmt == "auto")
         rows = [{"item": encode_item(item)} for item in items]

@@ -21,7 +21,6 @@ import numpy as np
 
 from shardkit.errors import SourceError
 from shardkit.format.stream_codec import ZSTD_STREAM_ERRORS
-from shardkit.write.inputs import detect_format as detect_format  # re-exported for the engines
 from shardkit.write.inputs import input_files, open_input, shown, walk
 
 FORMATS = ("files", "jsonl", "parquet", "wds", "text")
