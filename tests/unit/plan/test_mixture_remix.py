@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from shardkit.errors import PlanError
 from shardkit.plan import Plan, PlanParams
 from shardkit.plan.mixture import MixSource, MixSpec, largest_remainder
+from shardkit.plan.mixture_prefix import Interleave
 from shardkit.plan.mixture_remainder import Remainder, UntakenStream
-from shardkit.plan.mixture_sequence import Interleave, MixedSequence, SourceStream
+from shardkit.plan.mixture_sequence import MixedSequence, SourceStream
 from shardkit.plan.mixture_state import mixture_plan, mixture_to_state, resume_epoch
 from shardkit.plan.sequence import Slice
 from tests.helpers import mixture_strategies as ms
