@@ -254,10 +254,7 @@ def _send(endpoint: Endpoint, target: str, headers: dict[str, str], connect_time
     pooled = _POOL.take(endpoint)
     if pooled is not None:
         try:
-            if pooled.sock is not None:
-                arm(pooled.sock, deadline, read_timeout)
-            pooled.request("GET", target, headers=headers)
-            return pooled, pooled.getresponse()
+            return pooled, _get(pooled, target, headers, read_timeout, deadline)
         except _STALE:
             pooled.close()  # closed by the server while idle: once more, on a new connection
         except BaseException:
@@ -266,13 +263,19 @@ def _send(endpoint: Endpoint, target: str, headers: dict[str, str], connect_time
     left = check_deadline(deadline)
     conn = _connect(endpoint, connect_timeout if left is None else min(connect_timeout, left), read_timeout)
     try:
-        if conn.sock is not None:
-            arm(conn.sock, deadline, read_timeout)
-        conn.request("GET", target, headers=headers)
-        return conn, conn.getresponse()
+        return conn, _get(conn, target, headers, read_timeout, deadline)
     except BaseException:
         conn.close()
         raise
+
+
+def _get(conn: http.client.HTTPConnection, target: str, headers: dict[str, str], read_timeout: float,
+          deadline: float | None) -> http.client.HTTPResponse:
+    """The GET on ``conn``, its receives armed with the request's deadline (K25); its head."""
+    if conn.sock is not None:
+        arm(conn.sock, deadline, read_timeout)
+    conn.request("GET", target, headers=headers)
+    return conn.getresponse()
 
 
 def _connect(endpoint: Endpoint, connect_timeout: float, read_timeout: float) -> http.client.HTTPConnection:
