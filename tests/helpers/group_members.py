@@ -14,19 +14,19 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import select
 import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-_TOOLS = ("groupadd", "useradd", "userdel", "groupdel", "setpriv", "install", "dd")
+from tests.helpers.unix_users import shared_group
+
+_TOOLS = ("install", "dd")  # beyond what unix_users.shared_group needs
 
 
 @dataclass(frozen=True)
@@ -103,28 +103,13 @@ class Job:
 
 @pytest.fixture
 def group_members() -> Iterator[tuple[Member, Member]]:
-    """``(victim, attacker)``: two users whose only shared group is a fresh one."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root: the test creates a Unix group and two users of it (groupadd, useradd)")
+    """``(victim, attacker)``: two users whose only shared group is a fresh one (created and
+    removed by ``tests/helpers/unix_users.py``, which skips, saying why, where it cannot)."""
     missing = [tool for tool in _TOOLS if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"needs {', '.join(missing)} to run steps as other Unix users")
-    tag = uuid.uuid4().hex[:8]
-    group, users = f"skg{tag}", [f"skv{tag}", f"ska{tag}"]
-    subprocess.run(["groupadd", group], check=True, capture_output=True)
-    made: list[str] = []
-    try:
-        for user in users:
-            subprocess.run(["useradd", "-M", "-N", "-g", group, "-s", "/usr/sbin/nologin", user],
-                           check=True, capture_output=True)
-            made.append(user)
-        victim, attacker = (pwd.getpwnam(user) for user in users)
-        yield (Member(victim.pw_name, victim.pw_uid, victim.pw_gid),
-               Member(attacker.pw_name, attacker.pw_uid, attacker.pw_gid))
-    finally:
-        for user in made:
-            subprocess.run(["userdel", user], check=False, capture_output=True)
-        subprocess.run(["groupdel", group], check=False, capture_output=True)
+    with shared_group() as group:
+        yield (Member(group.alice.name, group.alice.uid, group.gid), Member(group.bob.name, group.bob.uid, group.gid))
 
 
 @pytest.fixture
