@@ -44,8 +44,9 @@ Multiplicities = Callable[[int], np.ndarray]  # epoch -> m_j per sample (manifes
 
 
 def committed_steps(audit_dir: str) -> list[dict[str, Any]]:
-    """The committed step lines (``"ids"``: what was trained) of every run, with their rank."""
-    return [line for line in committed_lines(audit_dir) if "ids" in line]
+    """The committed step lines (what was trained: ``"ids"``, or a token run's ``"pairs"``) of
+    every run, with their rank; rank 0's ``"dropped"`` lines left out."""
+    return [line for line in committed_lines(audit_dir) if "dropped" not in line]
 
 
 def committed_lines(audit_dir: str) -> list[dict[str, Any]]:
@@ -103,7 +104,7 @@ def audit(audit_dir: str, num_samples: int, epochs: int,
         report["epochs"].append(entry)
     steps: dict[str, collections.Counter[int]] = collections.defaultdict(collections.Counter)
     for line in lines:
-        if "ids" in line:
+        if "dropped" not in line:
             steps[f"run{line['run']}"][line["rank"]] += 1
     report["steps_per_rank"] = {run: dict(sorted(c.items())) for run, c in sorted(steps.items())}
     report["ok"] = all(e["duplicates"] == 0 and e["missing"] == 0 and e["drops_beyond_epoch"] == 0

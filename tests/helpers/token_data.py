@@ -7,6 +7,7 @@ boundary or pad id) and, with masks, ``loss_mask[i] = (s + i) % 3 != 0``.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -53,6 +54,19 @@ def write_token_mixture(root: str, sources: Sequence[tuple[Sequence[int], float]
         lengths += list(sizes)
     return sk.Mixture(found, **mixture), lengths
 
+
+
+def write_token_mixture_file(root: str, sources: Sequence[tuple[Sequence[int], float]],
+                             samples_per_epoch: int) -> str:
+    """``write_token_mixture``'s sources plus ``root/mix.toml`` naming them, weights in tokens:
+    the mixture file a training script is given."""
+    write_token_mixture(root, sources)
+    body = f'samples_per_epoch = {samples_per_epoch}\nweight_unit = "tokens"\n' + "".join(
+        f'[[sources]]\npath = "s{i}"\nweight = {w}\n' for i, (_, w) in enumerate(sources))
+    path = os.path.join(root, "mix.toml")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(body)
+    return path
 
 def order_pairs(order: Sequence[int], lengths: Sequence[int], tokens: sk.TokenBlocks) -> Counter[Pair]:
     """The epoch's (sample, position) pairs when the epoch lists ``order`` (a mixture's epoch may

@@ -28,7 +28,7 @@ import pytest
 
 import shardkit as sk
 from tests.helpers import trainer_jobs as jobs
-from tests.helpers.token_data import write_token_dataset, write_token_mixture
+from tests.helpers.token_data import write_token_dataset, write_token_mixture_file
 
 pytestmark = pytest.mark.slow
 SCRIPT = jobs.REPO / "examples" / "train_hf_lm.py"
@@ -116,11 +116,7 @@ def test_resume_from_a_checkpoint_saved_at_an_epoch_end_on_more_ranks(tmp_path: 
 
 
 def _mixture_file(root: Path) -> str:
-    write_token_mixture(str(root), SOURCES)
-    body = 'samples_per_epoch = 40\nweight_unit = "tokens"\n' + "".join(
-        f'[[sources]]\npath = "s{i}"\nweight = {w}\n' for i, (_, w) in enumerate(SOURCES))
-    (root / "mix.toml").write_text(body)
-    return str(root / "mix.toml")
+    return write_token_mixture_file(str(root), SOURCES, samples_per_epoch=40)
 
 
 def _exactly_once_per_source(report: dict[str, Any]) -> None:

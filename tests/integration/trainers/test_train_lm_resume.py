@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.token_data import write_token_dataset, write_token_mixture
+from tests.helpers.token_data import write_token_dataset, write_token_mixture_file
 from tests.helpers.trainer_jobs import HANG_S, REPO, kill_job, last_audit_step, load_audit, start_job, tail, wait_for
 
 pytestmark = pytest.mark.slow
@@ -29,11 +29,7 @@ def _cmd(data: str, root: Path, nproc: int, workers: int, seq_len: int, batch: i
 
 
 def _mixture_file(root: Path) -> str:
-    write_token_mixture(str(root), SOURCES)
-    body = 'samples_per_epoch = 120\nweight_unit = "tokens"\n' + "".join(
-        f'[[sources]]\npath = "s{i}"\nweight = {w}\n' for i, (_, w) in enumerate(SOURCES))
-    (root / "mix.toml").write_text(body)
-    return str(root / "mix.toml")
+    return write_token_mixture_file(str(root), SOURCES, samples_per_epoch=120)
 
 
 def test_killed_lm_run_on_a_mixture_resumed_elastically_trains_every_token_once(tmp_path):
