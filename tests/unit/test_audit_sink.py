@@ -5,14 +5,12 @@ new launch trained every sample once — with no audit code in the loop."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import shardkit as sk
-from tests.helpers.trainer_jobs import REPO
+from tests.helpers.trainer_jobs import shardkit_audit
 
 NUM_SAMPLES, BATCH = 50, 4  # 12 full batches, 2 samples dropped per epoch (tail="drop")
 
@@ -29,11 +27,6 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
 def loader(data: str, audit: Path, with_index: bool = True) -> sk.ShardLoader:
     ds = sk.StreamingDataset(data, batch_size=BATCH, seed=5, with_index=with_index)
     return sk.ShardLoader(ds, audit_dir=audit)
-
-
-def shardkit_audit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", "import sys; from shardkit.cli import main; sys.exit(main())",
-                           "audit", *args], capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
 
 
 def killed_and_resumed(data: str, audit: Path) -> None:
