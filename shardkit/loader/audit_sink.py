@@ -51,10 +51,13 @@ class AuditSink:
         if self.run is not None and self._info:
             self._write_run_file()
 
-    def start(self, rank: int, reads: bool, info: dict[str, Any]) -> None:
+    def start(self, rank: int, world_size: int, reads: bool, info: dict[str, Any]) -> None:
         """Once per launch, at its first iteration (collective when distributed)."""
         if self.run is not None:
             return
+        if world_size > 1 and not (dist.is_available() and dist.is_initialized()):
+            raise ValueError(f"ShardLoader(audit_dir={self.audit_dir!r}) on {world_size} ranks needs "
+                             f"torch.distributed initialized: the ranks agree on the launch's run number")
         os.makedirs(self.audit_dir, exist_ok=True)
         self.run, writer = _agree(_next_run(self.audit_dir), rank, reads)
         if not writer:
@@ -83,6 +86,12 @@ class AuditSink:
             return
         key, values = ("pairs", _pairs(batch)) if tokens else ("ids", _ids(batch))
         self._file.write(json.dumps({"run": self.run, "epoch": epoch, "step": self.step, key: values}) + "\n")
+
+    def rewind(self, batches: int) -> None:
+        """``batches`` handed over were a look-ahead the loop never used (``ShardLoader.rewind``):
+        the step count goes back; a batch handed over again is written again with the same
+        step, and the audit keeps the last line of a step (read/audit_lines.py)."""
+        self.step -= batches
 
     def _write_run_file(self) -> None:
         path = os.path.join(self.audit_dir, f"run{self.run:03d}.json")

@@ -70,6 +70,8 @@ class StatefulLoader:
         used (``DevicePrefetcher``'s staged batch); an abandoned iteration continues there (R10)."""
         offsets, steps = snapshot
         self._offsets.update(offsets)
+        if self._audit is not None:
+            self._audit.rewind(self._steps - steps)
         self._steps = steps
 
     def state_dict(self, snapshot: tuple[dict[int, int], int] | None = None) -> dict[str, Any]:

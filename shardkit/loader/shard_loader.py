@@ -199,7 +199,8 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
         if not self.streaming.options.reads:  # no workers, no reads: an empty epoch (P26)
             return self._track(iter(()), None, self._generation)
         if self._audit is not None:
-            self._audit.start(topology.rank, self.streaming.options.reads, self._audit_info(topology))
+            self._audit.start(topology.rank, topology.world_size, self.streaming.options.reads,
+                              self._audit_info(topology))
         ring = self._ring_for_workers()
         self.streaming.publish(topology, resume, self._generation, ring, self.batches_per_transfer)
         return self._track(super().__iter__(), ring, self._generation)

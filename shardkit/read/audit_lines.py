@@ -7,7 +7,8 @@ per batch the loop received (``{"run", "epoch", "step", "ids"}``, token runs ``"
 on rank 0, one ``"dropped"`` line per epoch iteration (the samples its plan drops, R3). Steps of
 a launch after the step the next launch resumed from were lost with the kill and trained again,
 so they are left out: what remains is what the model state has seen. A line cut by SIGKILL (no
-newline) is skipped.
+newline) is skipped, and of two lines of one step (a look-ahead batch given back with
+``loader.rewind`` and handed over again) the last counts.
 """
 
 from __future__ import annotations
@@ -65,8 +66,11 @@ def committed_lines(audit_dir: str) -> list[dict[str, Any]]:
     for n, run in enumerate(runs):
         limit = _resumed_step(audit_dir, runs[n + 1]) if n + 1 < len(runs) else None
         for rank, path in files.get(run, []):
-            lines.extend({**line, "rank": rank} for line in _read(path)
-                         if limit is None or line["step"] <= limit)
+            last: dict[tuple[bool, int], dict[str, Any]] = {}  # a step written again after a rewind: the last
+            for line in _read(path):
+                if limit is None or line["step"] <= limit:
+                    last[("dropped" in line, line["step"])] = {**line, "rank": rank}
+            lines.extend(last.values())
     return lines
 
 

@@ -94,3 +94,31 @@ def test_a_state_saved_without_a_sink_needs_audit_resumed(dataset: str, tmp_path
     assert done.returncode == 2 and "audit_resumed" in done.stderr and "Traceback" not in done.stderr, done.stderr
     second.audit_resumed(1)
     assert json.loads((tmp_path / "audit" / "run001.json").read_text())["resumed_from_step"] == 1
+
+
+def test_a_look_ahead_given_back_is_not_counted_twice(dataset: str, tmp_path: Path) -> None:
+    """R10/R15: a batch handed over and given back with ``rewind`` (DevicePrefetcher's staged
+    batch when the loop is left early) is handed over again when the epoch continues; the audit
+    counts it once."""
+    audit = tmp_path / "audit"
+    first = loader(dataset, audit)
+    batches = iter(first)
+    for _ in range(3):
+        next(batches)
+    snapshot = first.consumed_snapshot()
+    next(batches)  # staged, never trained
+    first.rewind(snapshot)
+    del batches
+    for _ in first:  # epoch 0 continues at the boundary
+        pass
+    done = shardkit_audit(str(audit), "--data", dataset)
+    assert done.returncode == 0 and "AUDIT OK" in done.stdout, done.stdout + done.stderr
+
+
+def test_ranks_without_torch_distributed_are_refused(dataset: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without torch.distributed the ranks could not agree on a launch's run number."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="torch.distributed initialized"):
+        iter(loader(dataset, tmp_path / "audit"))
