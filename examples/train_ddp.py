@@ -130,7 +130,7 @@ def main() -> None:
                             audit_dir=args.audit_dir)  # what each rank trained, for shardkit audit
     model = DistributedDataParallel(torch.nn.Linear(1, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    meta: dict[str, Any] = {"epoch": 0, "global_step": 0}
+    meta: dict[str, Any] = {"epoch": 0, "global_step": 0, "run": 0}
     if args.resume:
         loaded = load_checkpoint(args.ckpt_dir, model.module, opt)
         if loaded is not None:
@@ -147,7 +147,8 @@ def main() -> None:
             loss.backward()
             opt.step()
             step += 1
-            end_step(args, loader, model, opt, {"epoch": epoch, "global_step": step}, rank)
+            meta = {"epoch": epoch, "global_step": step, "run": loader.audit_run or 0}  # the launch's number
+            end_step(args, loader, model, opt, meta, rank)
             if args.max_steps is not None and step >= args.max_steps:
                 break
         if args.max_steps is not None and step >= args.max_steps:

@@ -137,6 +137,11 @@ class StatefulLoader:
             raise ValueError("audit_resumed() is for a ShardLoader made with audit_dir=")
         self._audit.resumed(step)
 
+    @property
+    def audit_run(self) -> int | None:
+        """With ``audit_dir=``: this launch's run number (R15), from its first ``iter(loader)`` on."""
+        return None if self._audit is None else self._audit.run
+
     def _audit_info(self, topology: Topology) -> dict[str, Any]:
         """What ``runNNN.json`` records besides ``resumed_from_step`` (the token settings: TB1)."""
         params = self.streaming.params
