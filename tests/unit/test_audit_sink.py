@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import shardkit as sk
@@ -122,3 +123,30 @@ def test_ranks_without_torch_distributed_are_refused(dataset: str, tmp_path: Pat
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ValueError, match="torch.distributed initialized"):
         iter(loader(dataset, tmp_path / "audit"))
+
+
+def test_token_blocks_killed_and_resumed_audit_every_token_once(tmp_path: Path) -> None:
+    """R15 with token blocks (TB1): the sink writes (document, position) pairs and the token
+    settings; killed after a checkpoint and resumed with another seq_len, every token once."""
+    data = str(tmp_path / "docs")
+    with sk.ShardWriter(data, shard_size=300) as writer:
+        for i in range(30):
+            writer.write({"tokens": np.arange(1, 2 + i % 9, dtype=np.int32)})
+    audit = tmp_path / "audit"
+
+    def token_loader(seq_len: int) -> sk.ShardLoader:
+        ds = sk.StreamingDataset(data, batch_size=2, tail="pad", with_index=True, tokens=sk.TokenBlocks(seq_len))
+        return sk.ShardLoader(ds, audit_dir=audit)
+
+    first = token_loader(8)
+    batches = iter(first)
+    next(batches), next(batches)
+    state = json.loads(json.dumps(first.state_dict()))
+    next(batches)  # lost with the kill
+    second = token_loader(6)
+    second.load_state_dict(state)
+    for _ in second:
+        pass
+    assert json.loads((audit / "run000.json").read_text())["tokens"]["field"] == "tokens"
+    done = shardkit_audit(str(audit), "--tokens", "--data", data)
+    assert done.returncode == 0 and "AUDIT OK" in done.stdout, done.stdout + done.stderr
