@@ -102,6 +102,20 @@ def load_checkpoint(ckpt_dir: str, model: torch.nn.Module, opt: torch.optim.Opti
     return meta
 
 
+def next_run_number(audit_dir: str | None, rank: int) -> int:
+    """1 + the highest run recorded in the audit folder (rank 0 decides, all ranks agree), for
+    examples/train_lm.py, which writes its own audit lines (this loop uses the loader's sink).
+
+    Counted from the folder, not the checkpoint: a restart killed before writing its own
+    checkpoint must not share a number with the restart that follows it."""
+    number = torch.zeros(1, dtype=torch.int64)
+    if rank == 0 and audit_dir and os.path.isdir(audit_dir):
+        runs = [int(name[3:6]) for name in os.listdir(audit_dir) if name.startswith("run") and name.endswith(".json")]
+        number[0] = max(runs) + 1 if runs else 0
+    dist.broadcast(number, src=0)
+    return int(number[0])
+
+
 def end_step(args: argparse.Namespace, loader: sk.ShardLoader, model: DistributedDataParallel,
              opt: torch.optim.Optimizer, meta: dict[str, Any], rank: int) -> None:
     """After training step ``meta["global_step"]``: sleep ``--step-sleep`` seconds, and every
