@@ -196,11 +196,11 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
         self._generation += 1
         self._cursor.started(self._generation, epoch)
         self._stats.reset()
-        if not self.streaming.options.reads:  # no workers, no reads: an empty epoch (P26)
-            return self._track(iter(()), None, self._generation)
-        if self._audit is not None:
+        if self._audit is not None:  # collective: every process, readers or not
             self._audit.start(topology.rank, topology.world_size, self.streaming.options.reads,
                               self._audit_info(topology))
+        if not self.streaming.options.reads:  # no workers, no reads: an empty epoch (P26)
+            return self._track(iter(()), None, self._generation)
         ring = self._ring_for_workers()
         self.streaming.publish(topology, resume, self._generation, ring, self.batches_per_transfer)
         return self._track(super().__iter__(), ring, self._generation)
