@@ -28,6 +28,7 @@ from shardkit.loader.topology import Topology, rank_and_world
 from shardkit.plan import validate_state
 from shardkit.plan.params import MAX_INT
 from shardkit.plan.state import check_state_shape
+from shardkit.read.audit_lines import SINK_WRITER
 
 if TYPE_CHECKING:
     from shardkit.loader.dataset import StreamingDataset
@@ -145,7 +146,7 @@ class StatefulLoader:
     def _audit_info(self, topology: Topology) -> dict[str, Any]:
         """What ``runNNN.json`` records besides ``resumed_from_step`` (the token settings: TB1)."""
         params = self.streaming.params
-        info: dict[str, Any] = {"world_size": topology.world_size, "workers": self.num_workers,
+        info: dict[str, Any] = {"writer": SINK_WRITER, "world_size": topology.world_size, "workers": self.num_workers,
                                 "batch_size": params.batch_size, "seed": params.seed}
         tokens = getattr(self.streaming, "tokens", None)
         if self.streaming.yields_tokens and tokens is not None:

@@ -7,8 +7,9 @@ per batch the loop received (``{"run", "epoch", "step", "ids"}``, token runs ``"
 on rank 0, one ``"dropped"`` line per epoch iteration (the samples its plan drops, R3). Steps of
 a launch after the step the next launch resumed from were lost with the kill and trained again,
 so they are left out: what remains is what the model state has seen. A line cut by SIGKILL (no
-newline) is skipped, and of two lines of one step (a look-ahead batch given back with
-``loader.rewind`` and handed over again) the last counts.
+newline) is skipped; in a run the sink wrote (``"writer": "shardkit.loader"``), of two lines of
+one step (a look-ahead batch given back with ``loader.rewind`` and handed over again) the last
+counts — other writers may log several lines per step (gradient accumulation).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from shardkit.errors import ShardkitError
 
+SINK_WRITER = "shardkit.loader"  # runNNN.json's "writer" when the loader's sink wrote the run (R15)
 _RUN = re.compile(r"run(\d+)\.json$")
 _RANK = re.compile(r"run(\d+)-rank(\d+)\.jsonl$")
 
@@ -65,12 +67,10 @@ def committed_lines(audit_dir: str) -> list[dict[str, Any]]:
     lines: list[dict[str, Any]] = []
     for n, run in enumerate(runs):
         limit = _resumed_step(audit_dir, runs[n + 1]) if n + 1 < len(runs) else None
+        by_step = run_info(audit_dir, run).get("writer") == SINK_WRITER  # one line per step: the last
         for rank, path in files.get(run, []):
-            last: dict[tuple[bool, int], dict[str, Any]] = {}  # a step written again after a rewind: the last
-            for line in _read(path):
-                if limit is None or line["step"] <= limit:
-                    last[("dropped" in line, line["step"])] = {**line, "rank": rank}
-            lines.extend(last.values())
+            kept = [{**line, "rank": rank} for line in _read(path) if limit is None or line["step"] <= limit]
+            lines.extend({("dropped" in line, line["step"]): line for line in kept}.values() if by_step else kept)
     return lines
 
 

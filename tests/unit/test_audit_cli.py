@@ -135,3 +135,18 @@ def test_bad_input_exits_2_on_one_line(tmp_path: Path, capsys: pytest.CaptureFix
     code, _, err = audit(capsys, tmp_path, *args)
     assert code == 2 and message in err and "Traceback" not in err, err
     assert audit(capsys, tmp_path / "missing", "--num-samples", 5)[0] == 2
+
+
+def test_lines_of_one_step_all_count_unless_the_sink_wrote_the_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A trainer's own lines may share a step (gradient accumulation): all count. In a run the
+    sink wrote ("writer": "shardkit.loader"), a step written twice (after ``rewind``) counts once."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "run000.json").write_text(json.dumps({"resumed_from_step": 0}))
+    (folder / "run000-rank0.jsonl").write_text("".join(
+        json.dumps({"run": 0, "epoch": 0, "step": 1, "ids": ids}) + "\n" for ids in ([0, 1], [2, 3])))
+    assert audit(capsys, folder, "--num-samples", 4)[0] == 0
+    (folder / "run000.json").write_text(json.dumps({"resumed_from_step": 0, "writer": "shardkit.loader"}))
+    code, out, _ = audit(capsys, folder, "--num-samples", 4)
+    assert code == 1 and "lost (2): sample 0, sample 1" in out, out
