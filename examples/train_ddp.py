@@ -9,10 +9,9 @@ Run (see README)::
 
 Every ``--ckpt-every`` steps all ranks call ``loader.state_dict()`` (collective) and rank 0
 publishes model + optimizer + loader state atomically: tensors in an ``.npz`` (loaded with
-``allow_pickle=False``), everything else in JSON. Each rank appends one audit line per step
-(``{"run", "epoch", "step", "ids"}``, ids = global sample indices), and rank 0 one line per epoch
-iteration naming the samples its plan drops (``"dropped"``, ``tail="drop"``), so ``tools/audit.py``
-can prove exactly-once with planned drops accounted for.
+``allow_pickle=False``), everything else in JSON. With ``--audit-dir`` the loader's audit sink
+(``ShardLoader(..., audit_dir=)``, specs/resume-state.md R15) records what each rank trained and
+the planned drops, so ``shardkit audit AUDIT_DIR --data DATA`` can prove exactly-once.
 """
 
 from __future__ import annotations
@@ -104,7 +103,8 @@ def load_checkpoint(ckpt_dir: str, model: torch.nn.Module, opt: torch.optim.Opti
 
 
 def next_run_number(audit_dir: str | None, rank: int) -> int:
-    """1 + the highest run recorded in the audit folder (rank 0 decides, all ranks agree).
+    """1 + the highest run recorded in the audit folder (rank 0 decides, all ranks agree), for
+    examples/train_lm.py, which writes its own audit lines (this loop uses the loader's sink).
 
     Counted from the folder, not the checkpoint: a restart killed before writing its own
     checkpoint must not share a number with the restart that follows it."""
@@ -132,7 +132,7 @@ def end_step(args: argparse.Namespace, loader: sk.ShardLoader, model: Distribute
 def main() -> None:
     args = parse_args()
     dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     torch.manual_seed(args.seed)
     storage_options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else None
     weighted = {"sample_weights": args.sample_weights, "samples_per_epoch": args.samples_per_epoch} \
@@ -140,7 +140,8 @@ def main() -> None:
     dataset = sk.StreamingDataset(args.data, batch_size=args.batch_size, seed=args.seed, tail=args.tail,
                                   shuffle_window=args.shuffle_window, with_index=True, cache_dir=args.cache_dir,
                                   cache_limit=args.cache_limit, storage_options=storage_options, **weighted)
-    loader = sk.ShardLoader(dataset, num_workers=args.workers, persistent_workers=args.workers > 0)
+    loader = sk.ShardLoader(dataset, num_workers=args.workers, persistent_workers=args.workers > 0,
+                            audit_dir=args.audit_dir)  # what each rank trained, for shardkit audit
     model = DistributedDataParallel(torch.nn.Linear(1, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     meta: dict[str, Any] = {"epoch": 0, "global_step": 0, "run": 0}
@@ -149,36 +150,19 @@ def main() -> None:
         if loaded is not None:
             meta = loaded
             loader.load_state_dict(meta["loader"])
-    run = next_run_number(args.audit_dir, rank)
-    meta["run"] = run
-    audit = None
-    if args.audit_dir:
-        os.makedirs(args.audit_dir, exist_ok=True)
-        audit = open(os.path.join(args.audit_dir, f"run{run:03d}-rank{rank}.jsonl"), "a")
-        if rank == 0:
-            with open(os.path.join(args.audit_dir, f"run{run:03d}.json"), "w") as fh:
-                json.dump({"resumed_from_step": meta["global_step"], "world_size": world,
-                           "workers": args.workers, "batch_size": args.batch_size}, fh)
     os.makedirs(args.ckpt_dir, exist_ok=True)
     step = meta["global_step"]
     loss = torch.tensor(float("nan"))
     for epoch in range(meta["epoch"], args.epochs):
         loader.set_epoch(epoch)
-        for number, batch in enumerate(loader):
-            if audit is not None and rank == 0 and number == 0:  # this plan's tail="drop" samples (R3)
-                audit.write(json.dumps({"run": run, "epoch": epoch, "step": step,
-                                        "dropped": loader.planned_drops().tolist()}) + "\n")
+        for batch in loader:
             loss = torch.nn.functional.mse_loss(model(feature(batch)), torch.zeros(args.batch_size, 1))
             opt.zero_grad()
             loss.backward()
             opt.step()
             step += 1
-            if audit is not None:
-                index = batch["_index"]  # global sample index (manifest order): what was trained
-                real = index[~batch["_padded"]] if "_padded" in batch else index
-                audit.write(json.dumps({"run": run, "epoch": epoch, "step": step, "ids": real.tolist()}) + "\n")
-                audit.flush()
-            end_step(args, loader, model, opt, {"epoch": epoch, "global_step": step, "run": run}, rank)
+            meta = {"epoch": epoch, "global_step": step, "run": loader.audit_run or 0}  # the launch's number
+            end_step(args, loader, model, opt, meta, rank)
             if args.max_steps is not None and step >= args.max_steps:
                 break
         if args.max_steps is not None and step >= args.max_steps:

@@ -8,7 +8,7 @@ integer array ``tokens`` of ids below ``--vocab``::
         --out run/ --save-every 10 --audit-dir audit/                   # kill -9 it at any time
     torchrun --nproc_per_node 1 examples/train_hf_lm.py --data mix.toml --seq-len 96 --batch-size 2 \\
         --out run/ --save-every 10 --audit-dir audit/ --resume          # other ranks, seq_len, batch
-    python tools/audit_tokens.py audit/ --data mix.toml --epochs 2      # every token trained once?
+    shardkit audit audit/ --tokens --data mix.toml --epochs 2          # every token trained once?
 
 The label convention (specs/token-blocks.md TB20): ``TokenBlocks(labels="hf")`` — ``labels``
 aligned with ``input_ids`` as every ``*ForCausalLM`` expects (its loss shifts them), -100 where
@@ -19,7 +19,7 @@ Epochs and steps are the loader's (docs/guarantees.md G15): ``--epochs`` whole e
 trained, each token of each epoch once, across kills and elastic resumes.
 
 ``--audit-dir``: each rank appends one line per optimizer step with the (sample, position) pairs
-it trained (and, from a mixture, the tokens per source), for ``tools/audit_tokens.py``. On CPU
+it trained (and, from a mixture, the tokens per source), for ``shardkit audit --tokens``. On CPU
 (gloo) by default; ``--cuda`` trains on the local GPU (nccl).
 """
 

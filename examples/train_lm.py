@@ -6,7 +6,7 @@ Run on a dataset whose samples hold an integer array ``tokens``::
         --ckpt-dir ckpt/ --ckpt-every 10 --audit-dir audit/          # kill -9 it at any time
     torchrun --nproc_per_node 1 examples/train_lm.py --data out/ --seq-len 96 --batch-size 2 \
         --ckpt-dir ckpt/ --ckpt-every 10 --audit-dir audit/ --resume # other ranks, seq_len, batch
-    python tools/audit_tokens.py audit/ --data out/                   # every token trained once?
+    shardkit audit audit/ --tokens --data out/                        # every token trained once?
 
 ``--data`` may also be a mixture file (``mix.toml``: sources, weights — in tokens with
 ``weight_unit = "tokens"`` — and ``samples_per_epoch``; specs/mixture.md): the blocks are then
@@ -19,7 +19,7 @@ Batches are ``sk.TokenBlocks`` blocks (specs/token-blocks.md): ``input_ids``, sh
 embeddings and to keep attention inside a document. Token ids are taken modulo ``--vocab`` so
 any token dataset works. Checkpoints are those of ``examples/train_ddp.py`` (tensors in
 ``.npz``, the loader state in JSON); each rank appends one audit line per step with the
-(sample, position) pairs it trained, for ``tools/audit_tokens.py``.
+(sample, position) pairs it trained, for ``shardkit audit --tokens``.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from shardkit import __version__
-from shardkit.cli import dataset_cmds, pack_cmd
+from shardkit.cli import audit_cmd, dataset_cmds, pack_cmd
 from shardkit.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Parser
 from shardkit.errors import ShardkitError
 
@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     pack_cmd.add_parser(sub)
     dataset_cmds.add_parsers(sub)
+    audit_cmd.add_parser(sub)
     for optional in ("plan_cmd", "bench_cmd", "cache_cmd"):
         module = _optional_module(optional)
         if module is not None:

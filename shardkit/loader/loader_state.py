@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from shardkit.errors import StateError
+from shardkit.loader.audit_sink import AUDIT_STEP_KEY, AuditSink
 from shardkit.loader.epochs import EpochCursor
 from shardkit.loader.mixture_state import SourceTally
 from shardkit.loader.replicas import gather_by_dp_rank
@@ -27,6 +28,7 @@ from shardkit.loader.topology import Topology, rank_and_world
 from shardkit.plan import validate_state
 from shardkit.plan.params import MAX_INT
 from shardkit.plan.state import check_state_shape
+from shardkit.read.audit_lines import SINK_WRITER
 
 if TYPE_CHECKING:
     from shardkit.loader.dataset import StreamingDataset
@@ -50,6 +52,10 @@ class StatefulLoader:
     _resume: dict[str, Any] | None
     _tally: SourceTally | None
     _cursor: EpochCursor
+    _audit: AuditSink | None
+
+    def planned_drops(self) -> np.ndarray:  # ShardLoader's (loader/shard_loader.py)
+        raise NotImplementedError
 
     def _topology(self) -> Topology:
         rank, world = rank_and_world(self.streaming.options.rank, self.streaming.options.world_size)
@@ -65,6 +71,8 @@ class StatefulLoader:
         used (``DevicePrefetcher``'s staged batch); an abandoned iteration continues there (R10)."""
         offsets, steps = snapshot
         self._offsets.update(offsets)
+        if self._audit is not None:
+            self._audit.rewind(self._steps - steps)
         self._steps = steps
 
     def state_dict(self, snapshot: tuple[dict[int, int], int] | None = None) -> dict[str, Any]:
@@ -73,6 +81,7 @@ class StatefulLoader:
         ``snapshot`` (from ``consumed_snapshot``) states an earlier boundary, e.g. the one before a
         batch a device prefetcher has staged but the training loop has not received yet."""
         consumed, steps = snapshot if snapshot is not None else (self._offsets, self._steps)
+        audit = {} if self._audit is None else {AUDIT_STEP_KEY: self._audit.step - (self._steps - steps)}
         topology = self._iter_topology or self._topology()
         resume = self._iter_resume if self._iter_topology else self._resume
         epoch = self.streaming.epoch
@@ -91,6 +100,7 @@ class StatefulLoader:
             "plan": self.streaming.plan_state(plan, offsets, epoch),
             **extra,
             **self.streaming.extra_state(plan, offsets),
+            **audit,  # the run's step count, for the audit sink (R15)
         }
 
     def _gather_boundary(self, offsets: list[int], steps: int, topology: Topology) -> tuple[list[int], int]:
@@ -116,8 +126,42 @@ class StatefulLoader:
         self._resume = state["plan"]
         self._offsets, self._steps, self._iter_topology = {}, 0, None
         self._cursor.chosen()
+        if self._audit is not None:  # the steps of the run the state holds (R15)
+            self._audit.resumed(state.get(AUDIT_STEP_KEY))
         if self._nothing_left(self._resume):  # saved at the end of its epoch: the next one follows (R10)
             self._cursor.restored_ended(self.streaming.epoch)
+
+    def audit_resumed(self, step: int) -> None:
+        """With ``audit_dir=``: this launch resumed after ``step`` steps of the run (the trainer's
+        count), for a state saved without ``audit_dir`` (R15); a state saved with it says so itself."""
+        if self._audit is None:
+            raise ValueError("audit_resumed() is for a ShardLoader made with audit_dir=")
+        self._audit.resumed(step)
+
+    @property
+    def audit_run(self) -> int | None:
+        """With ``audit_dir=``: this launch's run number (R15), from its first ``iter(loader)`` on."""
+        return None if self._audit is None else self._audit.run
+
+    def _audit_info(self, topology: Topology) -> dict[str, Any]:
+        """What ``runNNN.json`` records besides ``resumed_from_step`` (the token settings: TB1)."""
+        params = self.streaming.params
+        info: dict[str, Any] = {"writer": SINK_WRITER, "world_size": topology.world_size, "workers": self.num_workers,
+                                "batch_size": params.batch_size, "seed": params.seed}
+        tokens = getattr(self.streaming, "tokens", None)
+        if self.streaming.yields_tokens and tokens is not None:
+            info["tokens"] = {"field": tokens.field, "mode": tokens.mode, "bos_id": tokens.bos_id,
+                              "eos_id": tokens.eos_id}
+        return info
+
+    def _audit_batch(self, batch: Any) -> None:
+        """The audit line of a batch handed to the loop; rank 0 first names its plan's drops (R3)."""
+        sink, tokens = self._audit, self.streaming.yields_tokens
+        if sink is None:
+            return
+        if self._steps == 1 and sink.writes_run_file and not tokens:
+            sink.iteration(self.streaming.epoch, [int(i) for i in self.planned_drops().tolist()])
+        sink.batch(self.streaming.epoch, batch, tokens)
 
     def _nothing_left(self, resume: dict[str, Any]) -> bool:
         """Whether the epoch of plan state ``resume`` has no batch left for any consumer."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from shardkit.loader.audit_sink import AuditSink
 from shardkit.loader.dataset import StreamingDataset
 from shardkit.loader.epochs import EpochCursor
 from shardkit.loader.guard import passthrough
@@ -49,6 +51,7 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
         timeout: float = 0,
         log_every: int | None = None,
         batches_per_transfer: int | None = None,
+        audit_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         """Arguments as for ``torch.utils.data.DataLoader``, plus:
 
@@ -60,9 +63,14 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
         counts groups (default: enough groups for ``DEFAULT_PREFETCH`` batches, at least 2).
         1 sends batches one by one. None: the dataset's choice (token blocks: 8), else
         ``DEFAULT_BATCHES_PER_TRANSFER``.
+        ``audit_dir``: write what each rank trained there, for ``shardkit audit`` (needs
+        ``with_index=True``; loader/audit_sink.py, specs/resume-state.md R15).
         """
         if not isinstance(dataset, StreamingDataset):
             raise TypeError(f"ShardLoader needs a StreamingDataset, got {type(dataset).__name__}")
+        if audit_dir is not None and not dataset.options.with_index:
+            raise ValueError(f"ShardLoader(audit_dir={os.fspath(audit_dir)!r}) needs the dataset made with "
+                             f"with_index=True: the audit names every sample by its _index")
         if batches_per_transfer is None:
             batches_per_transfer = dataset.transfer_batches() or DEFAULT_BATCHES_PER_TRANSFER
         if type(batches_per_transfer) is not int or batches_per_transfer < 1:  # bool is not int here
@@ -95,6 +103,7 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
         self._ring: Ring | None = None
         self._tally = dataset.new_tally()  # per-source samples received (mixtures, MX9)
         self._cursor = EpochCursor()  # which epoch the next iteration reads (R10)
+        self._audit = AuditSink(audit_dir) if audit_dir is not None else None  # R15
 
     # ---- epochs -----------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -187,6 +196,9 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
         self._generation += 1
         self._cursor.started(self._generation, epoch)
         self._stats.reset()
+        if self._audit is not None:  # collective: every process, readers or not
+            self._audit.start(topology.rank, topology.world_size, self.streaming.options.reads,
+                              self._audit_info(topology))
         if not self.streaming.options.reads:  # no workers, no reads: an empty epoch (P26)
             return self._track(iter(()), None, self._generation)
         ring = self._ring_for_workers()
@@ -251,6 +263,8 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
             if self._tally is not None:
                 self._tally.record(batch, meta)
             self._steps += 1
+            if self._audit is not None:
+                self._audit_batch(batch)
             counts = (batch["num_tokens"], batch["num_padding"]) if self.streaming.yields_tokens else None
             self._stats.step(time.perf_counter() - asked, self.streaming.params.batch_size, meta, in_group, counts)
             if self.log_every and self._steps % self.log_every == 0:

@@ -51,6 +51,7 @@ class DPJob:
     no_data: tuple[int, ...] = ()  # global ranks that read nothing (reads=False)
     no_data_workers: int | None = None  # their num_workers (None: ``workers``)
     extra_step: tuple[int, ...] = ()  # global ranks that take one more batch before saving
+    audit_dir: str | None = None  # ShardLoader(audit_dir=): the audit sink (specs/resume-state.md R15)
 
     @property
     def world(self) -> int:
@@ -116,7 +117,8 @@ def _loader(job: DPJob, rank: int) -> sk.ShardLoader:
     if job.how == "options" and rank < job.tp * job.dp:  # the documented override for custom launchers
         dataset.options = dataclasses.replace(dataset.options, rank=rank // job.tp, world_size=job.dp)
     quiet = rank >= job.tp * job.dp and job.no_data_workers is not None
-    return sk.ShardLoader(dataset, num_workers=job.no_data_workers if quiet else job.workers)
+    return sk.ShardLoader(dataset, num_workers=job.no_data_workers if quiet else job.workers,
+                          **({"audit_dir": job.audit_dir} if job.audit_dir else {}))
 
 
 def _run(job: DPJob, rank: int, resume: dict[str, Any] | None) -> RankResult:

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,13 @@ def load_audit(tool: str = "audit") -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def shardkit_audit(*args: str) -> subprocess.CompletedProcess[str]:
+    """``shardkit audit ARGS`` as a user runs it (a fresh process), its output captured."""
+    cli = "import sys; from shardkit.cli import main; sys.exit(main())"
+    return subprocess.run([sys.executable, "-c", cli, "audit", *map(str, args)], capture_output=True, text=True,
+                          cwd=REPO, timeout=HANG_S, check=False)
 
 
 def descendants(pid: int) -> list[int]:

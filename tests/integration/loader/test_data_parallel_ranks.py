@@ -128,3 +128,22 @@ def test_a_process_with_other_num_workers_is_an_error_naming_the_lengths(tmp_pat
                       str(tmp_path / "job"))
     for result in results:
         assert result.error is not None and "different lengths {0: 2, 1: 2, 2: 3}" in result.error
+
+
+def test_the_audit_sink_writes_one_file_per_data_parallel_rank_and_audits_a_resumed_chain(tmp_path: Path) -> None:
+    """R15 with replicas (P22) and a rank that reads nothing (P26): killed as TP=2 × DP=2 (+1
+    process without data), resumed as TP=1 × DP=3; one writer per data-parallel rank, the
+    collective run number agreed by all processes, and ``shardkit audit`` exits 0."""
+    from tests.helpers.trainer_jobs import shardkit_audit
+
+    path = write_dataset(str(tmp_path / "ds"), (20, 0, 17, 23))
+    audit = str(tmp_path / "audit")
+    first = run_job(DPJob(path, tp=2, dp=2, how="tuple", stop_after=2, no_data=(4,), audit_dir=audit),
+                    str(tmp_path / "a"))
+    assert first[0].state is not None and first[0].state["audit_step"] == 2
+    run_job(DPJob(path, tp=1, dp=3, how="tuple", audit_dir=audit), str(tmp_path / "b"), first[0].state)
+    assert sorted(p.name for p in Path(audit).iterdir()) == [
+        "run000-rank0.jsonl", "run000-rank1.jsonl", "run000.json",
+        "run001-rank0.jsonl", "run001-rank1.jsonl", "run001-rank2.jsonl", "run001.json"]
+    done = shardkit_audit(audit, "--data", path)
+    assert done.returncode == 0 and "AUDIT OK" in done.stdout, done.stdout + done.stderr

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import shardkit as sk
 from tests.helpers.resume import DataSpec, Shape, consumer_batches, plan_of, real_ids
-from tests.helpers.trainer_jobs import kill_job, load_audit, tail, wait_for
+from tests.helpers.trainer_jobs import kill_job, load_audit, shardkit_audit, tail, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -236,15 +236,16 @@ def test_audit_run_numbers_after_two_restarts_from_one_checkpoint(uneven_dataset
 
 def test_audit_accounts_for_planned_drops_after_an_elastic_resume(uneven_dataset: str, tmp_path: Path) -> None:
     """The README's resume recipe with the default ``tail="drop"``: killed mid-epoch on 2 ranks
-    x 2 workers, resumed on 3 ranks x 1 worker with another batch size; ``tools/audit.py`` (as a
-    user runs it) says AUDIT OK: the samples missing are exactly the drops of each epoch's last
-    plan (R3), which rank 0 recorded from ``ShardLoader.planned_drops()``."""
+    x 2 workers, resumed on 3 ranks x 1 worker with another batch size; ``shardkit audit`` (as a
+    user runs it) exits 0: the samples missing are exactly the drops of each epoch's last plan
+    (R3), which the loader's audit sink (``audit_dir=``, R15) recorded on rank 0."""
     job = Job(uneven_dataset, tmp_path, tail="drop")
     kill_at(job, Launch(2, 2, 8), "mid-epoch", 3)
     finish(job, Launch(3, 1, 6))
-    cmd = [sys.executable, str(REPO / "tools" / "audit.py"), str(job.audit), "--num-samples", str(NUM_SAMPLES),
-           "--epochs", str(NUM_EPOCHS), "--json"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S, check=False)
+    assert json.loads((job.audit / "run001.json").read_text())["resumed_from_step"] > 0  # the kill cost steps
+    text = shardkit_audit(job.audit, "--data", uneven_dataset, "--epochs", NUM_EPOCHS)
+    assert text.returncode == 0 and "AUDIT OK" in text.stdout, text.stdout + text.stderr
+    done = shardkit_audit(job.audit, "--data", uneven_dataset, "--epochs", NUM_EPOCHS, "--json")
     report = json.loads(done.stdout)
     assert done.returncode == 0 and report["ok"], done.stdout
     assert all(e["planned_drops"] > 0 for e in report["epochs"]), report["epochs"]
