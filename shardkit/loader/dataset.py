@@ -28,7 +28,7 @@ from shardkit.loader.data_parallel import as_data_parallel
 from shardkit.loader.dataset_kind import subclass_for
 from shardkit.loader.dataset_plans import DatasetPlans
 from shardkit.loader.emitter import Emitter
-from shardkit.loader.env import cache_settings
+from shardkit.loader.env import cache_settings, offline_setting
 from shardkit.loader.epoch_check import check_dataset
 from shardkit.loader.guard import check_caller
 from shardkit.loader.loader_stats import WorkerStats
@@ -112,7 +112,7 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
         interleave: int = 1,
         spread: int | None = None,
         with_index: bool = False,
-        cache_dir: str | None = None,
+        cache_dir: str | bool | None = None,  # None: $SHARDKIT_CACHE_DIR or ~/.cache/shardkit; False: none
         cache_limit: int | str | None = None,  # None: $SHARDKIT_CACHE_LIMIT or 200GiB (loader/env.py)
         storage_options: dict[str, Any] | None = None,
         transform: Transform | None = None,
@@ -120,6 +120,7 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
         tokens: TokenBlocks | None = None,
         quality_field: str | None = None,
         data_parallel: Any = None,
+        offline: str | None = None,
     ) -> None:
         if not isinstance(path, str):
             raise TypeError(f"StreamingDataset: expected a dataset path or a Mixture, got {type(path).__name__}")
@@ -129,7 +130,8 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
         self.path = path
         self.params = PlanParams(seed=seed, batch_size=batch_size, tail=tail, shuffle=shuffle,
                                  shuffle_window=shuffle_window, interleave=interleave)
-        cache_dir, limit = cache_settings(cache_dir, cache_limit)  # None: $SHARDKIT_CACHE_DIR
+        remote = split_protocol(split_manifest_path(path))[0] != "file"
+        cache_dir, limit = cache_settings(cache_dir, cache_limit, remote=remote)  # K47: loader/env.py
         self.options = StreamOptions(with_index=with_index, cache_dir=cache_dir,
                                      cache_limit=limit, storage_options=storage_options)
         if data_parallel is not None:  # ints from here on: nothing unpicklable reaches a worker
@@ -141,9 +143,9 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
         self.collate_fn = collate_fn or collate_samples
         # The node cache also holds the manifest: one download per node, not per rank (K18). Its
         # own instance: the shard cache (and its counters, G10) is made where shards are read.
-        remote = split_protocol(split_manifest_path(path))[0] != "file"
         manifest_cache = ShardCache(cache_dir, limit) if cache_dir and remote else None
-        self.dataset: StoredDataset = open_dataset(path, storage_options, manifest_cache)
+        self.dataset: StoredDataset = open_dataset(path, storage_options, manifest_cache,
+                                                   offline_setting(offline))
         if spread is None:  # P19: spread only what was not shuffled at pack time
             spread = default_spread(self.dataset.manifest.order)
         self.params = replace(self.params, spread=spread)
