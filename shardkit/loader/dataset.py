@@ -90,6 +90,13 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
     ``quality_field``: a label field whose distinct values per local batch the training process
     measures against a uniform shuffle's when it plans the first epoch, as ``shardkit plan
     --quality FIELD`` does (one read of every sample's field), logging once when poor (P20).
+    ``cache_dir``: the node cache of a remote dataset; by default ``$SHARDKIT_CACHE_DIR``, else
+    ``~/.cache/shardkit`` (where ``shardkit cache warm`` puts it); ``False``: none, range reads
+    (specs/cache.md K47). ``offline``: when the store cannot be reached, which cached manifest
+    may stand in for it (K48): ``"sealed"`` (default, ``$SHARDKIT_OFFLINE``): one this user
+    downloaded and nobody can have written since; ``"trust-cache"``: any copy in the cache dir,
+    so every user who can write that dir can choose the samples this job trains on;
+    ``"never"``: fail with the store.
     The plans of its epochs and its part of a loader state: loader/dataset_plans.py.
     """
 

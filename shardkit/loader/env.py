@@ -56,4 +56,9 @@ def cache_settings(cache_dir: str | bool | None, cache_limit: int | str | None,
 def offline_setting(offline: str | None, environ: Mapping[str, str] | None = None) -> str:
     """``offline=`` as given, else ``$SHARDKIT_OFFLINE``, else ``"sealed"`` (K48)."""
     env = os.environ if environ is None else environ
-    return offline if offline is not None else (env.get(OFFLINE_VAR) or "sealed")
+    if offline is not None:
+        return offline
+    text = env.get(OFFLINE_VAR) or "sealed"
+    if text not in ("sealed", "trust-cache", "never"):
+        raise ValueError(f"${OFFLINE_VAR}={text!r}: expected sealed, trust-cache or never")
+    return text

@@ -72,7 +72,8 @@ def test_warm_fills_the_cache_a_job_without_cache_arguments_reads_k47(
     url, manifest = dataset
     warm(url, fault_proxy)
     shard_gets = len(fault_proxy.records("GET", "/shards/"))
-    ds = sk.StreamingDataset(url, batch_size=8, shuffle=False, storage_options=storage_options(fault_proxy.endpoint_url))
+    options = storage_options(fault_proxy.endpoint_url)
+    ds = sk.StreamingDataset(url, batch_size=8, shuffle=False, storage_options=options)
     assert ds.options.cache_dir == os.path.join(home, ".cache", "shardkit")
     assert ids_of_one_epoch(ds, 0) == list(range(NUM_SAMPLES))
     stats = ds._shard_cache().stats  # noqa: SLF001 - the job's own cache counters (G10)
