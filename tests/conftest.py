@@ -6,6 +6,9 @@
   (tests/helpers/fault_proxy.py).
 - ``group_members``, ``shared_root``: two real Unix users in a fresh group, and a folder all
   users may enter, for attacks through a shared cache dir (tests/helpers/group_members.py).
+- ``no_default_cache`` (autouse): ``$SHARDKIT_CACHE_DIR=off``, so a remote dataset made without
+  cache arguments reads by ranges (K33) instead of filling the default ``~/.cache/shardkit``
+  of whoever runs the tests (K47); a test of the default deletes the variable and sets ``HOME``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ import pytest
 
 from tests.helpers.fault_proxy import fault_proxy  # noqa: F401  (fixture registration)
 from tests.helpers.group_members import group_members, shared_root  # noqa: F401  (fixture registration)
+
+
+@pytest.fixture(autouse=True)
+def no_default_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHARDKIT_CACHE_DIR", "off")
 
 
 @pytest.fixture(scope="session")

@@ -35,16 +35,20 @@ from shardkit.errors import ShardkitError
 from shardkit.storage import CacheItem, ShardCache, Store, clear_cache, list_cache
 from shardkit.units import parse_duration, parse_size
 
+# The documented default, StreamingDataset's too (loader/env.py default_cache_dir, K47).
 DEFAULT_CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "shardkit")
 # The variables a StreamingDataset reads too (shardkit/loader/env.py; not imported: no torch here).
 CACHE_DIR_VAR, CACHE_LIMIT_VAR, DEFAULT_CACHE_LIMIT = "SHARDKIT_CACHE_DIR", "SHARDKIT_CACHE_LIMIT", "200GiB"
+CACHE_OFF = "off"  # $SHARDKIT_CACHE_DIR=off: no cache (loader/env.py)
 
-#: ``(url, storage_options) -> (store, items)``: the shards a dataset URL names.
-EntrySource = Callable[[str, dict[str, Any]], tuple[Store, Sequence[CacheItem]]]
+#: ``(url, storage_options, cache) -> (store, items)``: the shards a dataset URL names.
+EntrySource = Callable[[str, dict[str, Any], ShardCache | None], tuple[Store, Sequence[CacheItem]]]
 
 
-def entries_from_manifest(url: str, options: dict[str, Any]) -> tuple[Store, list[CacheItem]]:
-    """Every shard of the dataset at ``url``, keyed exactly as the loader keys them.
+def entries_from_manifest(url: str, options: dict[str, Any],
+                          cache: ShardCache | None = None) -> tuple[Store, list[CacheItem]]:
+    """Every shard of the dataset at ``url``, keyed exactly as the loader keys them; the
+    manifest goes through ``cache`` like the loader's (K18), so a job can start offline (K47).
 
     TODO(cli owner): this is the hook ``warm`` reads its entries from. It reuses
     ``shardkit.read`` (manifest + ``cache_item``) so warm and the loader share cache keys;
@@ -53,7 +57,7 @@ def entries_from_manifest(url: str, options: dict[str, Any]) -> tuple[Store, lis
     from shardkit.read.dataset import open_dataset
     from shardkit.read.stream import cache_item
 
-    dataset = open_dataset(url, options)
+    dataset = open_dataset(url, options, cache)
     return dataset.store, [cache_item(dataset, i) for i in range(len(dataset.manifest.shards))]
 
 
@@ -138,16 +142,24 @@ add_parser = add_cache_parser  # the name shardkit.cli's optional-module loop ca
 
 
 def run_warm(args: argparse.Namespace) -> int:
+    from shardkit.read.dataset import split_manifest_path
+    from shardkit.storage import split_protocol
+
     options = storage_options(args)
+    if args.cache_dir == CACHE_OFF:
+        print(f"error: ${CACHE_DIR_VAR}={CACHE_OFF} turns the cache off; name one with --cache-dir",
+              file=sys.stderr)
+        return EXIT_USAGE
+    remote = split_protocol(split_manifest_path(args.url))[0] != "file"
+    cache = ShardCache(args.cache_dir, parse_size(args.cache_limit)) if remote else None
     try:
-        store, entries = ENTRY_SOURCE(args.url, options)
+        store, entries = ENTRY_SOURCE(args.url, options, cache)
     except ShardkitError as exc:  # no or unreadable manifest: bad input, exit 2 as `verify` says
         exc.exit_code = EXIT_USAGE  # type: ignore[attr-defined]
         raise
-    if store.is_local:
+    if store.is_local or cache is None:
         print(f"{args.url} is local: nothing to cache", file=sys.stderr)
         return 0
-    cache = ShardCache(args.cache_dir, parse_size(args.cache_limit))
     done = warm(cache, store, entries, progress=not args.no_progress, num_threads=args.threads)
     if done.complete:
         print(f"warmed {done.num_entries} shards ({_human(done.num_bytes)}) in {cache.cache_dir}")
@@ -190,7 +202,7 @@ def run_clear(args: argparse.Namespace) -> int:
 
 
 def _add_cache_dir(parser: argparse.ArgumentParser) -> None:
-    default = os.environ.get(CACHE_DIR_VAR, DEFAULT_CACHE_DIR)
+    default = os.environ.get(CACHE_DIR_VAR) or DEFAULT_CACHE_DIR
     parser.add_argument("--cache-dir", default=default,
                         help=f"cache folder (default: $SHARDKIT_CACHE_DIR or {DEFAULT_CACHE_DIR})")
 

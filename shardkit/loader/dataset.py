@@ -28,7 +28,7 @@ from shardkit.loader.data_parallel import as_data_parallel
 from shardkit.loader.dataset_kind import subclass_for
 from shardkit.loader.dataset_plans import DatasetPlans
 from shardkit.loader.emitter import Emitter
-from shardkit.loader.env import cache_settings
+from shardkit.loader.env import cache_settings, offline_setting
 from shardkit.loader.epoch_check import check_dataset
 from shardkit.loader.guard import check_caller
 from shardkit.loader.loader_stats import WorkerStats
@@ -90,6 +90,13 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
     ``quality_field``: a label field whose distinct values per local batch the training process
     measures against a uniform shuffle's when it plans the first epoch, as ``shardkit plan
     --quality FIELD`` does (one read of every sample's field), logging once when poor (P20).
+    ``cache_dir``: the node cache of a remote dataset; by default ``$SHARDKIT_CACHE_DIR``, else
+    ``~/.cache/shardkit`` (where ``shardkit cache warm`` puts it); ``False``: none, range reads
+    (specs/cache.md K47). ``offline``: when the store cannot be reached, which cached manifest
+    may stand in for it (K48): ``"sealed"`` (default, ``$SHARDKIT_OFFLINE``): one this user
+    downloaded and nobody can have written since; ``"trust-cache"``: any copy in the cache dir,
+    so every user who can write that dir can choose the samples this job trains on;
+    ``"never"``: fail with the store.
     The plans of its epochs and its part of a loader state: loader/dataset_plans.py.
     """
 
@@ -112,7 +119,7 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
         interleave: int = 1,
         spread: int | None = None,
         with_index: bool = False,
-        cache_dir: str | None = None,
+        cache_dir: str | bool | None = None,  # None: $SHARDKIT_CACHE_DIR or ~/.cache/shardkit; False: none
         cache_limit: int | str | None = None,  # None: $SHARDKIT_CACHE_LIMIT or 200GiB (loader/env.py)
         storage_options: dict[str, Any] | None = None,
         transform: Transform | None = None,
@@ -120,6 +127,7 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
         tokens: TokenBlocks | None = None,
         quality_field: str | None = None,
         data_parallel: Any = None,
+        offline: str | None = None,
     ) -> None:
         if not isinstance(path, str):
             raise TypeError(f"StreamingDataset: expected a dataset path or a Mixture, got {type(path).__name__}")
@@ -129,7 +137,8 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
         self.path = path
         self.params = PlanParams(seed=seed, batch_size=batch_size, tail=tail, shuffle=shuffle,
                                  shuffle_window=shuffle_window, interleave=interleave)
-        cache_dir, limit = cache_settings(cache_dir, cache_limit)  # None: $SHARDKIT_CACHE_DIR
+        remote = split_protocol(split_manifest_path(path))[0] != "file"
+        cache_dir, limit = cache_settings(cache_dir, cache_limit, remote=remote)  # K47: loader/env.py
         self.options = StreamOptions(with_index=with_index, cache_dir=cache_dir,
                                      cache_limit=limit, storage_options=storage_options)
         if data_parallel is not None:  # ints from here on: nothing unpicklable reaches a worker
@@ -141,9 +150,9 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
         self.collate_fn = collate_fn or collate_samples
         # The node cache also holds the manifest: one download per node, not per rank (K18). Its
         # own instance: the shard cache (and its counters, G10) is made where shards are read.
-        remote = split_protocol(split_manifest_path(path))[0] != "file"
         manifest_cache = ShardCache(cache_dir, limit) if cache_dir and remote else None
-        self.dataset: StoredDataset = open_dataset(path, storage_options, manifest_cache)
+        self.dataset: StoredDataset = open_dataset(path, storage_options, manifest_cache,
+                                                   offline_setting(offline))
         if spread is None:  # P19: spread only what was not shuffled at pack time
             spread = default_spread(self.dataset.manifest.order)
         self.params = replace(self.params, spread=spread)

@@ -57,8 +57,9 @@ class StoredDataset:
 
 
 def open_dataset(path: str, storage_options: dict[str, Any] | None = None,
-                 cache: ShardCache | None = None) -> StoredDataset:
+                 cache: ShardCache | None = None, offline: str = "sealed") -> StoredDataset:
     """Read and validate the manifest under ``path`` (folder, URL or manifest path); with the
-    node ``cache``, a remote manifest is downloaded once per node and version (K18)."""
+    node ``cache``, a remote manifest is downloaded once per node and version (K18), and read
+    from the cache when the store cannot be reached, as ``offline`` allows (K48)."""
     store = open_store(split_manifest_path(path), storage_options)
-    return StoredDataset(store, load_manifest(store, cache))
+    return StoredDataset(store, load_manifest(store, cache, offline))

@@ -9,7 +9,9 @@ so the next open fetches it anew; an open already under way keeps the manifest i
 Nothing in a shared cache dir is trusted (K44): a cached copy is used only when it holds the
 bytes the store holds: its MD5 is the ETag this process got from the store, or the file is
 this user's own, written by the cache straight from the store and writable by nobody else;
-any other copy is logged and the manifest read from the store.
+any other copy is logged and the manifest read from the store. When the store cannot be
+reached, the copy this user sealed (or, with ``offline="trust-cache"``, any copy) of the last
+version this user opened is used instead, with one warning (K47, K48: read/manifest_offline.py).
 
 A manifest.json of ``COMPANION_MIN_BYTES`` or more is not parsed when ``manifest.bin`` decodes
 and re-encodes to exactly that JSON (M15, M20): the JSON is the source of truth. A missing,
@@ -18,7 +20,6 @@ stale, damaged or forged companion is logged and the JSON parsed.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 
@@ -27,6 +28,7 @@ from shardkit.format import MANIFEST_NAME, Manifest, decode_manifest
 from shardkit.format.checksum import xxh64_text
 from shardkit.format.companion_json import describes_json
 from shardkit.format.manifest_companion import COMPANION_MIN_BYTES, COMPANION_NAME, decode_companion
+from shardkit.read.manifest_offline import OFFLINE_MODES, UNREACHABLE, manifest_key, offline_copy, record_latest
 from shardkit.storage import ShardCache, Store
 from shardkit.storage.cache_files import sealed_by_self
 from shardkit.storage.etag import matches_etag
@@ -35,13 +37,18 @@ from shardkit.storage.local_files import open_regular_file, read_regular_file
 log = logging.getLogger(__name__)
 
 
-def load_manifest(store: Store, cache: ShardCache | None = None) -> Manifest:
-    """The validated manifest of the dataset in ``store`` (``cache``: the node cache)."""
+def load_manifest(store: Store, cache: ShardCache | None = None, offline: str = "sealed") -> Manifest:
+    """The validated manifest of the dataset in ``store`` (``cache``: the node cache; ``offline``:
+    which cached copy may stand in for an unreachable store, one of ``OFFLINE_MODES``, K48)."""
+    if offline not in OFFLINE_MODES:
+        raise ValueError(f"offline={offline!r}: expected one of {', '.join(OFFLINE_MODES)}")
     where = store.url_of(MANIFEST_NAME)
     try:
-        data, cached = _manifest_bytes(store, cache)
+        data, cached = _manifest_bytes(store, cache, offline)
     except NotFoundError:
         raise NotFoundError(f"{where}: no manifest (not a shardkit dataset, or packing did not finish)") from None
+    if cached == "offline":  # no store to read a companion or a fresh copy from
+        return decode_manifest(data, where)
     if len(data) >= COMPANION_MIN_BYTES:
         found = _companion(store, cache, data)
         if found is not None:
@@ -56,29 +63,38 @@ def load_manifest(store: Store, cache: ShardCache | None = None) -> Manifest:
         return decode_manifest(store.read(MANIFEST_NAME), where)
 
 
-def _manifest_bytes(store: Store, cache: ShardCache | None) -> tuple[bytes, bool]:
-    """manifest.json's bytes, and whether they came from the node cache."""
+def _manifest_bytes(store: Store, cache: ShardCache | None, offline: str) -> tuple[bytes, str]:
+    """manifest.json's bytes, and where from: ``""`` (the store), ``"cache"``, ``"offline"``."""
     if store.is_local:
-        return read_regular_file(store.local_path(MANIFEST_NAME), "manifest"), False
+        return read_regular_file(store.local_path(MANIFEST_NAME), "manifest"), ""
     if cache is not None:
-        data = _cached_copy(store, cache)
+        try:
+            data = _cached_copy(store, cache)
+        except UNREACHABLE as exc:
+            if offline == "never":
+                raise
+            copy = offline_copy(cache, store.url, offline, exc)
+            log.warning("%s: the store cannot be reached (%s); running OFFLINE from the node cache: "
+                        "manifest from %s%s", store.url_of(MANIFEST_NAME), exc, copy.path,
+                        " (offline='trust-cache': not checked to be this user's)" if offline == "trust-cache" else "")
+            return copy.data, "offline"
         if data is not None:
-            return data, True
-    return store.read(MANIFEST_NAME), False
+            return data, "cache"
+    return store.read(MANIFEST_NAME), ""
 
 
 def _cached_copy(store: Store, cache: ShardCache) -> bytes | None:
     """The node cache's copy of the manifest's current version if it is the store's (K44)."""
     where = store.url_of(MANIFEST_NAME)
     size, version = store.version(MANIFEST_NAME)
-    digest = hashlib.sha256(f"{store.url}\0{version}\0{size}".encode()).hexdigest()[:32]
     try:
-        with cache.open(store, MANIFEST_NAME, key=f"manifest-{digest}", num_bytes=size) as path:
+        with cache.open(store, MANIFEST_NAME, key=manifest_key(store.url, version, size), num_bytes=size) as path:
             data, st = _read_with_stat(path)
     except CacheError as exc:  # e.g. a cache limit below the manifest's size (K7)
         log.warning("%s: not kept in the node cache (%s); reading it from the store", where, exc)
         return None
     if len(data) == size and (sealed_by_self(st) or matches_etag(data, version, store.part_bytes)):
+        record_latest(cache, store.url, version, size)  # for an open with the store unreachable (K47)
         return data
     log.warning("%s: the node cache's copy %s (owner uid %d, mode %o) is not known to hold the store's "
                 "bytes (version %s); reading it from the store", where, path, st.st_uid, st.st_mode & 0o7777,

@@ -112,7 +112,8 @@ def test_early_break_leaves_no_thread(s3_blocks: tuple[str, sk.Manifest], fault_
     url, _ = s3_blocks
     fault_proxy.add(Fault(kind="slow", rate=1.0, key="/shards/", delay=0.1))
     dataset = sk.StreamingDataset(
-        url, batch_size=4, shuffle=False, storage_options=storage_options(fault_proxy.endpoint_url)
+        url, batch_size=4, shuffle=False, cache_dir=False,  # no cache: range reads (K33, K47)
+        storage_options=storage_options(fault_proxy.endpoint_url)
     )
     batches = iter(sk.ShardLoader(dataset, num_workers=0))
     next(batches)
@@ -129,7 +130,8 @@ def test_forked_workers_read_ahead_exactly_once(s3_blocks: tuple[str, sk.Manifes
     url, _ = s3_blocks
     options = storage_options(fault_proxy.endpoint_url)
     dataset = sk.StreamingDataset(
-        url, batch_size=8, shuffle=True, seed=5, with_index=True, tail="pad", storage_options=options
+        url, batch_size=8, shuffle=True, seed=5, with_index=True, tail="pad", storage_options=options,
+        cache_dir=False,  # no cache: range reads (K33, K47)
     )
     seen: list[int] = []
     for batch in sk.ShardLoader(dataset, num_workers=2):

@@ -11,7 +11,7 @@ import pytest
 
 import shardkit as sk
 from shardkit.cli import main
-from shardkit.loader.env import cache_settings
+from shardkit.loader.env import cache_settings, default_cache_dir
 
 NUM_SAMPLES = 300
 
@@ -42,7 +42,7 @@ def test_warm_below_the_dataset_size_reports_what_is_cached_and_fails(
                  "--no-progress"])
     captured = capsys.readouterr()
     assert code == 1, captured
-    held = cached_keys(cache_dir)
+    held = {k for k in cached_keys(cache_dir) if not k.startswith("e-manifest-")}  # warm caches it too (K47)
     assert len(held) == 2
     assert f"warmed 2 of {len(sizes)} shards" in captured.out
     assert "error: the cache holds 2 of" in captured.err and "--cache-limit" in captured.err
@@ -83,6 +83,9 @@ def test_explicit_arguments_win_and_bad_values_name_the_variable(monkeypatch: py
     env = {"SHARDKIT_CACHE_DIR": "/env/cache", "SHARDKIT_CACHE_LIMIT": "5GiB"}
     assert cache_settings(None, None, env) == ("/env/cache", 5 << 30)
     assert cache_settings("/mine", "1GiB", env) == ("/mine", 1 << 30)
-    assert cache_settings(None, None, {}) == (None, 200 << 30)
+    assert cache_settings(None, None, {}) == (default_cache_dir(), 200 << 30)  # K47: warm's default
+    assert cache_settings(None, None, {}, remote=False) == (None, 200 << 30)  # K8: local is never cached
+    assert cache_settings(False, None, env)[0] is None  # the opt-out in code
+    assert cache_settings(None, None, {"SHARDKIT_CACHE_DIR": "off"})[0] is None  # ... and in the environment
     with pytest.raises(ValueError, match=r"\$SHARDKIT_CACHE_LIMIT='lots'"):
         cache_settings(None, None, {"SHARDKIT_CACHE_LIMIT": "lots"})
