@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from shardkit.errors import PlanError
+from shardkit.units import MAX_SIZE
 
 TAILS = ("drop", "pad")
 
@@ -32,7 +33,7 @@ _OPTIONAL_DEFAULTS = {"interleave": 1, "spread": 1}
 # (the smallest that gives a sorted 1,000-class set of 100k samples >= 132 classes per batch of 256 at 8x4).
 DEFAULT_SPREAD = 12
 #: Every int parameter fits an int64 (plans compute in numpy int64; specs/resume-state.md R14).
-MAX_INT = 2**63 - 1
+MAX_INT = MAX_SIZE  # the one int64 ceiling (units.py)
 #: At most this many consumers (``world_size * max(num_workers, 1)``): a plan holds a few arrays
 #: of one entry per consumer, and a state from elsewhere must not ask for more (R14).
 MAX_CONSUMERS = 2**20

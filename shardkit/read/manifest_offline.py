@@ -24,6 +24,7 @@ from shardkit.errors import StorageError, StorageTimeoutError, TransientStorageE
 from shardkit.storage import ShardCache
 from shardkit.storage.cache_files import create_new_with_mode, open_regular, sealed_by_self
 from shardkit.storage.cache_layout import Entry, entry_name
+from shardkit.storage.shared_reads import UntrustedFileError, loads_json
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +121,8 @@ def _read_trusted(path: str, mode: str, max_bytes: int) -> tuple[bytes | None, s
 def _pointer_fields(data: bytes, url: str) -> tuple[str, int] | None:
     """(version, size) of a pointer for ``url``, parsed strictly (K40), else None."""
     try:
-        record = json.loads(data.decode("utf-8"), parse_constant=_refuse)
-    except (UnicodeDecodeError, ValueError):
+        record = loads_json(data, "a latest-manifest pointer")
+    except UntrustedFileError:
         return None
     if not isinstance(record, dict) or set(record) != {"url", "version", "size"} or record["url"] != url:
         return None
@@ -130,6 +131,3 @@ def _pointer_fields(data: bytes, url: str) -> tuple[str, int] | None:
         return None
     return version, size
 
-
-def _refuse(name: str) -> None:
-    raise ValueError(f"not a JSON number: {name}")

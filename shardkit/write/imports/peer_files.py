@@ -45,11 +45,7 @@ def max_import_bytes() -> int:
 def read_json(path: str, max_depth: int = MAX_NESTING_DEPTH) -> Any:
     """The JSON value of the file ``path`` (at most ``MAX_INDEX_BYTES``, nested at most
     ``max_depth`` deep)."""
-    data = read_bytes(path, MAX_INDEX_BYTES, "the most a JSON index may have")
-    try:
-        return loads_bounded(data, path, max_depth)
-    except FormatError as exc:
-        raise SourceError(str(exc)) from None
+    return loads(read_bytes(path, MAX_INDEX_BYTES, "the most a JSON index may have"), path, max_depth)
 
 
 def read_object(path: str) -> dict[str, Any]:
