@@ -22,6 +22,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 HANG_S = 300  # bound on any wait; never a timing assertion
+# One thread per rank; a hung job's processes print their stacks when sent SIGABRT (end_hung_job).
+JOB_ENV = {"OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
 
 
 def load_audit(tool: str = "audit") -> Any:
@@ -73,6 +75,23 @@ def kill_job(proc: subprocess.Popen[bytes]) -> None:
         time.sleep(0.01)
 
 
+def end_hung_job(proc: subprocess.Popen[bytes], log: Path) -> str:
+    """A job that stopped making progress: every process below the launcher is sent SIGABRT
+    first, so each prints every thread's stack into ``log`` (``PYTHONFAULTHANDLER=1``, set by
+    :func:`start_job`), then the whole job is SIGKILLed; returns the end of the log."""
+    pids = descendants(proc.pid)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGABRT)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + 30  # the dumps are written at once; bound the wait for them
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    kill_job(proc)
+    return tail(log, 30000)
+
+
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -87,13 +106,12 @@ def wait_for(proc: subprocess.Popen[bytes], ready: Any, what: str, log: Path) ->
         if proc.poll() is not None:
             pytest.fail(f"job exited ({proc.returncode}) before {what}:\n{tail(log)}")
         if time.monotonic() > deadline:
-            kill_job(proc)
-            pytest.fail(f"job never reached {what}:\n{tail(log)}")
+            pytest.fail(f"job never reached {what}:\n{end_hung_job(proc, log)}")
         time.sleep(0.01)
 
 
-def tail(log: Path) -> str:
-    return log.read_text(errors="replace")[-4000:] if log.exists() else "(no log)"
+def tail(log: Path, chars: int = 4000) -> str:
+    return log.read_text(errors="replace")[-chars:] if log.exists() else "(no log)"
 
 
 def last_audit_step(audit_dir: Path, run: int) -> int:
@@ -115,7 +133,7 @@ def epoch_orders(audit_dir: Path, rank: int) -> dict[int, list[int]]:
 def start_job(cmd: list[str], log: Path, **env: str) -> subprocess.Popen[bytes]:
     """Start a job in its own session, its output in ``log``, with ``env`` added to the
     environment (one thread per rank, the repository importable)."""
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), **env}
+    full_env = {**os.environ, **JOB_ENV, "PYTHONPATH": str(REPO), **env}
     with open(log, "wb") as out:
         return subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import shardkit as sk
 from tests.helpers.resume import DataSpec, Shape, consumer_batches, plan_of, real_ids
-from tests.helpers.trainer_jobs import kill_job, load_audit, shardkit_audit, tail, wait_for
+from tests.helpers.trainer_jobs import JOB_ENV, end_hung_job, kill_job, load_audit, shardkit_audit, tail, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +75,7 @@ class Job:
             cmd.append("--resume")
         if max_steps is not None:
             cmd += ["--max-steps", str(max_steps)]
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, **JOB_ENV}
         with open(self.root / f"launch{self.launches}.log", "wb") as log:
             self.launches += 1
             return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log,
@@ -158,8 +158,7 @@ def finish(job: Job, launch: Launch) -> None:
     try:
         code = proc.wait(HANG_S)
     except subprocess.TimeoutExpired:
-        kill_job(proc)
-        pytest.fail(f"launch {number} hung:\n{job.log(number)}")
+        pytest.fail(f"launch {number} hung:\n{end_hung_job(proc, job.log_path(number))}")
     assert code == 0, job.log(number)
     assert "rank 0 done" in job.log(number)
 

@@ -21,7 +21,17 @@ import pytest
 
 import shardkit as sk
 from tests.helpers.s3 import CREDENTIALS
-from tests.helpers.trainer_jobs import HANG_S, REPO, kill_job, last_audit_step, load_audit, start_job, tail, wait_for
+from tests.helpers.trainer_jobs import (
+    HANG_S,
+    REPO,
+    end_hung_job,
+    kill_job,
+    last_audit_step,
+    load_audit,
+    start_job,
+    tail,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 
@@ -82,8 +92,7 @@ def test_a_weighted_run_from_s3_survives_sigkill_and_elastic_resume(
     try:
         code = last.wait(HANG_S)
     except subprocess.TimeoutExpired:
-        kill_job(last)
-        pytest.fail(f"the elastic launch hung:\n{tail(tmp_path / 'launch2.log')}")
+        pytest.fail(f"the elastic launch hung:\n{end_hung_job(last, tmp_path / 'launch2.log')}")
     assert code == 0, tail(tmp_path / "launch2.log")
     tool = load_audit()
     expected = tool.weighted_multiplicities(weighted_s3, "weight", EPOCH_SIZE, SEED, s3_bucket[1])
