@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         cases = {"single": lambda: sk.StreamingDataset(f"{root}/all", batch_size=BATCH)}
         for composition in ("random", "stratified"):
             mix = sk.Mixture(sources, samples_per_epoch=first, composition=composition)
-            cases[composition] = lambda mix=mix: sk.MixtureDataset(mix, batch_size=BATCH)  # type: ignore[misc]
+            cases[composition] = lambda mix=mix: sk.StreamingDataset(mix, batch_size=BATCH)  # type: ignore[misc]
         for workers in args.workers:
             runs: dict[str, list[float]] = {name: [] for name in cases}
             for epoch in range(args.reps):

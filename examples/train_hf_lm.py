@@ -62,7 +62,7 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-class Audit(TrainerCallback):  # type: ignore[misc]
+class Audit(TrainerCallback):
     """The (sample, position) pairs of each trained step, one JSON line per step and rank, written
     at the step's end — before the checkpoint of that step can be saved."""
 
@@ -118,7 +118,7 @@ def open_audit(args: argparse.Namespace, loader: sk.ShardLoader, tokens: sk.Toke
                        "batch_size": args.batch_size, "seq_len": args.seq_len, "data": args.data, "seed": args.seed,
                        "tokens": {"field": tokens.field, "mode": tokens.mode, "bos_id": tokens.bos_id,
                                   "eos_id": tokens.eos_id}}, fh)
-    sources = len(loader.streaming.mixture.sources) if isinstance(loader.streaming, sk.MixtureDataset) else 0
+    sources = len(loader.streaming.mixture.sources) if loader.streaming.mixture is not None else 0
     return Audit(os.path.join(args.audit_dir, f"run{run:03d}-rank{rank}.jsonl"), run, loader, sources,
                  args.step_sleep)
 
@@ -137,9 +137,9 @@ def main() -> None:
     mixture = args.data.endswith((".toml", ".json")) and not args.data.endswith("manifest.json")
     # With tensor/pipeline parallelism, pass the data-parallel group here (README, "An LM example
     # to copy"); TODO(issue 29 item 4, at merge): a --tp option building a DeviceMesh for it.
-    provenance = {"with_index": True, **({"with_source": True} if mixture else {})} if args.audit_dir else {}
+    provenance = bool(args.audit_dir)  # per slot: _index (and _source for a mixture)
     dataset = sk.StreamingDataset(args.data, batch_size=args.batch_size, seed=args.seed, tail="pad", tokens=tokens,
-                                  **provenance)
+                                  with_index=provenance, with_source=provenance and mixture)
     loader = sk.ShardLoader(dataset, num_workers=args.workers)
     last = last_checkpoint(args.out) if args.resume else None
     _ = training.device  # joins the process group (torchrun) before the audit counts runs

@@ -115,9 +115,9 @@ def main() -> None:
     tokens = sk.TokenBlocks(args.seq_len, field=args.field, mode=args.mode, eos_id=args.eos_id)
     mixture = args.data.endswith((".toml", ".json")) and not args.data.endswith("manifest.json")  # a mixture file
     dataset = sk.StreamingDataset(args.data, batch_size=args.batch_size, seed=args.seed, tail="pad",
-                                  tokens=tokens, with_index=True, **({"with_source": True} if mixture else {}))
+                                  tokens=tokens, with_index=True, with_source=mixture)
     loader = sk.ShardLoader(dataset, num_workers=args.workers)
-    sources = len(dataset.mixture.sources) if isinstance(dataset, sk.MixtureDataset) else 0
+    sources = len(dataset.mixture.sources) if dataset.mixture is not None else 0
     model = DistributedDataParallel(TinyGPT(args.vocab, max_positions=1024))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     meta: dict[str, Any] = {"epoch": 0, "global_step": 0, "run": 0}

@@ -97,7 +97,7 @@ def main() -> int:
             train(loader, model, counts)
             # stream positions each source's passes advance this epoch (its planned count; a rest
             # re-planned under new weights may also skip untaken samples of a down-weighted source)
-            planned = np.array(loader.streaming.source_for(epoch).advance)  # type: ignore[attr-defined]
+            planned = np.array(loader.streaming.source.source_for(epoch).advance)  # type: ignore[union-attr]
             consumed = {e["name"]: e["consumed"] for e in loader.state_dict()["mixture"]["sources"]}
             print(f"epoch {epoch}: trained {dict(zip(names, counts.tolist(), strict=True))}, "
                   f"planned {dict(zip(names, planned.tolist(), strict=True))} (drop tail < ranks x batch); "

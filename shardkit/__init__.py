@@ -14,9 +14,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from shardkit.format import Manifest
     from shardkit.loader import DevicePrefetcher, Ragged, ShardLoader, StreamingDataset
     from shardkit.loader.data_parallel import DataParallel
-    from shardkit.loader.mixture_dataset import MixtureDataset
     from shardkit.loader.transforms import SampleContext
-    from shardkit.loader.weighted_dataset import WeightedDataset
     from shardkit.plan import sample_rng
     from shardkit.plan.token_config import TokenBlocks
     from shardkit.read import ShardReader, open_dataset
@@ -38,11 +36,9 @@ _LAZY = {
     "DevicePrefetcher": "shardkit.loader",
     "DataParallel": "shardkit.loader.data_parallel",  # specs/partition.md P22-P26
     "Mixture": "shardkit.read.mixture",
-    "MixtureDataset": "shardkit.loader.mixture_dataset",
     "SampleContext": "shardkit.loader.transforms",
     "Source": "shardkit.read.mixture",
     "load_mixture": "shardkit.read.mixture",
-    "WeightedDataset": "shardkit.loader.weighted_dataset",  # specs/sample-weights.md
     "field_values": "shardkit.read.field_values",
     "TokenBlocks": "shardkit.plan.token_config",
 }
@@ -52,7 +48,6 @@ __all__ = [
     "DevicePrefetcher",
     "Manifest",
     "Mixture",
-    "MixtureDataset",
     "Ragged",
     "SampleContext",
     "ShardLoader",
@@ -61,7 +56,6 @@ __all__ = [
     "Source",
     "StreamingDataset",
     "TokenBlocks",
-    "WeightedDataset",
     "__version__",
     "field_values",
     "load_mixture",

@@ -1,58 +1,63 @@
 """``StreamingDataset``: an IterableDataset that yields whole batches of one global consumer.
 
-Each ``__iter__`` (in a DataLoader worker, or in the training process when ``num_workers=0``)
-reads the epoch, topology and resume state from the loader's control block, builds the pure
-plan (shardkit.plan) and streams consumer ``rank × W + worker``'s batches (G2, G3 in
-docs/guarantees.md): ``cut_batches`` (batcher.py, pure) groups the reader's samples into batches,
-an ``Emitter`` (emitter.py) collates and packs them. Every dict batch carries ``_shardkit`` = a
-``BatchMeta`` (consumer, end position, epoch as ints) so the training process can record what it
-actually received (G5); ``ShardLoader`` strips it.
+One class for every kind of dataset: it composes an **epoch source** (one dataset, a weighted
+dataset, a mixture: ``loader/dataset_source.py``, ``loader/mixture_source.py``) and a
+**batching** (samples, token blocks: ``loader/sample_batching.py``, ``loader/token_batching.py``),
+chosen from the keywords by ``loader/compose.py`` (specs/partition.md §Components). Each
+``__iter__`` (in a DataLoader worker, or in the training process when ``num_workers=0``) reads
+the epoch, topology and resume state from the loader's control block, builds the pure plan
+(shardkit.plan) and streams consumer ``rank × W + worker``'s batches (G2, G3 in
+docs/guarantees.md). Every dict batch carries ``_shardkit`` = a ``BatchMeta`` (consumer, end
+position, epoch as ints) so the training process can record what it actually received (G5);
+``ShardLoader`` strips it.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-from collections.abc import Callable, Iterator
+import functools
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import torch
+import numpy as np
 from torch.utils.data import IterableDataset
 
-from shardkit.errors import PlanError
-from shardkit.loader.batcher import BatchCut, cut_batches
-from shardkit.loader.collate import collate_samples
-from shardkit.loader.collate_columns import collate_pieces
+from shardkit.errors import PlanError, StateError
+from shardkit.loader.audit_sink import AUDIT_STEP_KEY
+from shardkit.loader.compose import Choices, as_mixture, batching, check_choices, epoch_source
 from shardkit.loader.data_parallel import as_data_parallel
-from shardkit.loader.dataset_kind import subclass_for
-from shardkit.loader.dataset_plans import DatasetPlans
+from shardkit.loader.dataset_source import DatasetSource
 from shardkit.loader.emitter import Emitter
 from shardkit.loader.env import cache_settings, offline_setting
 from shardkit.loader.epoch_check import check_dataset
 from shardkit.loader.guard import check_caller
 from shardkit.loader.loader_stats import WorkerStats
+from shardkit.loader.mixture_source import MixtureSource
+from shardkit.loader.mixture_state import SourceTally
+from shardkit.loader.sample_batching import SampleBatching
+from shardkit.loader.token_batching import TokenBatching
 from shardkit.loader.topology import Topology, rank_and_world, worker_slot
-from shardkit.loader.transfer.arena import alloc_like
 from shardkit.loader.transfer.control import Control
 from shardkit.loader.transfer.meta import META_KEY
 from shardkit.loader.transfer.packed import in_groups
 from shardkit.loader.transfer.ring import Ring, find
-from shardkit.loader.transforms import Transform, takes_context, transformed
+from shardkit.loader.transforms import Transform
 from shardkit.plan import Plan, PlanParams, worker_consumer
 from shardkit.plan.params import default_spread
 from shardkit.plan.rotation import StepPlan
 from shardkit.plan.token_config import TokenBlocks
-from shardkit.read import ReadOptions, StoredDataset, open_dataset
-from shardkit.read.column_pieces import ColumnPiece, as_samples
+from shardkit.read import StoredDataset
 from shardkit.read.dataset import split_manifest_path
 from shardkit.read.mixture import Mixture
-from shardkit.read.random_access import RandomAccess
-from shardkit.read.stream import WindowSamples, iter_consumer
 from shardkit.storage import ShardCache, split_protocol
 
-log = logging.getLogger(__name__)
 __all__ = ["META_KEY", "StreamOptions", "StreamingDataset"]
+BASE_STATE_KEYS = frozenset({"version", "kind", "epoch", "steps", "plan", AUDIT_STEP_KEY})  # L5, R15
+PART_HINTS = {  # what a state's part says about the dataset that saved it (refused by name)
+    "sample_weights": "saved with sample weights; resume it with the same sample_weights= (SW7)",
+    "tokens": "saved by a token-block dataset; resume it with the same tokens=sk.TokenBlocks(...)",
+    "mixture": "saved by a mixture; resume it with the mixture (sk.StreamingDataset(mixture))",
+}
 
 
 @dataclass(frozen=True)
@@ -68,25 +73,27 @@ class StreamOptions:
     reads: bool = True  # False: a rank that needs no data (DataParallel(reads=False), P26)
 
 
-class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,unused-ignore]
-    """Batches of ``batch_size`` samples from a shardkit dataset, exactly once per epoch.
+class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
+    """Batches of ``batch_size`` samples (or token blocks) from a shardkit dataset or a mixture,
+    exactly once per epoch.
 
+    ``path``: a dataset folder or URL, a ``Mixture``, or a mixture file (.toml/.json;
+    specs/mixture.md): each source drawn from by weight; ``with_source=True`` adds ``_source``
+    per sample, ``apply_mix`` says when a resumed epoch takes a new mix (``"next_epoch"``, or
+    ``"now"``: MX12). ``sample_weights=`` (a numeric field or one weight per sample) and
+    ``samples_per_epoch=`` make each epoch a weighted multiset (specs/sample-weights.md).
+    ``tokens=sk.TokenBlocks(seq_len, ...)``: batches of ``batch_size`` fixed-length token blocks
+    instead of samples, over any of those (specs/token-blocks.md).
     ``transform`` maps one sample dict (in the worker, before collation) — ``transform(sample)``,
     or ``transform(sample, ctx)`` with a ``SampleContext`` (global index, epoch, seed; decided
-    from the signature once: loader/transforms.py); ``collate_fn`` maps a
-    list of samples to a batch (default: ``collate_samples``). Both must be picklable for
-    spawn-started workers. Rank and world size are the default group's, read at ``__iter__``,
-    unless ``data_parallel=`` (an ``sk.DataParallel``, ``ProcessGroup``, ``DeviceMesh`` or ``(rank,
-    size)``) names the data-parallel group, resolved here once (specs/partition.md P22-P26).
-    ``path`` may be a ``Mixture`` or a mixture file: the result is then a ``MixtureDataset``.
-    ``sample_weights=`` (a numeric field or one weight per sample) and ``samples_per_epoch=``
-    make a ``WeightedDataset`` (specs/sample-weights.md).
-    ``tokens=sk.TokenBlocks(seq_len, ...)``: batches of ``batch_size`` fixed-length token blocks
-    instead of samples (a ``TokenDataset``, specs/token-blocks.md).
+    from the signature once: loader/transforms.py); ``collate_fn`` maps a list of samples to a
+    batch (default: ``collate_samples``). Both must be picklable for spawn-started workers. Rank
+    and world size are the default group's, read at ``__iter__``, unless ``data_parallel=`` (an
+    ``sk.DataParallel``, ``ProcessGroup``, ``DeviceMesh`` or ``(rank, size)``) names the
+    data-parallel group, resolved here once (specs/partition.md P22-P26).
     ``spread``: when shuffling, each shard is split among about this many consumers, so a window
     mixes that many times more shards; by default 12 for a dataset not shuffled at pack time and
-    1 for one that was (specs/partition.md P18-P19; 1 = each consumer reads one contiguous run
-    of shards).
+    1 for one that was, and for a mixture (specs/partition.md P18-P19).
     ``quality_field``: a label field whose distinct values per local batch the training process
     measures against a uniform shuffle's when it plans the first epoch, as ``shardkit plan
     --quality FIELD`` does (one read of every sample's field), logging once when poor (P20).
@@ -97,15 +104,7 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
     downloaded and nobody can have written since; ``"trust-cache"``: any copy in the cache dir,
     so every user who can write that dir can choose the samples this job trains on;
     ``"never"``: fail with the store.
-    The plans of its epochs and its part of a loader state: loader/dataset_plans.py.
     """
-
-    def __new__(cls, path: Any = None, *args: Any, **kwargs: Any) -> StreamingDataset:
-        """``StreamingDataset(mixture, ...)`` - a ``Mixture`` or the path of a mixture file
-        (.toml/.json) - makes a ``MixtureDataset`` (a subclass; specs/mixture.md); ``tokens=`` and
-        ``sample_weights=`` make theirs too (loader/dataset_kind.py)."""
-        kind = subclass_for(path, kwargs) if cls is StreamingDataset else None
-        return super().__new__(kind or cls)
 
     def __init__(
         self,
@@ -125,51 +124,73 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
         transform: Transform | None = None,
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
         tokens: TokenBlocks | None = None,
+        sample_weights: str | np.ndarray | Sequence[float] | None = None,
+        samples_per_epoch: int | None = None,
+        with_source: bool = False,
+        apply_mix: str = "next_epoch",
         quality_field: str | None = None,
         data_parallel: Any = None,
         offline: str | None = None,
     ) -> None:
-        if not isinstance(path, str):
-            raise TypeError(f"StreamingDataset: expected a dataset path or a Mixture, got {type(path).__name__}")
-        if tokens is not None and not self.yields_tokens:
-            raise TypeError(f"{type(self).__name__}(..., tokens=...): token blocks with sample_weights= are not "
-                            f"supported; over a mixture, use sk.StreamingDataset(mixture, tokens=...)")
-        self.path = path
+        mixture = as_mixture(path)
+        choices = Choices(tokens, sample_weights, samples_per_epoch, with_source, apply_mix, transform,
+                          collate_fn, quality_field)
+        check_choices(mixture, choices)
+        self.path = path if isinstance(path, str) else "<mixture>"
         self.params = PlanParams(seed=seed, batch_size=batch_size, tail=tail, shuffle=shuffle,
                                  shuffle_window=shuffle_window, interleave=interleave)
-        remote = split_protocol(split_manifest_path(path))[0] != "file"
+        urls = [s.path for s in mixture.sources] if mixture is not None else [path]
+        remote = any(split_protocol(split_manifest_path(str(url)))[0] != "file" for url in urls)
         cache_dir, limit = cache_settings(cache_dir, cache_limit, remote=remote)  # K47: loader/env.py
         self.options = StreamOptions(with_index=with_index, cache_dir=cache_dir,
                                      cache_limit=limit, storage_options=storage_options)
         if data_parallel is not None:  # ints from here on: nothing unpicklable reaches a worker
             dp = as_data_parallel(data_parallel).resolve()
             self.options = replace(self.options, rank=dp.rank, world_size=dp.size, reads=dp.reads)
-        self.quality_field = quality_field
-        self.transform = transform
-        self._transform_context = transform is not None and takes_context(transform)  # ctx (SampleContext)?
-        self.collate_fn = collate_fn or collate_samples
         # The node cache also holds the manifest: one download per node, not per rank (K18). Its
         # own instance: the shard cache (and its counters, G10) is made where shards are read.
         manifest_cache = ShardCache(cache_dir, limit) if cache_dir and remote else None
-        self.dataset: StoredDataset = open_dataset(path, storage_options, manifest_cache,
-                                                   offline_setting(offline))
-        if spread is None:  # P19: spread only what was not shuffled at pack time
-            spread = default_spread(self.dataset.manifest.order)
+        self.source: DatasetSource | MixtureSource = epoch_source(
+            self.path, mixture, choices, storage_options, manifest_cache, offline_setting(offline))
+        self.batching: SampleBatching | TokenBatching = batching(choices, self.path)
+        if spread is None:  # P19: spread only what was not shuffled at pack time; a mixture interleaves itself
+            spread = default_spread(self.dataset.manifest.order) if mixture is None else 1
         self.params = replace(self.params, spread=spread)
         if tokens is None:  # a batch of token blocks may come from fewer documents
-            check_dataset(self.dataset.manifest.num_samples, self.params)  # fewer samples than a batch (P16)
+            check_dataset(self.source.samples_per_epoch, self.params)  # fewer elements than a batch (P16)
+        else:
+            self.source.for_tokens(tokens.field)
         self.control = Control()
         self._epoch = 0
         self._cache: ShardCache | None = None
-        self._plans: dict[str, Plan] = {}
-        self._lookup: RandomAccess | None = None  # ds[i] (read/random_access.py), opened lazily
+        self._plans: dict[str, StepPlan] = {}  # the last plan built (one entry)
 
-    # ---- configuration from the training process ------------------------------------------
+    # ---- what it is made of -------------------------------------------------------------------
+    @property
+    def dataset(self) -> StoredDataset:
+        """The dataset read (a mixture's first source)."""
+        return self.source.datasets[0]
+
+    @property
+    def mixture(self) -> Mixture | None:
+        """The mixture read, or None for one dataset."""
+        return self.source.mixture
+
+    @property
+    def tokens(self) -> TokenBlocks | None:
+        """The token blocks cut, or None for batches of samples."""
+        return self.batching.tokens if isinstance(self.batching, TokenBatching) else None
+
     @property
     def yields_tokens(self) -> bool:
         """Whether batches are token blocks carrying ``num_tokens``/``num_padding`` (TB9)."""
-        return False
+        return self.batching.yields_tokens
 
+    @property
+    def fingerprint(self) -> str:
+        return self.source.fingerprint
+
+    # ---- configuration from the training process ------------------------------------------
     @property
     def epoch(self) -> int:
         return self._epoch
@@ -186,13 +207,88 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
         batches a worker sends as one DataLoader item (X8, specs/batch-transport.md)."""
         self.control.write({"epoch": self._epoch, "rank": topology.rank, "world_size": topology.world_size,
                             "resume": resume, "generation": generation, "group": group,
-                            "ring": list(ring.key) if ring is not None else None})
+                            "ring": list(ring.key) if ring is not None else None,
+                            **self.source.payload(), **self.batching.payload()})
+
+    def prefetch_batches(self, num_workers: int) -> int | None:
+        """Batches each worker keeps in flight when ``ShardLoader`` is given no ``prefetch_factor``
+        (None: the loader's default; a mixture asks for more, MX15; token blocks, TB19)."""
+        wanted = self.source.prefetch_batches(num_workers, self.params)
+        return wanted if wanted is not None else self.batching.prefetch_batches(num_workers, self.params)
+
+    def transfer_batches(self) -> int | None:
+        """Batches per DataLoader item when ``ShardLoader`` is given no ``batches_per_transfer``
+        (None: the loader's default, X8; token blocks send more, their batches being cheap to make)."""
+        return self.batching.transfer_batches()
+
+    def new_tally(self) -> SourceTally | None:
+        """What counts received elements per source at the consumed boundary (mixtures only)."""
+        return self.source.new_tally()
+
+    # ---- plans ----------------------------------------------------------------------------------
+    def step_plan(self, epoch: int, world_size: int, num_workers: int,
+                  resume: dict[str, Any] | None = None) -> StepPlan:
+        """The (cached) plan ``ShardLoader`` counts steps and consumed offsets with, for a topology;
+        ``resume`` = a plan state (G6). Offsets count samples, or blocks for token blocks."""
+        params = replace(self.params, epoch=epoch, world_size=world_size, num_workers=num_workers)
+        key = repr((params, resume))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self.batching.step_plan(self.source, params, resume)
+            self._plans = {key: plan}
+        return plan
+
+    def plan(self, epoch: int, world_size: int, num_workers: int, resume: dict[str, Any] | None = None) -> Plan:
+        """The sample plan of ``epoch`` (batches of samples only; token blocks: ``step_plan``)."""
+        if self.yields_tokens:
+            raise TypeError("a token-block dataset has no sample plan; use step_plan")
+        plan = self.step_plan(epoch, world_size, num_workers, resume)
+        assert isinstance(plan, Plan)
+        return plan
+
+    def num_batches(self, epoch: int, rank: int, world_size: int, num_workers: int,
+                    resume: dict[str, Any] | None = None) -> int:
+        """Batches rank ``rank`` still yields this epoch (all ranks get the same number)."""
+        plan = self.step_plan(epoch, world_size, num_workers, resume)
+        batch = self.params.batch_size
+        width = max(num_workers, 1)
+        consumers = range(rank * width, (rank + 1) * width)
+        return sum(plan.num_batches(c) - plan.start_offsets[c] // batch for c in consumers)
+
+    # ---- its parts of a loader state (each component checks its own) --------------------------
+    def state_fingerprint(self, epoch: int) -> str:
+        """The fingerprint the loader state's plan of ``epoch`` carries."""
+        return self.source.epoch_fingerprint(epoch)
+
+    def state_part(self, epoch: int, resume: dict[str, Any] | None, received: np.ndarray | None) -> dict[str, Any]:
+        """The keys a loader state adds for the source and the batching at ``offsets``."""
+        return self.source.state_part(epoch, resume, received)
+
+    def plan_state(self, plan: Any, offsets: list[int], epoch: int) -> dict[str, Any]:
+        """The loader state's ``plan``: ``plan`` (from ``step_plan``) after ``offsets``."""
+        return self.batching.plan_state(plan, offsets, self.state_fingerprint(epoch))
+
+    def extra_state(self, plan: Any, offsets: list[int]) -> dict[str, Any]:
+        """The batching's keys of a loader state at ``offsets`` (token blocks: ``tokens``)."""
+        return self.batching.state_part(plan, offsets)
+
+    def load_state_part(self, state: dict[str, Any]) -> str:
+        """Check and apply the components' parts of a loader state (an unknown part is refused by
+        name); returns the fingerprint its plan must carry."""
+        known = BASE_STATE_KEYS | self.source.part_keys | self.batching.part_keys
+        for key in sorted(set(state) - known):
+            hint = PART_HINTS.get(key, "saved by another kind of dataset or a newer shardkit")
+            raise StateError(f"loader state: it has a {key!r} part this dataset does not read ({hint})")
+        self._plans = {}
+        fingerprint = self.source.load_part(state)
+        self.batching.load_part(state, self.source)
+        return fingerprint
 
     # ---- sizes and random access: sizes count samples; len(ShardLoader) counts steps (R12) ----
     @property
     def num_samples(self) -> int:
-        """Samples in the dataset (every shard), whatever the topology."""
-        return self.dataset.manifest.num_samples
+        """Samples in the dataset (every shard), whatever the topology; a mixture: in one epoch."""
+        return self.source.num_samples
 
     def __len__(self) -> int:
         """Samples this rank yields in one whole epoch: its steps × ``batch_size`` (pads
@@ -205,14 +301,7 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
     def __getitem__(self, index: int) -> dict[str, Any]:
         """The stored sample at global ``index`` (manifest order, as ``batch["_index"]``), read
         through range reads (no whole-shard download); no transform. Not thread-safe."""
-        return self._random_access().sample(index)
-
-    def _random_access(self) -> RandomAccess:
-        dataset = self.dataset.in_this_process()
-        if self._lookup is None or self._lookup.dataset is not dataset:
-            self.dataset = dataset
-            self._lookup = RandomAccess(dataset)
-        return self._lookup
+        return self.source.sample(index)
 
     # ---- iteration (in the consumer's process) --------------------------------------------
     def _topology(self, payload: dict[str, Any]) -> Topology:
@@ -224,7 +313,7 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
         return Topology(rank, world, worker, num_workers)
 
     def _shard_cache(self) -> ShardCache | None:
-        if self.options.cache_dir is None or self.dataset.store.is_local:
+        if self.options.cache_dir is None or not self.source.needs_cache():
             return None
         if self._cache is None:
             self._cache = ShardCache(self.options.cache_dir, self.options.cache_limit)
@@ -232,16 +321,21 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
 
     def __iter__(self) -> Iterator[Any]:
         check_caller(f"StreamingDataset({self.path!r})")  # only ShardLoader may batch it (R11)
-        self.dataset = self.dataset.in_this_process()
         payload = self.control.read() or {}
+        self.source.receive(payload)  # a persistent worker: the loaded state of this iteration (L6)
+        if self.batching.receive(payload) or payload.get("mixture") is not None:
+            self._plans = {}
         topology = self._topology(payload)
         epoch = payload.get("epoch", self._epoch)
-        plan = self.plan(epoch, topology.world_size, topology.num_workers, payload.get("resume"))
+        plan = self.step_plan(epoch, topology.world_size, topology.num_workers, payload.get("resume"))
         emitter, group = self._emitter(plan, topology, payload, epoch)
-        consumer, start = emitter.consumer, emitter.position
-        windows = self._windows(plan, consumer, start, self._shard_cache(), emitter.stats)
-        batches = map(emitter.emit, cut_batches(windows, self.params.batch_size, consumer))
-        return batches if group == 1 else in_groups(batches, group, start // self.params.batch_size)
+        batch_size, cache = self.params.batch_size, self._shard_cache()
+        if isinstance(self.batching, TokenBatching):
+            batches = self.batching.batches(self.source, plan, emitter, cache, batch_size,  # type: ignore[arg-type]
+                                            self.options.with_index)
+        else:
+            batches = self.batching.batches(self.source, plan, emitter, cache, batch_size)  # type: ignore[arg-type]
+        return batches if group == 1 else in_groups(batches, group, emitter.position // batch_size)
 
     def _emitter(self, plan: StepPlan, topology: Topology, payload: dict[str, Any], epoch: int) -> tuple[Emitter, int]:
         """The emitter of the consumer of ``plan`` this worker serves, and how many batches it
@@ -256,59 +350,19 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
         ring = find(payload.get("ring")) if pack else None  # inherited from a forking trainer
         cache = self._shard_cache()
         stats = WorkerStats(cache=cache.stats if cache else None)
-        return Emitter(self._collate, stats, consumer, epoch, start, pack, ring, topology.worker), group
-
-    def _windows(self, plan: Plan, consumer: int, start: int, cache: ShardCache | None,
-                 stats: WorkerStats) -> Iterator[WindowSamples]:
-        """The consumer's samples in plan order, transformed if there is a ``transform``."""
-        # The default collation copies every value into the batch at once, so large samples may
-        # come as views of the (verified) block instead of copies (format/sample_views.py), and
-        # column blocks as their columns (loader/collate_columns.py).
-        views = self.transform is None and self.collate_fn is collate_samples
-        options = ReadOptions(read_ahead=_spare_core(plan.params.num_workers), views=views)
-        windows = self._read_consumer(plan, consumer, start, cache, stats, options)
-        if self.transform is None:
-            return windows
-        return transformed(windows, self.transform, self._transform_context, plan.params.epoch, plan.params.seed)
-
-    def _read_consumer(self, plan: Plan, consumer: int, start: int, cache: ShardCache | None,
-                       stats: WorkerStats, options: ReadOptions) -> Iterator[WindowSamples]:
-        """Consumer ``consumer``'s samples from ``start`` (a mixture dataset reads its sources)."""
-        return iter_consumer(self.dataset, plan, consumer, start, cache, stats.read, options)
-
-    def _collate(self, cut: BatchCut) -> Any:
-        parts, batch = cut.parts, None
-        if all(isinstance(part, ColumnPiece) for part in parts):  # only with the default collation
-            batch = collate_pieces(parts)  # type: ignore[arg-type]
-        if batch is None:
-            batch = self.collate_fn([sample for part in parts for sample in as_samples(part, views=True)])
-        if isinstance(batch, dict):
-            if self.params.tail == "pad":
-                batch["_padded"] = alloc_like(cut.padded, torch.bool)
-            if self.options.with_index:
-                batch["_index"] = alloc_like(cut.indices, torch.int64)
-        return batch
+        collate: Callable[[Any], Any] = _no_collation
+        if isinstance(self.batching, SampleBatching):
+            collate = functools.partial(self.batching.collate, self.source, pad=self.params.tail == "pad",
+                                        with_index=self.options.with_index)
+        return Emitter(collate, stats, consumer, epoch, start, pack, ring, topology.worker), group
 
     # ---- pickling for spawn-started workers -----------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_cache"] = None
         state["_plans"] = {}
-        state["_lookup"] = None
         return state
 
 
-def _spare_core(num_workers: int) -> bool:
-    """Whether a reading process has a core to spare for a read-ahead thread: the consumers
-    (the workers, or the training process itself) and the training process need one each, on
-    every rank of this node (``LOCAL_WORLD_SIZE``, set by torchrun)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    try:
-        local_ranks = max(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), 1)
-    except ValueError:
-        local_ranks = 1
-    busy = local_ranks * (max(num_workers, 1) + (1 if num_workers > 0 else 0))
-    return cores > busy
+def _no_collation(cut: Any) -> Any:
+    raise AssertionError("token blocks are made whole (Emitter.emit_made), never collated")

@@ -265,7 +265,7 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
             self._steps += 1
             if self._audit is not None:
                 self._audit_batch(batch)
-            counts = (batch["num_tokens"], batch["num_padding"]) if self.streaming.yields_tokens else None
+            counts = self.streaming.batching.step_counts(batch)
             self._stats.step(time.perf_counter() - asked, self.streaming.params.batch_size, meta, in_group, counts)
             if self.log_every and self._steps % self.log_every == 0:
                 log.info("shardkit loader: %s", _stats_line(self._stats.summary()))
@@ -287,8 +287,7 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
 
     def _shard_name(self, shard_index: int) -> str | None:
         """The name of shard ``shard_index`` (None for a mixture: its indices are per source)."""
-        shards = self.streaming.dataset.manifest.shards if self._tally is None else ()  # a tally: a mixture
-        return shards[shard_index].name if 0 <= shard_index < len(shards) else None
+        return self.streaming.source.shard_name(shard_index)
 
 
 def _unprofiled_next(batches: Iterator[Any]) -> Callable[[], Any]:

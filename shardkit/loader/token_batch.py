@@ -1,6 +1,6 @@
 """Token-block batches as tensors (specs/token-blocks.md TB4); the cutting is in
 :mod:`shardkit.plan.token_blocks`; ``StreamingDataset(..., tokens=...)`` streams them
-(loader/token_dataset.py).
+(loader/token_batching.py).
 
 ``token_batches(work, docs, options, batch_size, state)`` yields ``(batch, state)``: ``batch``
 holds int64 ``input_ids``/``labels``/``position_ids`` of shape (B, L), int32 ``cu_seqlens`` and

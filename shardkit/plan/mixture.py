@@ -33,7 +33,7 @@ class MixSource:
     shard_sizes: np.ndarray
     weight: float = 1.0
     fingerprint: str = ""
-    num_tokens: int | None = None  # tokens of all its samples (weights in tokens, MX13)
+    num_tokens: int | None = None  # tokens of all its samples, or of as many weighted elements (MX13, MX17)
     sample_weights: SampleWeights | None = None  # one weight per sample: weighted passes (MX17)
 
     def __post_init__(self) -> None:
@@ -108,9 +108,6 @@ class MixSpec:
         if self.unit not in UNITS:
             raise PlanError(f"mixture weight unit: expected one of {UNITS}, got {self.unit!r}")
         for source in self.sources:
-            if self.unit == "tokens" and source.sample_weights is not None:
-                raise PlanError(f"source {source.name!r}: per-sample weights with weights in tokens are not "
-                                f"supported (a weighted pass's tokens are not the source's; MX17)")
             if self.unit == "tokens" and source.num_samples and not source.num_tokens:
                 raise PlanError(f"source {source.name!r}: weights in tokens need its token total "
                                 f"(num_tokens > 0), got {source.num_tokens!r}")

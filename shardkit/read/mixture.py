@@ -140,8 +140,9 @@ class OpenMixture:
                                  for s, ds in zip(self.mixture.sources, self.datasets, strict=True))
 
     def spec(self) -> MixSpec:
-        tokens = [None] * len(self.datasets) if self.lengths is None else [int(n.sum()) for n in self.lengths]
         weights = self.weights or (None,) * len(self.datasets)
+        tokens = [None] * len(self.datasets) if self.lengths is None else \
+            [_token_total(n, w) for n, w in zip(self.lengths, weights, strict=True)]
         sources = tuple(
             MixSource(s.label, np.asarray(ds.manifest.shard_sizes, dtype=np.int64), s.weight,
                       ds.manifest.fingerprint, k, w)
@@ -152,6 +153,19 @@ class OpenMixture:
         schedule = tuple(ScheduleStep(epoch, tuple(float(w.get(n, 0.0)) for n in labels), sample)
                          for (epoch, sample), w in self.mixture.steps.items())
         return MixSpec(sources, size, self.mixture.composition, schedule, unit=self.mixture.weight_unit)
+
+
+def _token_total(lengths: np.ndarray, weights: SampleWeights | None) -> int:
+    """The token total weights in tokens divide by (MX13): the source's tokens, or for a source
+    weighting its own samples (MX17) the tokens of as many elements of its weighted passes — its
+    sample count times the weighted mean length ``sum(w·len) / sum(w)``, rounded — so a token
+    share asks for the elements whose expected tokens it is."""
+    if weights is None:
+        return int(lengths.sum())
+    w = weights.weights.astype(np.float64)
+    total = float(w.sum())
+    mean = float(np.dot(w, lengths.astype(np.float64))) / total if total > 0 else 0.0
+    return int(round(mean * len(lengths)))
 
 
 def source_lengths(source: Source, dataset: StoredDataset, field: str) -> np.ndarray:

@@ -177,17 +177,19 @@ def consumed_pairs(batch: dict[str, Any]) -> list[Pair]:
 
 def run_level(path: str | sk.Mixture, tokens: sk.TokenBlocks, batch_size: int, world: int, tail: str,
               state: dict[str, Any] | None, kills: Sequence[int] | None,
-              steps: list[int] | None = None) -> tuple[list[Pair], dict[str, Any], Any]:
+              steps: list[int] | None = None, **dataset: Any) -> tuple[list[Pair], dict[str, Any], Any]:
     """Consume one level on ``world`` ranks (in this process, no workers): rank ``r`` stops after
     ``kills[r]`` batches (all with ``kills=None``). Returns the pairs consumed, the global
     state at the boundary (as ``state_dict`` builds it after its gather, a mixture's per-source
-    counts summed over ranks), and the last plan; ``steps`` gets each rank's batches."""
+    counts summed over ranks), and the last plan; ``steps`` gets each rank's batches; ``dataset``:
+    more keywords of the ``StreamingDataset`` (``sample_weights=``)."""
     pairs: list[Pair] = []
     offsets: dict[int, int] = {}
     received: Counter[int] = Counter()
     ds = None
     for rank in range(world):
-        ds = sk.StreamingDataset(path, batch_size=batch_size, tokens=tokens, tail=tail, with_index=True, seed=3)
+        ds = sk.StreamingDataset(path, batch_size=batch_size, tokens=tokens, tail=tail, with_index=True, seed=3,
+                                 **dataset)
         ds.options = replace(ds.options, rank=rank, world_size=world)
         loader = sk.ShardLoader(ds)
         if state is not None:
@@ -210,7 +212,7 @@ def run_level(path: str | sk.Mixture, tokens: sk.TokenBlocks, batch_size: int, w
     epoch, resume = 0, state["plan"] if state else None
     plan = ds.step_plan(epoch, world, 0, resume)
     merged = [offsets.get(c, start) for c, start in enumerate(plan.start_offsets)]
-    width = 2 * len(ds.spec.sources) if isinstance(path, sk.Mixture) else 0
+    width = 2 * len(ds.source.spec.sources) if isinstance(path, sk.Mixture) else 0
     counts = np.array([received[i] for i in range(width)], dtype=np.int64)
     new_state = {"version": 1, "kind": "shardkit.loader", "epoch": epoch, "steps": 0,
                  "plan": ds.plan_state(plan, merged, epoch), **ds.state_part(epoch, resume, counts),

@@ -1,4 +1,4 @@
-"""``MixtureDataset`` through ``ShardLoader`` with real DataLoader workers (specs/mixture.md MX1,
+"""A mixture (``StreamingDataset(mixture)``) through ``ShardLoader`` with real DataLoader workers (specs/mixture.md MX1,
 MX5, MX7): one epoch delivers the mixture's multiset with ``_source`` right; a kill and an
 elastic resume (other batch size and worker count) finish it exactly; a changed mix is refused."""
 
@@ -33,18 +33,18 @@ def mixture(roots: dict[str, str], weights: tuple[float, float, float] = (0.6, 0
 
 
 def loader(mix: sk.Mixture, batch_size: int, num_workers: int) -> sk.ShardLoader:
-    dataset = sk.MixtureDataset(mix, batch_size=batch_size, seed=7, tail="pad", shuffle_window=8,
+    dataset = sk.StreamingDataset(mix, batch_size=batch_size, seed=7, tail="pad", shuffle_window=8,
                              with_index=True, with_source=True)
     return sk.ShardLoader(dataset, num_workers=num_workers)
 
 
-def take(batches: Any, dataset: sk.MixtureDataset, steps: int | None) -> list[int]:
+def take(batches: Any, dataset: sk.StreamingDataset, steps: int | None) -> list[int]:
     """Real global indices of up to ``steps`` batches; checks _source and the decoded ids."""
     got: list[int] = []
     for step, batch in enumerate(batches):
         indices, sources = batch["_index"].numpy(), batch["_source"].numpy()
         for row, (index, source) in enumerate(zip(indices.tolist(), sources.tolist(), strict=True)):
-            local = index - int(dataset._sample_bases[source])  # noqa: SLF001
+            local = index - int(dataset.source._sample_bases[source])  # noqa: SLF001
             assert 0 <= local < sum(list(SIZES.values())[source])
             assert int(batch["id"][row]) == local == expected_sample(local)["id"]
             if not bool(batch["_padded"][row]):
@@ -63,7 +63,7 @@ def test_an_epoch_delivers_the_mixture_multiset(roots: dict[str, str], num_worke
     got = take(iter(shard_loader), dataset, None)
     assert steps == -(-150 // 4)
     params = PlanParams(seed=7, epoch=1, batch_size=4, tail="pad", shuffle_window=8)
-    assert collections.Counter(got) == expected_multiset(dataset.spec, params)
+    assert collections.Counter(got) == expected_multiset(dataset.source.spec, params)
 
 
 def test_kill_and_elastic_resume_finish_the_epoch_exactly(roots: dict[str, str]) -> None:
@@ -75,7 +75,7 @@ def test_kill_and_elastic_resume_finish_the_epoch_exactly(roots: dict[str, str])
     second.load_state_dict(state)
     rest = take(iter(second), second.streaming, None)
     params = PlanParams(seed=7, epoch=1, batch_size=4, tail="pad", shuffle_window=8)
-    assert collections.Counter(consumed + rest) == expected_multiset(first.streaming.spec, params)
+    assert collections.Counter(consumed + rest) == expected_multiset(first.streaming.source.spec, params)
     # a new mix is accepted: it takes effect at the next epoch (MX8, test_mixture_loader_state.py)
     loader(mixture(roots, (0.1, 0.3, 0.6)), 3, 0).load_state_dict(state)
     with pytest.raises(StateError, match="fingerprint"):  # the plan part is still checked
@@ -104,7 +104,7 @@ def test_workers_keep_half_a_window_of_batches_in_flight(roots: dict[str, str]) 
     unshuffled mixture and one dataset keep theirs; the deep queue delivers the multiset exactly."""
     def mixture_loader(**options: Any) -> sk.ShardLoader:
         prefetch, workers = options.pop("prefetch_factor", None), options.pop("num_workers", 2)
-        dataset = sk.MixtureDataset(mixture(roots), batch_size=4, seed=7, tail="pad", with_index=True,
+        dataset = sk.StreamingDataset(mixture(roots), batch_size=4, seed=7, tail="pad", with_index=True,
                                     with_source=True, **options)
         return sk.ShardLoader(dataset, num_workers=workers, prefetch_factor=prefetch)
 
@@ -117,13 +117,13 @@ def test_workers_keep_half_a_window_of_batches_in_flight(roots: dict[str, str]) 
     assert sk.ShardLoader(sk.StreamingDataset(roots["web"], batch_size=4, shuffle_window=128),
                           num_workers=2).prefetch_factor == 2
     dataset = mixture_loader(shuffle_window=128).streaming  # large samples: bytes in flight bound it
-    sample_bytes = dataset._sample_bytes()
+    sample_bytes = dataset.source._sample_bytes()  # noqa: SLF001
     assert sample_bytes > 0
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("shardkit.loader.mixture_dataset.MAX_PREFETCH_BYTES", 3 * 4 * sample_bytes)
+        patch.setattr("shardkit.loader.mixture_source.MAX_PREFETCH_BYTES", 3 * 4 * sample_bytes)
         assert dataset.prefetch_batches(2) == 3
     shard_loader = mixture_loader(shuffle_window=128)
     shard_loader.set_epoch(1)
     got = take(iter(shard_loader), shard_loader.streaming, None)
     params = PlanParams(seed=7, epoch=1, batch_size=4, tail="pad", shuffle_window=128)
-    assert collections.Counter(got) == expected_multiset(shard_loader.streaming.spec, params)
+    assert collections.Counter(got) == expected_multiset(shard_loader.streaming.source.spec, params)

@@ -37,15 +37,15 @@ def augment(sample: dict[str, Any], ctx: sk.SampleContext) -> dict[str, Any]:
     return sample
 
 
-def make(roots: dict[str, str], batch_size: int) -> sk.MixtureDataset:
+def make(roots: dict[str, str], batch_size: int) -> sk.StreamingDataset:
     mix = sk.Mixture([sk.Source(roots["big"], 2.0), sk.Source(roots["tiny"], 1.0)], samples_per_epoch=60)
     dataset = sk.StreamingDataset(mix, batch_size=batch_size, with_source=True, transform=augment, **PARAMS)
-    assert isinstance(dataset, sk.MixtureDataset)
+    assert dataset.mixture is not None
     return dataset
 
 
 def take(shard_loader: sk.ShardLoader, steps: int | None = None) -> list[tuple[str, int, int, float]]:
-    names = shard_loader.streaming.spec.names
+    names = shard_loader.streaming.source.spec.names
     got = []
     for step, batch in enumerate(shard_loader):
         real = ~batch["_padded"].numpy()

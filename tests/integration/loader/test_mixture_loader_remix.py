@@ -32,13 +32,13 @@ def loader(roots: dict[str, str], weights: dict[str, float], batch_size: int, wo
            apply_mix: str = "now", composition: str = "stratified") -> sk.ShardLoader:
     mix = sk.Mixture([sk.Source(roots[n], w, n) for n, w in weights.items()], samples_per_epoch=150,
                      composition=composition)
-    dataset = sk.MixtureDataset(mix, batch_size=batch_size, seed=7, tail="pad", shuffle_window=8,
+    dataset = sk.StreamingDataset(mix, batch_size=batch_size, seed=7, tail="pad", shuffle_window=8,
                                 with_source=True, apply_mix=apply_mix)
     return sk.ShardLoader(dataset, num_workers=workers)
 
 
 def take(shard_loader: sk.ShardLoader, steps: int | None = None) -> list[tuple[str, int]]:
-    names = shard_loader.streaming.spec.names
+    names = shard_loader.streaming.source.spec.names
     got: list[tuple[str, int]] = []
     for step, batch in enumerate(shard_loader):
         real = ~batch["_padded"].numpy()

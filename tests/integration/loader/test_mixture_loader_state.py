@@ -48,14 +48,14 @@ NEW = {"extra": 0.5, "math": 0.2, "code": 0.2, "web": 0.1}  # added, reordered, 
 
 
 def loader(mix: sk.Mixture, batch_size: int, num_workers: int) -> sk.ShardLoader:
-    dataset = sk.MixtureDataset(mix, batch_size=batch_size, with_index=True, with_source=True, **PARAMS)
+    dataset = sk.StreamingDataset(mix, batch_size=batch_size, with_index=True, with_source=True, **PARAMS)
     return sk.ShardLoader(dataset, num_workers=num_workers)
 
 
 def take(shard_loader: sk.ShardLoader, steps: int | None = None) -> list[tuple[str, int]]:
     """(source name, sample id) of every real sample received, up to ``steps`` batches."""
-    names = shard_loader.streaming.spec.names
-    bases = shard_loader.streaming._sample_bases  # noqa: SLF001
+    names = shard_loader.streaming.source.spec.names
+    bases = shard_loader.streaming.source._sample_bases  # noqa: SLF001
     got: list[tuple[str, int]] = []
     for step, batch in enumerate(shard_loader):
         real = ~batch["_padded"].numpy()
@@ -92,7 +92,7 @@ def test_resume_with_a_new_mix_finishes_the_epoch_then_continues_every_stream(ro
     second = loader(mixture(roots, NEW), 3, 2)
     second.load_state_dict(state)
     rest = take(second)
-    old_spec = first.streaming.spec
+    old_spec = first.streaming.source.spec
     assert collections.Counter(consumed + rest) == planned(old_spec, 1, 4)
     assert per_source(consumed + rest) == dict(zip(OLD, old_spec.counts(1).tolist(), strict=True))
     final = second.state_dict()  # the end of the epoch: every source consumed its count (tail pad)
@@ -100,12 +100,12 @@ def test_resume_with_a_new_mix_finishes_the_epoch_then_continues_every_stream(ro
         list(zip(OLD, old_spec.counts(1).tolist(), strict=True))
 
     params = PlanParams(epoch=1, batch_size=3, world_size=1, num_workers=2, **PARAMS)  # type: ignore[arg-type]
-    new_spec = sk.MixtureDataset(mixture(roots, NEW), batch_size=3, **PARAMS).spec
+    new_spec = sk.StreamingDataset(mixture(roots, NEW), batch_size=3, **PARAMS).source.spec
     mix_state = {**state["mixture"], "plan": state["plan"]}
     _, later = resume_mixture(new_spec, params, mix_state)
     second.set_epoch(2)
     assert collections.Counter(take(second)) == planned(later, 2, 3)  # the new mix, streams continued
-    assert second.streaming.spec.cursors(2).tolist() == [0, 30, 90, 180]  # extra (new), math, code, web
+    assert second.streaming.source.spec.cursors(2).tolist() == [0, 30, 90, 180]  # extra (new), math, code, web
 
 
 def test_a_chain_of_resumes_accumulates_consumed_per_source(roots: dict[str, str]) -> None:
@@ -121,7 +121,7 @@ def test_a_chain_of_resumes_accumulates_consumed_per_source(roots: dict[str, str
     assert second.stats()["sources"] == {n: per_source(more).get(n, 0) for n in OLD}  # this iteration only
     third = loader(mixture(roots, OLD), 2, 1)
     third.load_state_dict(again)
-    assert collections.Counter(consumed + more + take(third)) == planned(first.streaming.spec, 0, 4)
+    assert collections.Counter(consumed + more + take(third)) == planned(first.streaming.source.spec, 0, 4)
 
 
 def test_a_changed_or_removed_source_is_refused_by_name(roots: dict[str, str]) -> None:
@@ -153,10 +153,10 @@ def test_single_dataset_and_older_mixture_states_still_load(roots: dict[str, str
     first = loader(mixture(roots, OLD), 4, 0)
     consumed = take(first, 3)
     older = {k: v for k, v in first.state_dict().items() if k != "mixture"}
-    older["plan"] = dict(older["plan"], fingerprint=first.streaming.spec.fingerprint())
+    older["plan"] = dict(older["plan"], fingerprint=first.streaming.source.spec.fingerprint())
     second = loader(mixture(roots, OLD), 4, 0)
     second.load_state_dict(older)
-    assert collections.Counter(consumed + take(second)) == planned(first.streaming.spec, 0, 4)
+    assert collections.Counter(consumed + take(second)) == planned(first.streaming.source.spec, 0, 4)
 
 
 def test_persistent_workers_get_a_state_loaded_after_they_started(roots: dict[str, str]) -> None:
@@ -164,11 +164,11 @@ def test_persistent_workers_get_a_state_loaded_after_they_started(roots: dict[st
     first = loader(mixture(roots, OLD), 4, 0)
     consumed = take(first, 6)
     state = first.state_dict()
-    dataset = sk.MixtureDataset(mixture(roots, NEW), batch_size=4, with_index=True, with_source=True, **PARAMS)
+    dataset = sk.StreamingDataset(mixture(roots, NEW), batch_size=4, with_index=True, with_source=True, **PARAMS)
     second = sk.ShardLoader(dataset, num_workers=2, persistent_workers=True)
-    assert per_source(take(second)) == dict(zip(NEW, dataset.spec.counts(0).tolist(), strict=True))  # workers up
+    assert per_source(take(second)) == dict(zip(NEW, dataset.source.spec.counts(0).tolist(), strict=True))  # workers up
     second.load_state_dict(state)
-    assert collections.Counter(consumed + take(second)) == planned(first.streaming.spec, 0, 4)
+    assert collections.Counter(consumed + take(second)) == planned(first.streaming.source.spec, 0, 4)
 
 
 weights = st.floats(0.0, 4.0).map(lambda w: round(w, 2))
@@ -206,11 +206,11 @@ def test_any_chain_of_resumes_with_new_mixes_delivers_the_plan(
             [(n, per_source(got).get(n, 0)) for n in OLD]
         if i == 1:
             before_last = state
-    first_spec = sk.MixtureDataset(mixes[0], batch_size=1, **PARAMS).spec
+    first_spec = sk.StreamingDataset(mixes[0], batch_size=1, **PARAMS).source.spec
     assert collections.Counter(got) == planned(first_spec, 0, batches[0])
     params = PlanParams(batch_size=batches[2], **PARAMS)  # type: ignore[arg-type]
     mix_state = {**before_last["mixture"], "plan": before_last["plan"]}
-    _, later = resume_mixture(sk.MixtureDataset(mixes[2], batch_size=1, **PARAMS).spec, params, mix_state)
+    _, later = resume_mixture(sk.StreamingDataset(mixes[2], batch_size=1, **PARAMS).source.spec, params, mix_state)
     current.set_epoch(1)
     assert collections.Counter(take(current)) == planned(later, 1, batches[2])
 
@@ -219,7 +219,7 @@ def test_a_snapshot_boundary_counts_per_source_up_to_it(roots: dict[str, str]) -
     """``state_dict(snapshot)`` (what DevicePrefetcher saves) counts up to that boundary only."""
     shard_loader = loader(mixture(roots, OLD), 4, 2)
     batches = iter(shard_loader)
-    names = shard_loader.streaming.spec.names
+    names = shard_loader.streaming.source.spec.names
     received: list[str] = []
     for _ in range(5):
         batch = next(batches)

@@ -52,8 +52,8 @@ def test_token_weights_count_tokens_and_resume_exactly(roots: dict[str, str]) ->
     workers with batch 3 add up to the plan's per-source samples, and ``consumed_tokens``
     (state) and ``stats()["sources"]`` hold the tokens of exactly what the loop received."""
     mix = token_mixture(roots)
-    first = sk.ShardLoader(sk.MixtureDataset(mix, batch_size=4, seed=3, tail="pad", with_source=True))
-    spec = first.streaming.spec
+    first = sk.ShardLoader(sk.StreamingDataset(mix, batch_size=4, seed=3, tail="pad", with_source=True))
+    spec = first.streaming.source.spec
     weights = [w * sum(SIZES[n]) / tokens_of(n) for n, w in (("web", 0.5), ("code", 0.3), ("math", 0.2))]
     assert spec.counts(0).tolist() == largest_remainder(120, weights).tolist()
     assert [s.num_tokens for s in spec.sources] == [tokens_of(n) for n in SIZES]
@@ -63,7 +63,7 @@ def test_token_weights_count_tokens_and_resume_exactly(roots: dict[str, str]) ->
     assert state["mixture"]["unit"] == "tokens" and state["mixture"]["version"] == 2
     assert [e["consumed_tokens"] for e in entries] == [sum(i % 5 for s, i in got if s == k) for k in range(3)]
     assert first.stats()["sources"]["web"]["tokens"] == entries[0]["consumed_tokens"]
-    second = sk.ShardLoader(sk.MixtureDataset(mix, batch_size=3, seed=3, tail="pad", with_source=True),
+    second = sk.ShardLoader(sk.StreamingDataset(mix, batch_size=3, seed=3, tail="pad", with_source=True),
                             num_workers=2)
     second.load_state_dict(state)
     rest = take(second)
@@ -83,8 +83,8 @@ def test_a_step_schedule_from_a_file_changes_every_batch_after_its_step(roots: d
                     f'[[sources]]\npath = "{roots["web"]}"\nweight = 1.0\n'
                     f'[[sources]]\npath = "{roots["code"]}"\nweight = 0.0\n'
                     f'[[schedule]]\nfirst_epoch = 0\nfirst_sample = 40\nweights = {{ code = 1.0 }}\n')
-    dataset = sk.MixtureDataset(str(path), batch_size=4, seed=1, with_source=True)
+    dataset = sk.StreamingDataset(str(path), batch_size=4, seed=1, with_source=True)
     batches = [batch["_source"].numpy() for batch in sk.ShardLoader(dataset, num_workers=2, batches_per_transfer=1)]
     assert len(batches) == 24
     assert all((b == 0).all() for b in batches[:10]) and all((b == 1).all() for b in batches[10:])
-    assert np.concatenate(batches).tolist().count(1) == 56 == dataset.spec.counts(0)[1]
+    assert np.concatenate(batches).tolist().count(1) == 56 == dataset.source.spec.counts(0)[1]

@@ -43,11 +43,11 @@ def augment(sample: dict[str, Any], ctx: sk.SampleContext) -> dict[str, Any]:
     return {"id": sample["id"], "copy": ctx.copy, "draw": ctx.rng().random()}
 
 
-def make(roots: dict[str, str], batch_size: int, weights: Any = "quality") -> sk.MixtureDataset:
+def make(roots: dict[str, str], batch_size: int, weights: Any = "quality") -> sk.StreamingDataset:
     mix = sk.Mixture([sk.Source(roots["web"], 0.7, "web", sample_weights=weights), sk.Source(roots["code"], 0.3)],
                      samples_per_epoch=230, composition="stratified")
     dataset = sk.StreamingDataset(mix, batch_size=batch_size, with_source=True, transform=augment, **PARAMS)
-    assert isinstance(dataset, sk.MixtureDataset)
+    assert dataset.mixture is not None
     return dataset
 
 
@@ -56,7 +56,7 @@ Element = tuple[str, int, int]
 
 def take(shard_loader: sk.ShardLoader, steps: int | None = None) -> list[tuple[Element, float]]:
     """((source, id, copy), draw) of every real sample received, up to ``steps`` batches."""
-    names = shard_loader.streaming.spec.names
+    names = shard_loader.streaming.source.spec.names
     got: list[tuple[Element, float]] = []
     for step, batch in enumerate(shard_loader):
         real = ~batch["_padded"].numpy()
@@ -95,7 +95,7 @@ def test_a_weighted_source_gives_the_planned_multiset_across_a_kill_and_elastic_
     third.load_state_dict(json.loads(json.dumps(second.state_dict())))
     got += take(third)
     elements = collections.Counter(e for e, _ in got)
-    assert elements == planned(first.streaming.spec, 1)
+    assert elements == planned(first.streaming.source.spec, 1)
     assert sum(elements.values()) == 230
     web = [e for e in elements if e[0] == "web"]
     assert len(web) == sum(elements[e] for e in web)  # every web element distinct: (id, copy)
@@ -117,7 +117,7 @@ def test_an_array_is_the_field_and_other_weights_are_refused_by_name(roots: dict
     from_array = sk.ShardLoader(make(roots, 4, QUALITY * 2.0), num_workers=0)  # scaling changes nothing
     from_array.load_state_dict(state)
     rest = take(from_array)
-    assert collections.Counter(e for e, _ in got + rest) == planned(from_field.streaming.spec, 0)
+    assert collections.Counter(e for e, _ in got + rest) == planned(from_field.streaming.source.spec, 0)
     changed = QUALITY.copy()
     changed[3] = 4.0
     with pytest.raises(StateError, match=r"'web'.*sample weights changed.*sample_weights of"):
@@ -130,12 +130,12 @@ def test_a_new_mix_now_takes_every_weighted_element_at_most_once(roots: dict[str
     """MX17 with MX12 (``apply_mix="now"``): the rest of a started epoch re-planned with new
     weights on another topology; every web element received is distinct, the epoch still holds 230,
     and the state's per-source ``consumed`` is what the loop received."""
-    def remixed(web: float, apply: str, batch_size: int) -> sk.MixtureDataset:
+    def remixed(web: float, apply: str, batch_size: int) -> sk.StreamingDataset:
         mix = sk.Mixture([sk.Source(roots["web"], web, "web", sample_weights="quality"),
                           sk.Source(roots["code"], 1.0 - web)], samples_per_epoch=230, composition="random")
         dataset = sk.StreamingDataset(mix, batch_size=batch_size, with_source=True, transform=augment,
                                       apply_mix=apply, **PARAMS)
-        assert isinstance(dataset, sk.MixtureDataset)
+        assert dataset.mixture is not None
         return dataset
 
     first = sk.ShardLoader(remixed(0.7, "next_epoch", 4), num_workers=2)
@@ -148,11 +148,3 @@ def test_a_new_mix_now_takes_every_weighted_element_at_most_once(roots: dict[str
     assert not any(QUALITY[i] == 0 for name, i, _ in elements if name == "web")
     consumed = {e["name"]: e["consumed"] for e in second.state_dict()["mixture"]["sources"]}
     assert consumed == dict(collections.Counter(name for name, _, _ in elements.elements()))
-
-
-def test_token_blocks_over_a_weighted_source_are_refused_by_name(roots: dict[str, str]) -> None:
-    """MX17: token blocks (MX14) over a mixture with per-sample weights are refused, naming the
-    weighted source, before any weight is read."""
-    mix = sk.Mixture([sk.Source(roots["web"], 0.7, "web", sample_weights="quality"), sk.Source(roots["code"], 0.3)])
-    with pytest.raises(ValueError, match=r"\['web'\] have sample_weights.*MX17"):
-        sk.StreamingDataset(mix, batch_size=2, tokens=sk.TokenBlocks(8))

@@ -69,6 +69,28 @@ def test_two_workers_killed_then_resumed_elastically_with_another_seq_len(tmp_pa
     _finish_exactly_once(path, first, state, 3, sk.TokenBlocks(7, eos_id=2, bos_id=1))
 
 
+def test_token_blocks_over_a_weighted_dataset_through_two_workers_killed_and_resumed(tmp_path):
+    """TB25: token blocks over a weighted epoch source (sample_weights=, SW1) through W=2, killed
+    and resumed on W=1 with another batch size and seq_len: every position of every element of the
+    weighted multiset (a sample twice in it: two documents) consumed once per occurrence."""
+    path = write_token_dataset(str(tmp_path / "ds"), LENGTHS)
+    weights = {"sample_weights": [float(i % 4) for i in range(len(LENGTHS))], "samples_per_epoch": 120}
+    ds = _dataset(path, 2, TOKENS, **weights)
+    order = order_of(ds)
+    assert max(Counter(order).values()) > 1  # the weighted epoch repeats samples
+    loader = sk.ShardLoader(ds, num_workers=2, batches_per_transfer=2)
+    first = _take(loader, 7)
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert state["sample_weights"]["samples_per_epoch"] == 120 and "tokens" in state
+    tokens = sk.TokenBlocks(11, eos_id=2, bos_id=1)
+    resumed_ds = _dataset(path, 3, tokens, **weights)
+    resumed = sk.ShardLoader(resumed_ds, num_workers=1)
+    resumed.load_state_dict(state)
+    got = Counter(first) + Counter(_take(resumed, None))
+    dropped = dropped_pairs(resumed_ds.step_plan(0, 1, 1, state["plan"]))
+    assert got + dropped == order_pairs(order, LENGTHS, TOKENS)
+
+
 def test_two_workers_resume_the_same_batches_on_the_same_topology(tmp_path):
     """TB5, L4: a W=2 state resumed with W=2 yields the uninterrupted run's remaining batches."""
     path = write_token_dataset(str(tmp_path / "ds"), LENGTHS)

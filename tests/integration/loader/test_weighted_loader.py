@@ -53,7 +53,7 @@ def received(shard_loader: sk.ShardLoader, steps: int | None = None) -> list[int
 
 
 def planned(dataset: Any, epoch: int) -> collections.Counter[int]:
-    m = multiplicities(dataset.weights, dataset.samples_per_epoch, dataset.params.seed, epoch)
+    m = multiplicities(dataset.source.weights, dataset.source.samples_per_epoch, dataset.params.seed, epoch)
     return collections.Counter({j: int(k) for j, k in enumerate(m) if k})
 
 
@@ -61,7 +61,7 @@ def test_a_weight_field_gives_the_planned_multiset_through_two_workers(root: str
     """SW1, SW4 (G2, G3): an epoch through ShardLoader with W=2 is exactly the plan's multiset,
     and class-balanced weights balance the classes."""
     dataset = sk.StreamingDataset(root, batch_size=4, sample_weights="weight", tail="pad", **PARAMS)
-    assert type(dataset).__name__ == "WeightedDataset" and dataset.samples_per_epoch == NUM_SAMPLES
+    assert dataset.source.weights is not None and dataset.source.samples_per_epoch == NUM_SAMPLES
     shard_loader = sk.ShardLoader(dataset, num_workers=2)
     assert len(shard_loader) == NUM_SAMPLES // 4
     got = received(shard_loader)
@@ -78,7 +78,7 @@ def test_the_readme_class_balanced_example(root: str) -> None:
     ds = sk.StreamingDataset(root, batch_size=32, sample_weights=1.0 / np.bincount(labels)[labels], **PARAMS)
     assert labels.tolist() == LABELS.tolist()
     from_field = sk.StreamingDataset(root, batch_size=32, sample_weights="weight")
-    assert ds.weights.fingerprint == from_field.weights.fingerprint
+    assert ds.source.weights.fingerprint == from_field.source.weights.fingerprint
     got = received(sk.ShardLoader(ds))
     assert collections.Counter(got) == planned(ds, 0)
     assert abs(int(np.bincount(LABELS[got], minlength=2)[1]) - NUM_SAMPLES // 2) <= 3
@@ -98,7 +98,8 @@ def test_a_killed_epoch_resumes_elastically_with_the_same_multiset(root: str) ->
     first.set_epoch(2)
     consumed = received(first, 7)
     state = json.loads(json.dumps(first.state_dict()))
-    assert state["sample_weights"] == {"fingerprint": first.streaming.weights.fingerprint, "samples_per_epoch": 230}
+    fingerprint = first.streaming.source.weights.fingerprint
+    assert state["sample_weights"] == {"fingerprint": fingerprint, "samples_per_epoch": 230}
     second = sk.ShardLoader(make(3), num_workers=1)
     second.load_state_dict(state)
     consumed += received(second, 5)
@@ -177,8 +178,9 @@ def test_bad_weight_inputs_are_refused_naming_the_place(root: str) -> None:
         sk.StreamingDataset(root, batch_size=4, sample_weights=np.ones(3))
     with pytest.raises(PlanError, match="3 samples"):
         sk.StreamingDataset(root, batch_size=4, sample_weights="weight", samples_per_epoch=3)
-    with pytest.raises(TypeError, match="sample_weights=None"):
-        sk.StreamingDataset(root, batch_size=4, sample_weights=None)
+    assert sk.StreamingDataset(root, batch_size=4, sample_weights=None).source.weights is None  # None: unweighted
+    with pytest.raises(TypeError, match="samples_per_epoch= sizes a weighted epoch"):
+        sk.StreamingDataset(root, batch_size=4, samples_per_epoch=8)
     with pytest.raises(TypeError, match="not an option of a mixture.*sk.Source"):
         sk.StreamingDataset(
             sk.Mixture([sk.Source(root, 1.0, "a")], samples_per_epoch=10), batch_size=4, sample_weights="weight"

@@ -34,7 +34,7 @@ def main(job_path: str, rank: int, world: int, run: int) -> None:
     if run > 0:
         with open(f"{folder}/ckpt.json") as fh:
             loader.load_state_dict(json.load(fh)["state"])
-    names = dataset.spec.names
+    names = dataset.source.spec.names
     with open(f"{folder}/run{run}-rank{rank}.jsonl", "w") as audit:
         for step, batch in enumerate(loader, start=1):
             real = ~batch["_padded"]

@@ -31,13 +31,13 @@ def s3_sources(s3_bucket: tuple[str, dict[str, Any]]) -> dict[str, str]:
 def loader(urls: dict[str, str], options: dict[str, Any], cache: str, batch_size: int, workers: int) -> sk.ShardLoader:
     mixture = sk.Mixture([sk.Source(urls[name], weight, name) for name, (_, weight) in SOURCES.items()],
                          samples_per_epoch=400, composition="stratified")
-    dataset = sk.MixtureDataset(mixture, batch_size=batch_size, tail="pad", shuffle_window=32, with_index=True,
+    dataset = sk.StreamingDataset(mixture, batch_size=batch_size, tail="pad", shuffle_window=32, with_index=True,
                                 with_source=True, cache_dir=cache, storage_options=options)
     return sk.ShardLoader(dataset, num_workers=workers)
 
 
 def take(shard_loader: sk.ShardLoader, steps: int | None) -> list[int]:
-    bases = shard_loader.streaming._sample_bases  # noqa: SLF001
+    bases = shard_loader.streaming.source._sample_bases  # noqa: SLF001
     out: list[int] = []
     for step, batch in enumerate(shard_loader):
         index, source = batch["_index"].numpy(), batch["_source"].numpy()
@@ -58,10 +58,10 @@ def test_mixture_from_s3_through_the_cache_resumes_elastically(
     second = loader(s3_sources, options, cache, batch_size=5, workers=1)
     second.load_state_dict(state)
     rest = take(second, None)
-    spec = first.streaming.spec
+    spec = first.streaming.source.spec
     want = expected_multiset(spec, PlanParams(seed=0, epoch=0, batch_size=8, tail="pad", shuffle_window=32))
     assert collections.Counter(consumed + rest) == want
-    per_source = collections.Counter(np.searchsorted(first.streaming._sample_bases,  # noqa: SLF001
+    per_source = collections.Counter(np.searchsorted(first.streaming.source._sample_bases,  # noqa: SLF001
                                                      consumed + rest, side="right") - 1)
     assert [per_source[i] for i in range(3)] == spec.counts(0).tolist() == [240, 120, 40]
     for name, url in s3_sources.items():  # at most one download per shard, across both loaders

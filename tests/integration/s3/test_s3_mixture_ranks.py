@@ -104,7 +104,7 @@ def test_killed_mixture_job_resumes_elastically_with_exact_counts_per_source(
     after = audited(tmp_path, 1, None)
 
     mixture = sk.Mixture([sk.Source(s3_sources[n], w, n) for n, (_, w) in SOURCES.items()], samples_per_epoch=400)
-    spec = sk.MixtureDataset(mixture, batch_size=4, storage_options=s3_bucket[1]).spec
+    spec = sk.StreamingDataset(mixture, batch_size=4, storage_options=s3_bucket[1]).source.spec
     ids = list(expected_multiset(spec, PlanParams(batch_size=4, tail="pad", shuffle_window=32)).elements())
     starts = np.cumsum([0] + [s.num_samples for s in spec.sources])
     want = collections.Counter((spec.names[s], i - int(starts[s])) for s, i in zip(source_of(spec, ids), ids,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardkit.loader import dataset
+from shardkit.loader import sample_batching
 
 
 @pytest.mark.parametrize(
@@ -21,9 +21,9 @@ from shardkit.loader import dataset
 )
 def test_spare_core(monkeypatch: pytest.MonkeyPatch, cores: int, local_ranks: str | None,
                     num_workers: int, expected: bool) -> None:
-    monkeypatch.setattr(dataset.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(sample_batching.os, "sched_getaffinity", lambda pid: set(range(cores)))
     if local_ranks is None:
         monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     else:
         monkeypatch.setenv("LOCAL_WORLD_SIZE", local_ranks)
-    assert dataset._spare_core(num_workers) is expected
+    assert sample_batching._spare_core(num_workers) is expected

@@ -56,7 +56,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Make, dic
         return sk.ShardLoader(sk.StreamingDataset(mix, batch_size=b, tokens=sk.TokenBlocks(8, eos_id=2, mode="pack")))
 
     def sample_mix(b: int) -> sk.ShardLoader:
-        return sk.ShardLoader(sk.MixtureDataset(samples, batch_size=b))
+        return sk.ShardLoader(sk.StreamingDataset(samples, batch_size=b))
 
     return {"pack": (tokens("pack"), saved(tokens("pack"), then=4)),
             "concat": (tokens("concat"), saved(tokens("concat"), then=1)),

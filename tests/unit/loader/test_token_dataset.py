@@ -16,12 +16,14 @@ from hypothesis import strategies as st
 
 import shardkit as sk
 from shardkit.errors import PlanError, StateError
+from shardkit.plan.token_plan import epoch_order
 from tests.helpers.token_data import (
     check_against_reference,
     consumed_pairs,
     dropped_pairs,
     epoch_pairs,
     order_of,
+    order_pairs,
     run_level,
     write_token_dataset,
 )
@@ -96,6 +98,44 @@ def test_every_position_once_across_kills_and_elastic_resumes(tmp_path_factory, 
         state = json.loads(json.dumps(state))
     assert max(consumed.values(), default=1) == 1  # never twice
     assert consumed + dropped_pairs(plan) == epoch_pairs(lengths, sk.TokenBlocks(1, mode=mode, eos_id=2))
+
+
+@examples(12)
+@given(lengths=st.lists(st.integers(0, 30), min_size=1, max_size=12), mode=st.sampled_from(["concat", "pack"]),
+       tail=st.sampled_from(["pad", "drop"]), chain=st.lists(levels, min_size=1, max_size=3),
+       weights=st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.5]), min_size=12, max_size=12),
+       size=st.integers(1, 30))
+def test_token_blocks_over_a_weighted_dataset_cut_its_epoch_multiset(tmp_path_factory, lengths, mode, tail, chain,
+                                                                     weights, size):
+    """TB25 (token blocks over a weighted epoch source, SW1-SW3): over a chain of kills and
+    elastic resumes (ranks, batch size, seq_len), the pairs consumed plus those dropped are the
+    pairs of the weighted epoch multiset — a sample the epoch holds ``m_j`` times is ``m_j``
+    documents — each exactly once per occurrence; the state carries both parts (``sample_weights``,
+    ``tokens``)."""
+    path = write_token_dataset(str(tmp_path_factory.mktemp("ds") / "ds"), lengths)
+    w = np.array(weights[: len(lengths)])
+    w[-1] = max(w[-1], 1.0)  # some weight somewhere
+    weighted = {"sample_weights": w, "samples_per_epoch": size}
+    reference = sk.StreamingDataset(path, batch_size=1, seed=3, tail="drop", **weighted)
+    order = [int(i) for i in epoch_order(reference.plan(0, 1, 0))]  # the epoch multiset, in its order
+    consumed: Counter = Counter()
+    state, plan = None, None
+    for i, (world, batch_size, seq_len, kills) in enumerate(chain):
+        tokens = sk.TokenBlocks(seq_len, mode=mode, eos_id=2)
+        last = i == len(chain) - 1
+        try:
+            pairs, state, plan = run_level(path, tokens, batch_size, world, tail, state, None if last else kills,
+                                           **weighted)
+        except PlanError as exc:  # TB24: no batch on any topology (as in the unweighted test)
+            assert tail == "drop" and "yields no batch" in str(exc)
+            if i == 0:
+                return
+            break
+        consumed.update(pairs)
+        state = json.loads(json.dumps(state))
+        assert {"sample_weights", "tokens"} <= set(state)
+    # a pair as often as the multiset holds its sample (Counter equality: never once more)
+    assert consumed + dropped_pairs(plan) == order_pairs(order, lengths, sk.TokenBlocks(1, mode=mode, eos_id=2))
 
 
 def test_a_same_topology_resume_yields_the_uninterrupted_batches(tmp_path):

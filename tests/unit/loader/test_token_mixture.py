@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -56,23 +57,30 @@ levels = st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 10),
 
 @examples(12)
 @example(sources=[([1], 0.001), ([0], 0.001)], size=1, unit="samples", composition="random", mode="concat",
-         tail="pad", chain=[(2, 1, 1, [0, 1]), (2, 1, 1, [0])])  # an exact resume after unequal kills
+         tail="pad", chain=[(2, 1, 1, [0, 1]), (2, 1, 1, [0])], weighted=None)  # an exact resume after unequal kills
 @example(sources=[([0], 0.001)], size=1, unit="tokens", composition="random", mode="concat", tail="drop",
-         chain=[(1, 1, 1, [0]), (1, 1, 3, [0])])  # a fresh epoch with no batch after a kill before any state
+         chain=[(1, 1, 1, [0]), (1, 1, 3, [0])], weighted=None)  # a fresh epoch with no batch after a kill
+@example(sources=[([3, 0, 5], 1.0), ([4], 1.0)], size=9, unit="tokens", composition="random", mode="concat",
+         tail="pad", chain=[(2, 1, 3, [1, 0]), (1, 2, 2, [0])], weighted=[3.0, 0.5, 1.0, 1.0, 1.0, 1.0])
 @given(sources=token_sources(), size=st.integers(1, 24), unit=st.sampled_from(["samples", "tokens"]),
        composition=st.sampled_from(["random", "stratified"]), mode=st.sampled_from(["concat", "pack"]),
-       tail=st.sampled_from(["pad", "drop"]), chain=st.lists(levels, min_size=1, max_size=3))
+       tail=st.sampled_from(["pad", "drop"]), chain=st.lists(levels, min_size=1, max_size=3),
+       weighted=st.none() | st.lists(st.sampled_from([0.5, 1.0, 3.0]), min_size=6, max_size=6))
 def test_every_position_of_the_epoch_multiset_once_across_kills_and_elastic_resumes(
-        tmp_path_factory, sources, size, unit, composition, mode, tail, chain):
-    """TB15, TB16, MX14: over a chain of kills where ranks, batch size and seq_len change (states
-    JSON round-tripped), the (sample, position) pairs consumed plus those reported dropped are
-    the pairs of the mixture's epoch multiset (a repeated sample once per occurrence), never
-    more; every rank gets the same number of batches; the state's per-source ``consumed`` and
-    ``consumed_tokens`` are the documents started and positions received, per source."""
+        tmp_path_factory, sources, size, unit, composition, mode, tail, chain, weighted):
+    """TB15, TB16, TB25, MX14: over a chain of kills where ranks, batch size and seq_len change
+    (states JSON round-tripped), the (sample, position) pairs consumed plus those reported dropped
+    are the pairs of the mixture's epoch multiset (a repeated sample once per occurrence, also
+    when the first source weights its own samples, MX17), never more; every rank gets the same
+    number of batches; the state's per-source ``consumed`` and ``consumed_tokens`` are the
+    documents started and positions received, per source."""
     if unit == "tokens":  # weights in tokens need tokens in every source (MX13)
         sources = [(sizes if any(sizes) else [*sizes[:-1], 1], w) for sizes, w in sources]
     mix, lengths = write_token_mixture(str(tmp_path_factory.mktemp("mix")), sources, samples_per_epoch=size,
                                        weight_unit=unit, composition=composition)
+    if weighted is not None:  # the first source weights its own samples: weighted passes (MX17)
+        first = replace(mix.sources[0], sample_weights=np.array(weighted[: len(sources[0][0])]))
+        mix = replace(mix, sources=(first, *mix.sources[1:]))
     consumed: Counter = Counter()
     state, plan, topology, steps = None, None, None, [0]
     for i, (world, batch_size, seq_len, kills) in enumerate(chain):
@@ -187,7 +195,7 @@ def test_states_of_other_kinds_and_a_new_mix_now_are_refused(tmp_path):
         next(iter(loader))
         return loader.state_dict()
 
-    with pytest.raises(StateError, match="token mixture"):  # a sample mixture's state
+    with pytest.raises(StateError, match="without token blocks"):  # a sample mixture's state
         sk.ShardLoader(sk.StreamingDataset(mix, batch_size=1, tokens=tokens)).load_state_dict(saved())
     with pytest.raises(StateError, match="tokens"):  # a token mixture's state into a sample mixture
         sk.ShardLoader(sk.StreamingDataset(mix, batch_size=1)).load_state_dict(saved(tokens=tokens))

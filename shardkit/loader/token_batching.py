@@ -1,0 +1,186 @@
+"""The batching of token blocks: a step is ``batch_size`` blocks of ``seq_len`` positions
+(specs/token-blocks.md).
+
+The step plan is a :class:`TokenPlan` (positions from per-document lengths, plan/token_plan.py)
+over the source's epoch order — the one-consumer plan of its elements (TB11): one dataset's
+samples, a weighted dataset's multiset (a repeated sample is two documents, TB25) or a mixture's
+mixed documents (TB15). Each consumer cuts its work into blocks (plan/token_blocks.py), reads
+the documents it needs (``source.documents``) and fills the rows (plan/token_rows.py). Through
+``ShardLoader`` the consumed boundary is the usual one, counted in blocks; the loader state's
+``plan`` is the token plan state and ``tokens`` its token part (TB5, TB7, TB13), which reaches
+workers through the control block (L6).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from shardkit.errors import PlanError, StateError
+from shardkit.loader.emitter import Emitter
+from shardkit.loader.epoch_check import log_once
+from shardkit.loader.mixture_state import SOURCES_KEY
+from shardkit.loader.token_batch import batch_blocks, to_tensors
+from shardkit.loader.transfer.arena import alloc, alloc_array
+from shardkit.plan import PlanParams
+from shardkit.plan.token_blocks import Block, BlockOptions
+from shardkit.plan.token_config import IDENTITY_KEYS, TokenBlocks
+from shardkit.plan.token_plan import TokenPlan, build_token_plan, token_yield_problem
+from shardkit.plan.token_pool import document_needs
+from shardkit.plan.token_rows import TokenDocs, assemble, next_nonempty
+from shardkit.plan.token_state_check import check_token_part, plan_depth
+from shardkit.storage import ShardCache
+
+TOKENS_KEY = "tokens"  # the loader state's token part
+TRANSFER_BATCHES = 8  # batches per DataLoader item by default (X8): a block batch takes ~0.1 ms to make,
+# so DataLoader's per-item cost (queues, feeder thread, unpickling) weighed on it at 4 (benchmarks T6)
+PREFETCH_BATCHES, PREFETCH_TOTAL = 96, 1024  # batches in flight per worker / over all workers (TB19)
+PREFETCH_BYTES = 64 << 20  # per worker: the (B, L) int64 rows of the batches in flight
+
+
+class TokenBatching:
+    """Batches of ``batch_size`` token blocks cut as ``tokens`` says. ``with_index=True`` adds,
+    per slot, ``_index`` (the document's sample index, -1 at padding) and ``_token_offset``
+    (the position in its segment), for audits (TB14)."""
+
+    yields_tokens = True
+    part_keys = frozenset({TOKENS_KEY})
+
+    def __init__(self, tokens: TokenBlocks, where: str) -> None:
+        if not isinstance(tokens, TokenBlocks):
+            raise TypeError(f"tokens: expected a shardkit.TokenBlocks, got {type(tokens).__name__}")
+        self.tokens, self.where = tokens, where
+        self._cuts: list[dict[str, Any]] = []  # the loaded state's token levels (with consumer states)
+        self._cuts_epoch: int | None = None  # ... which belong to this epoch's chains only
+
+    # ---- the plan -------------------------------------------------------------------------------
+    def step_plan(self, source: Any, params: PlanParams, resume: dict[str, Any] | None) -> TokenPlan:
+        cuts = self._loaded_cuts(params.epoch) if resume is not None else []
+        plan = self._build(source, params, self.tokens, resume, cuts)
+        if resume is None and not plan.level.split.num_blocks:
+            self._check_yield(source, plan)
+        return plan
+
+    def _build(self, source: Any, params: PlanParams, tokens: TokenBlocks, resume: dict[str, Any] | None,
+               cuts: list[dict[str, Any]]) -> TokenPlan:
+        """The token plan over ``source``'s epoch order of ``params.epoch``."""
+        lengths = source.token_lengths(tokens.field, params.epoch)
+        return build_token_plan(source.shard_sizes(params.epoch), lengths, params, tokens, resume, cuts,
+                                order_of=source.plan)
+
+    def _check_yield(self, source: Any, plan: TokenPlan) -> None:
+        """A fresh epoch with no batch (TB24, like P16): a ``PlanError`` when one consumer would
+        get none either (no batch on any topology), else logged once (check_plan)."""
+        problem = token_yield_problem(plan, self.where)
+        if problem is None:
+            return
+        alone = replace(plan.params, world_size=1, num_workers=0)
+        if plan.num_consumers == 1 or not self._build(source, alone, self.tokens, None, []).level.split.num_blocks:
+            raise PlanError(problem)
+        log_once(problem)
+
+    def _loaded_cuts(self, epoch: int) -> list[dict[str, Any]]:
+        """The loaded state's token levels when ``epoch`` is its epoch (later epochs start fresh)."""
+        return self._cuts if epoch == self._cuts_epoch else []
+
+    # ---- the loader state's token part ------------------------------------------------------------
+    def plan_state(self, plan: Any, offsets: Sequence[int], fingerprint: str) -> dict[str, Any]:
+        return dict(plan.to_state(list(offsets), fingerprint))
+
+    def state_part(self, plan: Any, offsets: Sequence[int]) -> dict[str, Any]:
+        return {TOKENS_KEY: plan.tokens_part(self.tokens, list(offsets), self._loaded_cuts(plan.params.epoch))}
+
+    def load_part(self, state: dict[str, Any], source: Any) -> None:
+        if TOKENS_KEY not in state:
+            raise StateError("loader state: saved without token blocks (it has no 'tokens' part), but this "
+                             "dataset cuts token blocks; resume it with the dataset that saved it")
+        part = check_token_part(state.get(TOKENS_KEY), plan_depth(state["plan"]))  # its shape first (TB22)
+        for key in IDENTITY_KEYS:  # what a position is (TB8)
+            if part.get(key) != getattr(self.tokens, key):
+                raise StateError(f"loader state: token {key} is {part.get(key)!r}, this dataset's is "
+                                 f"{getattr(self.tokens, key)!r}; a resume cannot change what a position is (TB8)")
+        self._cuts, self._cuts_epoch = list(part["levels"]), int(state["epoch"])
+        # The saved consumer states must be the replay of their offsets (TB5): rebuild the saved
+        # level exactly as it was (its own params and cut).
+        saved = PlanParams.from_dict(state["plan"]["params"])
+        cut = self._cuts[-1]
+        tokens = replace(self.tokens, **{k: cut[k] for k in ("seq_len", "long_docs", "open_blocks")})
+        self._build(source, saved, tokens, state["plan"], self._cuts)
+
+    # ---- workers: the loaded token levels travel in the control block (L6) ------------------------
+    def payload(self) -> dict[str, Any]:
+        return {TOKENS_KEY: {"epoch": self._cuts_epoch, "levels": self._cuts}}
+
+    def receive(self, payload: dict[str, Any]) -> bool:
+        loaded = payload.get(TOKENS_KEY)
+        if loaded is None or (loaded["epoch"], loaded["levels"]) == (self._cuts_epoch, self._cuts):
+            return False
+        self._cuts, self._cuts_epoch = loaded["levels"], loaded["epoch"]  # a persistent worker's old copy
+        return True
+
+    def transfer_batches(self) -> int | None:
+        return TRANSFER_BATCHES
+
+    def prefetch_batches(self, num_workers: int, params: PlanParams) -> int | None:
+        """TB19: a worker makes a batch in well under a millisecond, so with DataLoader's in-order
+        delivery a shallow queue leaves it idle whenever the trainer waits on the other worker's
+        group; 12 groups in flight per worker (capped by the rows' bytes and the ring's slots)."""
+        row_bytes = 3 * 8 * self.tokens.seq_len  # input_ids, labels, position_ids: int64
+        cap = PREFETCH_BYTES // max(params.batch_size * row_bytes, 1)
+        return max(1, min(PREFETCH_BATCHES, PREFETCH_TOTAL // max(num_workers, 1), cap))
+
+    def step_counts(self, batch: Any) -> tuple[Any, Any]:
+        """What a step adds to the token counters of ``stats()`` (TB9)."""
+        return batch["num_tokens"], batch["num_padding"]
+
+    # ---- a consumer's batches (in its process) ----------------------------------------------------
+    def batches(self, source: Any, plan: TokenPlan, emitter: Emitter, cache: ShardCache | None,
+                batch_size: int, with_index: bool) -> Iterator[Any]:
+        consumer = emitter.consumer
+        work = plan.level.split.consumers[consumer]
+        nxt = next_nonempty(plan.segments) if plan.level.options.mode == "concat" else None
+        fields = (self.tokens.field, self.tokens.loss_mask_field)
+        docs = source.documents(plan.order, fields, document_needs(work.pieces, plan.positions, nxt), cache,
+                                emitter.stats)
+        docs.expect(np.where(plan.segments > 0, plan.segments - self.tokens.extra_tokens, 0), plan.positions)  # TB23
+        rows = TokenDocs.from_lengths(docs, plan.segments, self.tokens.token_options(),
+                                      docs.masks if self.tokens.loss_mask_field is not None else None)
+        slots, sources = source.slot_arrays(plan.order, with_index)
+        make = functools.partial(self._in_arena, source, rows, plan.level.options, slots, sources, with_index)
+        for blocks, cutter in batch_blocks(work, plan.level.options, batch_size, plan.start_state(consumer)):
+            yield emitter.emit_made(functools.partial(make, blocks), len(blocks))
+            docs.release(cutter.piece_index, {p.doc_index for b in cutter.bins for p in b})
+
+    def _in_arena(self, source: Any, rows: TokenDocs, options: BlockOptions, slots: dict[str, np.ndarray],
+                  sources: np.ndarray | None, with_index: bool, blocks: list[Block]) -> dict[str, Any]:
+        """The batch of ``blocks``, its rows written where the emitter wants them."""
+        per_slot = bool(slots) or sources is not None  # make assemble add doc_index
+        arrays = assemble(blocks, rows, options.seq_len, options.mode, per_slot, _arena_rows)
+        placed = {id(arrays[key]) for key in ("input_ids", "labels", "position_ids", "cu_seqlens")}  # in the arena
+        batch = to_tensors(arrays, tensor=lambda a: torch.from_numpy(a) if id(a) in placed else _tensor(a))
+        for key, per_document in slots.items():
+            doc = arrays["doc_index"]
+            batch[key] = _tensor(np.where(doc >= 0, per_document[np.maximum(doc, 0)], -1))
+        if with_index:
+            batch["_token_offset"] = _tensor(arrays["token_offset"])
+        if sources is not None:  # a mixture's per-source counts, as a sample mixture's (MX10)
+            batch[SOURCES_KEY] = source.block_tally(arrays["doc_index"], arrays["token_offset"], sources)
+        return batch
+
+
+def _tensor(values: np.ndarray) -> torch.Tensor:
+    """``values`` in a tensor allocated where the emitter wants it (a ring slot, the recycler)."""
+    out = alloc(values.shape, torch.int32 if values.dtype == np.int32 else torch.int64)
+    out.numpy()[...] = values
+    return out
+
+
+def _arena_rows(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """(B, L) int64 rows and int32 ``cu_seqlens`` allocated where the emitter wants them:
+    ``assemble`` writes in place."""
+    return alloc_array(shape, np.dtype(dtype))
