@@ -23,7 +23,6 @@ import numpy as np
 from torch.utils.data import IterableDataset
 
 from shardkit.errors import PlanError, StateError
-from shardkit.loader.audit_sink import AUDIT_STEP_KEY
 from shardkit.loader.compose import Choices, as_mixture, batching, check_choices, epoch_source
 from shardkit.loader.data_parallel import as_data_parallel
 from shardkit.loader.dataset_source import DatasetSource
@@ -31,6 +30,7 @@ from shardkit.loader.emitter import Emitter
 from shardkit.loader.env import cache_settings, offline_setting
 from shardkit.loader.epoch_check import check_dataset
 from shardkit.loader.guard import check_caller
+from shardkit.loader.loader_state import BASE_KEYS, LoaderState
 from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.mixture_source import MixtureSource
 from shardkit.loader.mixture_state import SourceTally
@@ -52,7 +52,6 @@ from shardkit.read.mixture import Mixture
 from shardkit.storage import ShardCache, split_protocol
 
 __all__ = ["META_KEY", "StreamOptions", "StreamingDataset"]
-BASE_STATE_KEYS = frozenset({"version", "kind", "epoch", "steps", "plan", AUDIT_STEP_KEY})  # L5, R15
 PART_HINTS = {  # what a state's part says about the dataset that saved it (refused by name)
     "sample_weights": "saved with sample weights; resume it with the same sample_weights= (SW7)",
     "tokens": "saved by a token-block dataset; resume it with the same tokens=sk.TokenBlocks(...)",
@@ -272,11 +271,11 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         """The batching's keys of a loader state at ``offsets`` (token blocks: ``tokens``)."""
         return self.batching.state_part(plan, offsets)
 
-    def load_state_part(self, state: dict[str, Any]) -> str:
+    def load_state_part(self, state: LoaderState) -> str:
         """Check and apply the components' parts of a loader state (an unknown part is refused by
         name); returns the fingerprint its plan must carry."""
-        known = BASE_STATE_KEYS | self.source.part_keys | self.batching.part_keys
-        for key in sorted(set(state) - known):
+        known = BASE_KEYS | self.source.part_keys | self.batching.part_keys
+        for key in sorted(set(state.parts) - known):
             hint = PART_HINTS.get(key, "saved by another kind of dataset or a newer shardkit")
             raise StateError(f"loader state: it has a {key!r} part this dataset does not read ({hint})")
         self._plans = {}

@@ -6,7 +6,7 @@ partitioned as any epoch sequence. The loader state then adds ``sample_weights``
 fingerprint and ``samples_per_epoch``), so a resume with other weights is refused by name (SW7).
 What this source reads for the batchings: samples per consumer (``read``), tokens per sample
 and the documents a token consumer needs (token blocks over a weighted dataset cut its epoch
-multiset: a repeated sample is two documents, TB25).
+multiset: a repeated sample is two documents, SW11).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 
 from shardkit.errors import StateError
 from shardkit.loader.batcher import BatchCut
+from shardkit.loader.loader_state import LoaderState
 from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.mixture_state import SourceTally
 from shardkit.plan import Plan, PlanParams, build_plan
@@ -106,11 +107,11 @@ class DatasetSource:
             return {}
         return {WEIGHTS_KEY: {"fingerprint": self.weights.fingerprint, "samples_per_epoch": self._total}}
 
-    def load_part(self, state: dict[str, Any]) -> str:
+    def load_part(self, state: LoaderState) -> str:
         """Refuse a state planned with other weights or another epoch size, naming which."""
         if self.weights is None:
             return self.fingerprint
-        part = state.get(WEIGHTS_KEY)
+        part = state.part(WEIGHTS_KEY)
         if part is None:
             raise StateError(f"loader state: saved without sample weights, but this dataset has "
                              f"{self.weights.where}; resume it with a dataset made without sample_weights")
@@ -124,7 +125,7 @@ class DatasetSource:
         if part["samples_per_epoch"] != self._total:
             raise StateError(f"loader state: samples_per_epoch was {part['samples_per_epoch']!r} when the "
                              f"state was saved, now {self._total}; resume with the same epoch size")
-        return self.epoch_fingerprint(int(state["epoch"]))
+        return self.epoch_fingerprint(state.epoch)
 
     # ---- what travels to workers (nothing: the dataset is all there is) -------------------------
     def payload(self) -> dict[str, Any]:

@@ -58,9 +58,7 @@ class TrainedBoundaryLoader:
 
     def __len__(self) -> int:
         """Batches of the whole epoch on this rank (Lightning counts resumed batches itself)."""
-        topology = self.loader._topology()
-        streaming = self.loader.streaming
-        return streaming.num_batches(streaming.epoch, topology.rank, topology.world_size, self.loader.num_workers)
+        return self.loader.epoch_batches(self.loader.streaming.epoch)
 
     def __iter__(self) -> Iterator[Any]:
         self._sync_epoch()

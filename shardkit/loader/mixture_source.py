@@ -20,6 +20,7 @@ import torch
 
 from shardkit.errors import StateError
 from shardkit.loader.batcher import BatchCut
+from shardkit.loader.loader_state import LoaderState
 from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.mixture_state import SOURCES_KEY, BatchTallies, SourceTally, mixture_of, with_consumed
 from shardkit.loader.transfer.arena import alloc_like
@@ -138,16 +139,16 @@ class MixtureSource:
         part = with_consumed(part, base + counts[:n][order], tokens)
         return {MIXTURE_KEY: {**part, "version": MIX_STATE_VERSION} if self._tokens else part}
 
-    def load_part(self, state: dict[str, Any]) -> str:
+    def load_part(self, state: LoaderState) -> str:
         """Apply a loader state's mixture part; returns the fingerprint its plan must carry."""
-        mixture_state = mixture_of(state)
+        mixture_state = mixture_of(state.part(MIXTURE_KEY), state.plan)
         if mixture_state is None:  # a state saved before loader states carried the mixture
             if self._tokens:
                 raise StateError("loader state: not saved by a token mixture (it needs both a 'mixture' and a "
                                  "'tokens' part); resume it with the dataset that saved it")
             return self.spec.fingerprint()
-        if mixture_state.get("epoch") != state["epoch"]:
-            raise StateError(f"loader state: epoch {state['epoch']} but its mixture part is for epoch "
+        if mixture_state.get("epoch") != state.epoch:
+            raise StateError(f"loader state: epoch {state.epoch} but its mixture part is for epoch "
                              f"{mixture_state.get('epoch')!r}")
         current = self.opened.spec()
         loaded = epoch_source(current, mixture_state)  # refuses a changed source by name (MX7)

@@ -130,11 +130,11 @@ def with_consumed(part: dict[str, Any], consumed: np.ndarray,
     return dict(part, sources=sources)
 
 
-def mixture_of(state: dict[str, Any]) -> dict[str, Any] | None:
-    """The plan layer's mixture state in a loader state (None for a single-dataset state)."""
-    part = state.get("mixture")
+def mixture_of(part: Any, plan: dict[str, Any]) -> dict[str, Any] | None:
+    """The plan layer's mixture state of a loader state's ``mixture`` part and ``plan`` (None
+    for a state without the part)."""
     if part is None:
         return None
     if not isinstance(part, dict) or "plan" in part:
         raise StateError("loader state: 'mixture' must be a mixture state without its 'plan'")
-    return {**part, "plan": state["plan"]}
+    return {**part, "plan": plan}

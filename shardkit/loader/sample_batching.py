@@ -58,7 +58,7 @@ class SampleBatching:
     def state_part(self, plan: Any, offsets: Sequence[int]) -> dict[str, Any]:
         return {}
 
-    def load_part(self, state: dict[str, Any], source: Any) -> None:
+    def load_part(self, state: Any, source: Any) -> None:
         """Nothing of its own in a state."""
 
     def payload(self) -> dict[str, Any]:

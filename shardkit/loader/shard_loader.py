@@ -18,17 +18,15 @@ import torch
 from torch.utils.data import DataLoader
 
 from shardkit.loader.audit_sink import AuditSink
+from shardkit.loader.boundary import ConsumedBoundary, Snapshot
 from shardkit.loader.dataset import StreamingDataset
-from shardkit.loader.epochs import EpochCursor
 from shardkit.loader.guard import passthrough
-from shardkit.loader.loader_state import LOADER_STATE_KIND, LOADER_STATE_VERSION, StatefulLoader, check_loader_state
+from shardkit.loader.loader_state import LOADER_STATE_KIND, LOADER_STATE_VERSION, check_loader_state
 from shardkit.loader.loader_stats import LoaderStats
 from shardkit.loader.rank_stats import gather_rank_stats
-from shardkit.loader.topology import Topology
 from shardkit.loader.transfer.meta import META_KEY, BatchMeta
 from shardkit.loader.transfer.packed import BatchGroup, PackedBatch
 from shardkit.loader.transfer.ring import Ring
-from shardkit.plan import Plan
 
 log = logging.getLogger(__name__)
 __all__ = ["LOADER_STATE_KIND", "LOADER_STATE_VERSION", "ShardLoader", "check_loader_state"]  # state: loader_state.py
@@ -38,7 +36,7 @@ DEFAULT_BATCHES_PER_TRANSFER = 4  # batches per DataLoader item (X8); see __init
 RING_SPARE_SLOTS = 3  # ring slots per worker beyond the batches in flight: ones the loop holds
 
 
-class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-ignore]
+class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
     def __init__(
         self,
         dataset: StreamingDataset,
@@ -93,31 +91,17 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
         self.streaming = dataset
         self.log_every = log_every  # steps between periodic INFO stats lines (None: off)
         self.batches_per_transfer = group
-        self._resume: dict[str, Any] | None = None  # plan state to apply at the next iteration
-        self._offsets: dict[int, int] = {}
-        self._iter_resume: dict[str, Any] | None = None
-        self._iter_topology: Topology | None = None
-        self._steps = 0
-        self._generation = 0
         self._stats = LoaderStats()
         self._ring: Ring | None = None
-        self._tally = dataset.new_tally()  # per-source samples received (mixtures, MX9)
-        self._cursor = EpochCursor()  # which epoch the next iteration reads (R10)
-        self._audit = AuditSink(audit_dir) if audit_dir is not None else None  # R15
+        # what the loop received and what the next iteration reads (G5, R10; loader/boundary.py)
+        self._boundary = ConsumedBoundary(dataset, num_workers,
+                                          AuditSink(audit_dir) if audit_dir is not None else None)
 
     # ---- epochs -----------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch of the next ``iter(loader)``, read from its start; without it, epochs
         advance by themselves (R10). A pending resume of another epoch is dropped."""
-        if self._resume is not None and epoch != self.streaming.epoch:
-            if not self._cursor.advances(self.streaming.epoch):  # a finished epoch's state: no loss
-                log.warning("set_epoch(%d) drops the loaded state of epoch %d", epoch,
-                            self.streaming.epoch)
-            self._resume = None
-        if epoch != self.streaming.epoch:
-            self._offsets, self._steps, self._iter_topology = {}, 0, None
-        self.streaming.set_epoch(epoch)
-        self._cursor.chosen()
+        self._boundary.set_epoch(epoch)
 
     @property
     def epoch(self) -> int:
@@ -128,42 +112,21 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
     def next_epoch(self) -> int:
         """The epoch the next ``iter(loader)`` reads (R10): the current one continued or resumed,
         or the next one once an iteration ran to its end or a loaded state had nothing left."""
-        return self._next_iteration()[0]
+        return self._boundary.next_iteration()[0]
 
     def epoch_batches(self, epoch: int) -> int:
-        """Batches this rank yields in the whole of ``epoch``, from its start, on this topology."""
-        topology = self._topology()
+        """Batches this rank yields in the whole of ``epoch``, from its start, on this topology
+        (0 on a rank that reads no data, P26)."""
+        topology = self._boundary.topology()
+        if not self.streaming.options.reads:
+            return 0
         return self.streaming.num_batches(epoch, topology.rank, topology.world_size, self.num_workers)
-
-    def _next_iteration(self) -> tuple[int, dict[str, Any] | None]:
-        """The epoch and plan state the next ``iter(loader)`` uses (R10), without side effects."""
-        if self._cursor.advances(self.streaming.epoch):
-            return self.streaming.epoch + 1, None
-        if self._cursor.continues(self.streaming.epoch):
-            return self.streaming.epoch, self._continuation()
-        return self.streaming.epoch, self._resume
-
-    def _continuation(self) -> dict[str, Any] | None:
-        """The plan state of this rank's consumed boundary in the unfinished iteration (local: only
-        this rank's consumers move, and the next iteration runs on the same topology)."""
-        topology = self._topology()
-        if self._iter_topology is None or topology != self._iter_topology:
-            log.warning("the topology changed since the unfinished iteration; epoch %d restarts",
-                        self.streaming.epoch)
-            return None
-        plan = self.streaming.step_plan(self.streaming.epoch, topology.world_size, self.num_workers,
-                                   self._iter_resume)
-        offsets = [self._offsets.get(c, start) for c, start in enumerate(plan.start_offsets)]
-        return self.streaming.plan_state(plan, offsets, self.streaming.epoch)
 
     def __len__(self) -> int:
         """Steps (batches) this rank yields: in the iteration under way, all of them; otherwise
         in the next ``iter(loader)`` (R10: a continued epoch counts only what is left)."""
-        topology = self._topology()
-        if self._cursor.live and self._iter_topology is not None:
-            epoch, resume = self.streaming.epoch, self._iter_resume
-        else:
-            epoch, resume = self._next_iteration()
+        topology = self._boundary.topology()
+        epoch, resume = self._boundary.current()
         if not self.streaming.options.reads:  # a rank that needs no data (P26)
             return 0
         return self.streaming.num_batches(epoch, topology.rank, topology.world_size, self.num_workers, resume)
@@ -172,38 +135,53 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
         """Global sample indices (``batch["_index"]`` values) the plan of the iteration under way
         (else of the next ``iter(loader)``) drops with ``tail="drop"``, on every rank: an audit
         counts them as planned, not lost (R3). Empty with ``tail="pad"``; not for token blocks."""
-        topology = self._topology()
-        live = self._cursor.live and self._iter_topology is not None
-        epoch, resume = (self.streaming.epoch, self._iter_resume) if live else self._next_iteration()
-        plan = self.streaming.step_plan(epoch, topology.world_size, self.num_workers, resume)
-        if not isinstance(plan, Plan):
-            raise TypeError("planned_drops() is for sample plans; token blocks account for every "
-                            "token (tools/audit_tokens.py)")
-        return plan.dropped_indices()
+        return self._boundary.planned_drops()
+
+    # ---- the loader state (Stateful: torch.distributed.checkpoint; loader/boundary.py) ----------
+    def consumed_snapshot(self) -> Snapshot:
+        """This rank's consumed offsets and step count right now (cheap, local; see ``state_dict``)."""
+        return self._boundary.snapshot()
+
+    def rewind(self, snapshot: Snapshot) -> None:
+        """Take the consumed boundary back to ``snapshot`` (from ``consumed_snapshot``) in the
+        iteration under way: batches handed over since then were a look-ahead the loop never
+        used (``DevicePrefetcher``'s staged batch); an abandoned iteration continues there (R10)."""
+        self._boundary.rewind(snapshot)
+
+    def state_dict(self, snapshot: Snapshot | None = None) -> dict[str, Any]:
+        """The global consumed offsets; collective across ranks when distributed (G5).
+
+        ``snapshot`` (from ``consumed_snapshot``) states an earlier boundary, e.g. the one before a
+        batch a device prefetcher has staged but the training loop has not received yet."""
+        return self._boundary.state(snapshot).to_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume at the saved consumed boundary at the next ``iter(loader)`` — on any topology."""
+        self._boundary.load(state)
+
+    def audit_resumed(self, step: int) -> None:
+        """With ``audit_dir=``: this launch resumed after ``step`` steps of the run (the trainer's
+        count), for a state saved without ``audit_dir`` (R15); a state saved with it says so itself."""
+        if self._boundary.audit is None:
+            raise ValueError("audit_resumed() is for a ShardLoader made with audit_dir=")
+        self._boundary.audit.resumed(step)
+
+    @property
+    def audit_run(self) -> int | None:
+        """With ``audit_dir=``: this launch's run number (R15), from its first ``iter(loader)`` on."""
+        return None if self._boundary.audit is None else self._boundary.audit.run
 
     # ---- iteration: the consumed boundary ---------------------------------------------------
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        topology = self._topology()
-        epoch, resume = self._next_iteration()
-        self._resume = None
-        self.streaming.set_epoch(epoch)
-        plan = self.streaming.step_plan(epoch, topology.world_size, self.num_workers, resume)
-        self._iter_topology, self._iter_resume = topology, resume
-        self._offsets = dict(enumerate(plan.start_offsets))
-        if self._tally is not None:
-            self._tally.reset(list(plan.start_offsets))
-        self._steps = 0
-        self._generation += 1
-        self._cursor.started(self._generation, epoch)
+        topology = self._boundary.topology()
+        epoch, resume = self._boundary.next_iteration()
+        generation = self._boundary.start(topology, epoch, resume)
         self._stats.reset()
-        if self._audit is not None:  # collective: every process, readers or not
-            self._audit.start(topology.rank, topology.world_size, self.streaming.options.reads,
-                              self._audit_info(topology))
         if not self.streaming.options.reads:  # no workers, no reads: an empty epoch (P26)
-            return self._track(iter(()), None, self._generation)
+            return self._track(iter(()), None, generation)
         ring = self._ring_for_workers()
-        self.streaming.publish(topology, resume, self._generation, ring, self.batches_per_transfer)
-        return self._track(super().__iter__(), ring, self._generation)
+        self.streaming.publish(topology, resume, generation, ring, self.batches_per_transfer)
+        return self._track(super().__iter__(), ring, generation)
 
     def _ring_for_workers(self) -> Ring | None:
         """Shared slots for this iteration's batches (``ring.py``), made before workers fork.
@@ -233,14 +211,15 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
         """``_batches`` of iteration ``generation``, telling the epoch cursor how it ended (R10)."""
         try:
             yield from self._batches(batches, ring)
-            self._cursor.ended(generation)
+            self._boundary.cursor.ended(generation)
         finally:
-            self._cursor.closed(generation)
+            self._boundary.cursor.closed(generation)
 
     def _batches(self, batches: Iterator[Any], ring: Ring | None) -> Iterator[Any]:
         """Yield ``batches`` unpacked, recording the consumed boundary. Holds ``ring`` for as long
         as this iteration's workers may still name it (a later ``iter(loader)`` makes a new one)."""
         next_batch = _unprofiled_next(batches)
+        boundary = self._boundary
         queued: list[Any] = []  # the rest of a group, last batch first
         while True:
             asked = time.perf_counter()
@@ -258,16 +237,10 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
             if isinstance(batch, PackedBatch):
                 batch = batch.unpack()
             meta: BatchMeta | None = batch.pop(META_KEY, None) if isinstance(batch, dict) else None
-            if meta is not None:
-                self._offsets[meta.consumer] = meta.position  # received by the training loop (G5, L1)
-            if self._tally is not None:
-                self._tally.record(batch, meta)
-            self._steps += 1
-            if self._audit is not None:
-                self._audit_batch(batch)
+            boundary.received(batch, meta)  # received by the training loop (G5, L1)
             counts = self.streaming.batching.step_counts(batch)
             self._stats.step(time.perf_counter() - asked, self.streaming.params.batch_size, meta, in_group, counts)
-            if self.log_every and self._steps % self.log_every == 0:
+            if self.log_every and boundary.steps % self.log_every == 0:
                 log.info("shardkit loader: %s", _stats_line(self._stats.summary()))
             yield batch
 
@@ -278,10 +251,10 @@ class ShardLoader(StatefulLoader, DataLoader):  # type: ignore[type-arg,unused-i
         fraction and host under ``"ranks"``, and the ``"straggler"`` (rank, host, slowest shard)
         or None. Collective when distributed, like ``state_dict``: every process must call it (P25)."""
         summary = self._stats.summary()
-        if self._tally is not None:
-            summary["sources"] = self._tally.summary()  # this rank's samples received, per source
+        if self._boundary.tally is not None:
+            summary["sources"] = self._boundary.tally.summary()  # this rank's samples received, per source
         if gather:
-            summary.update(gather_rank_stats(summary, self._stats.slowest_open(), self._topology(),
+            summary.update(gather_rank_stats(summary, self._stats.slowest_open(), self._boundary.topology(),
                                              self.streaming.options.reads, self._shard_name))
         return summary
 

@@ -3,7 +3,7 @@
 
 The step plan is a :class:`TokenPlan` (positions from per-document lengths, plan/token_plan.py)
 over the source's epoch order — the one-consumer plan of its elements (TB11): one dataset's
-samples, a weighted dataset's multiset (a repeated sample is two documents, TB25) or a mixture's
+samples, a weighted dataset's multiset (a repeated sample is two documents, SW11) or a mixture's
 mixed documents (TB15). Each consumer cuts its work into blocks (plan/token_blocks.py), reads
 the documents it needs (``source.documents``) and fills the rows (plan/token_rows.py). Through
 ``ShardLoader`` the consumed boundary is the usual one, counted in blocks; the loader state's
@@ -24,6 +24,7 @@ import torch
 from shardkit.errors import PlanError, StateError
 from shardkit.loader.emitter import Emitter
 from shardkit.loader.epoch_check import log_once
+from shardkit.loader.loader_state import LoaderState
 from shardkit.loader.mixture_state import SOURCES_KEY
 from shardkit.loader.token_batch import batch_blocks, to_tensors
 from shardkit.loader.transfer.arena import alloc, alloc_array
@@ -95,22 +96,22 @@ class TokenBatching:
     def state_part(self, plan: Any, offsets: Sequence[int]) -> dict[str, Any]:
         return {TOKENS_KEY: plan.tokens_part(self.tokens, list(offsets), self._loaded_cuts(plan.params.epoch))}
 
-    def load_part(self, state: dict[str, Any], source: Any) -> None:
-        if TOKENS_KEY not in state:
+    def load_part(self, state: LoaderState, source: Any) -> None:
+        if state.part(TOKENS_KEY) is None:
             raise StateError("loader state: saved without token blocks (it has no 'tokens' part), but this "
                              "dataset cuts token blocks; resume it with the dataset that saved it")
-        part = check_token_part(state.get(TOKENS_KEY), plan_depth(state["plan"]))  # its shape first (TB22)
+        part = check_token_part(state.part(TOKENS_KEY), plan_depth(state.plan))  # its shape first (TB22)
         for key in IDENTITY_KEYS:  # what a position is (TB8)
             if part.get(key) != getattr(self.tokens, key):
                 raise StateError(f"loader state: token {key} is {part.get(key)!r}, this dataset's is "
                                  f"{getattr(self.tokens, key)!r}; a resume cannot change what a position is (TB8)")
-        self._cuts, self._cuts_epoch = list(part["levels"]), int(state["epoch"])
+        self._cuts, self._cuts_epoch = list(part["levels"]), state.epoch
         # The saved consumer states must be the replay of their offsets (TB5): rebuild the saved
         # level exactly as it was (its own params and cut).
-        saved = PlanParams.from_dict(state["plan"]["params"])
+        saved = PlanParams.from_dict(state.plan["params"])
         cut = self._cuts[-1]
         tokens = replace(self.tokens, **{k: cut[k] for k in ("seq_len", "long_docs", "open_blocks")})
-        self._build(source, saved, tokens, state["plan"], self._cuts)
+        self._build(source, saved, tokens, state.plan, self._cuts)
 
     # ---- workers: the loaded token levels travel in the control block (L6) ------------------------
     def payload(self) -> dict[str, Any]:

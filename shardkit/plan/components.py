@@ -55,8 +55,9 @@ class EpochSource(Protocol):
         elements per source received (a mixture's tally), else None."""
         ...
 
-    def load_part(self, state: dict[str, Any]) -> str:
-        """Check and apply this source's keys of ``state``; the fingerprint its plan must carry."""
+    def load_part(self, state: Any) -> str:
+        """Check and apply this source's part of ``state`` (a ``LoaderState``); the fingerprint
+        its plan must carry."""
         ...
 
 
@@ -78,4 +79,6 @@ class Batching(Protocol):
 
     def state_part(self, plan: Any, offsets: Sequence[int]) -> dict[str, Any]: ...
 
-    def load_part(self, state: dict[str, Any], source: Any) -> None: ...
+    def load_part(self, state: Any, source: Any) -> None:
+        """Check and apply this batching's part of ``state`` (a ``LoaderState``)."""
+        ...

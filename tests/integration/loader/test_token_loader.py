@@ -70,7 +70,7 @@ def test_two_workers_killed_then_resumed_elastically_with_another_seq_len(tmp_pa
 
 
 def test_token_blocks_over_a_weighted_dataset_through_two_workers_killed_and_resumed(tmp_path):
-    """TB25: token blocks over a weighted epoch source (sample_weights=, SW1) through W=2, killed
+    """SW11: token blocks over a weighted epoch source (sample_weights=, SW1) through W=2, killed
     and resumed on W=1 with another batch size and seq_len: every position of every element of the
     weighted multiset (a sample twice in it: two documents) consumed once per occurrence."""
     path = write_token_dataset(str(tmp_path / "ds"), LENGTHS)

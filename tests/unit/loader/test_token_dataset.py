@@ -107,7 +107,7 @@ def test_every_position_once_across_kills_and_elastic_resumes(tmp_path_factory, 
        size=st.integers(1, 30))
 def test_token_blocks_over_a_weighted_dataset_cut_its_epoch_multiset(tmp_path_factory, lengths, mode, tail, chain,
                                                                      weights, size):
-    """TB25 (token blocks over a weighted epoch source, SW1-SW3): over a chain of kills and
+    """SW11 (token blocks over a weighted epoch source, SW1-SW3): over a chain of kills and
     elastic resumes (ranks, batch size, seq_len), the pairs consumed plus those dropped are the
     pairs of the weighted epoch multiset — a sample the epoch holds ``m_j`` times is ``m_j``
     documents — each exactly once per occurrence; the state carries both parts (``sample_weights``,

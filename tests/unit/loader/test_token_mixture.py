@@ -68,7 +68,7 @@ levels = st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 10),
        weighted=st.none() | st.lists(st.sampled_from([0.5, 1.0, 3.0]), min_size=6, max_size=6))
 def test_every_position_of_the_epoch_multiset_once_across_kills_and_elastic_resumes(
         tmp_path_factory, sources, size, unit, composition, mode, tail, chain, weighted):
-    """TB15, TB16, TB25, MX14: over a chain of kills where ranks, batch size and seq_len change
+    """TB15, TB16, SW11, MX14: over a chain of kills where ranks, batch size and seq_len change
     (states JSON round-tripped), the (sample, position) pairs consumed plus those reported dropped
     are the pairs of the mixture's epoch multiset (a repeated sample once per occurrence, also
     when the first source weights its own samples, MX17), never more; every rank gets the same
