@@ -203,11 +203,13 @@ class ConsumedBoundary:
             self.cursor.restored_ended(self.streaming.epoch)
 
     def _nothing_left(self, resume: dict[str, Any]) -> bool:
-        """Whether the epoch of plan state ``resume`` has no batch left for any consumer."""
-        topology = self.topology()
+        """Whether the plan that saved ``resume`` had no batch left for any consumer: its epoch
+        is done, on any topology (R10). Judged on the saving plan, not on this topology's re-plan,
+        so an epoch-end state never runs the tail its plan dropped (R3's remainder is for an
+        epoch still under way)."""
         try:
-            plan = self.streaming.step_plan(self.streaming.epoch, topology.world_size, self.num_workers, resume)
+            plan = self.streaming.batching.saved_plan(self.streaming.source, resume)
         except StateError:
             return False  # refused with its reason at the next iter(loader) (R9)
-        batch = self.streaming.params.batch_size
+        batch = int(resume["params"]["batch_size"])
         return all(plan.num_batches(c) == plan.start_offsets[c] // batch for c in range(plan.num_consumers))

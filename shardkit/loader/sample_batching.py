@@ -52,6 +52,11 @@ class SampleBatching:
             source.warn_quality(plan)
         return plan
 
+    def saved_plan(self, source: Any, resume: dict[str, Any]) -> Plan:
+        """The plan that saved ``resume``, at its offsets (its own topology and batch size)."""
+        plan: Plan = source.plan(PlanParams.from_dict(resume["params"]), resume)
+        return plan
+
     def plan_state(self, plan: Any, offsets: Sequence[int], fingerprint: str) -> dict[str, Any]:
         return plan_to_state(plan, list(offsets), fingerprint)
 

@@ -108,10 +108,13 @@ class TokenBatching:
         self._cuts, self._cuts_epoch = list(part["levels"]), state.epoch
         # The saved consumer states must be the replay of their offsets (TB5): rebuild the saved
         # level exactly as it was (its own params and cut).
-        saved = PlanParams.from_dict(state.plan["params"])
+        self.saved_plan(source, state.plan)
+
+    def saved_plan(self, source: Any, resume: dict[str, Any]) -> TokenPlan:
+        """The plan that saved ``resume`` (its own params and cut), at its offsets."""
         cut = self._cuts[-1]
         tokens = replace(self.tokens, **{k: cut[k] for k in ("seq_len", "long_docs", "open_blocks")})
-        self._build(source, saved, tokens, state.plan, self._cuts)
+        return self._build(source, PlanParams.from_dict(resume["params"]), tokens, resume, self._cuts)
 
     # ---- workers: the loaded token levels travel in the control block (L6) ------------------------
     def payload(self) -> dict[str, Any]:

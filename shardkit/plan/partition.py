@@ -73,15 +73,16 @@ def steps_per_rank(num_source: int, params: PlanParams) -> int:
     return -(-num_source // per_step)
 
 
-def equal_steps(num_source: int, params: PlanParams) -> Partition:
+def equal_steps(num_source: int, params: PlanParams, closed: bool = False) -> Partition:
     """Split ``num_source`` samples into equal-step consumer ranges (P2, P3).
 
     Rank r's S batches go to its workers round-robin: worker w gets ``S // Wc + (w < S % Wc)``,
-    which is also the order a DataLoader asks its workers for batches.
+    which is also the order a DataLoader asks its workers for batches. ``closed``: no step at
+    all, every sample dropped (the level after a finished epoch, R10).
     """
     if num_source < 0:
         raise PlanError(f"source length: expected >= 0, got {num_source}")
-    steps = steps_per_rank(num_source, params)
+    steps = 0 if closed else steps_per_rank(num_source, params)
     workers = params.workers_per_rank
     per_worker = np.full(workers, steps // workers, dtype=np.int64)
     per_worker[: steps % workers] += 1

@@ -49,12 +49,14 @@ class Plan:
         *,
         parent: tuple[Plan, dict[str, Any]] | None = None,
         start_offsets: Sequence[int] | None = None,
+        closed: bool = False,
     ) -> None:
         self._shard_sizes = shard_sizes
         self._params = params
         self._source = source
         self._parent = parent
-        self._partition: Partition = equal_steps(len(source), params)
+        self._partition: Partition = equal_steps(len(source), params, closed)
+        self.closed = closed  # the level after a finished epoch: no step, its source dropped (R10)
         offsets = start_offsets or [0] * self._partition.num_consumers
         self._start_offsets = tuple(int(offset) for offset in offsets)
 
@@ -129,6 +131,7 @@ class Plan:
             self._source,
             parent=self._parent,
             start_offsets=offsets,
+            closed=self.closed,
         )
 
     # -- sequences ---------------------------------------------------------------------
@@ -255,5 +258,10 @@ def base_plan(shard_sizes: np.ndarray, params: PlanParams) -> Plan:
 def elastic_plan(
     old: Plan, offsets: Sequence[int], params: PlanParams, state: dict[str, Any]
 ) -> Plan:
-    """Level L+1: partition ``old``'s remainder after ``offsets`` under new params (R3-R5)."""
-    return Plan(old.shard_sizes, params, old.remainder(offsets), parent=(old, state))
+    """Level L+1: partition ``old``'s remainder after ``offsets`` under new params (R3-R5).
+
+    When ``old`` is finished at ``offsets`` (every consumer at the end of its batches) its epoch
+    is over on any topology (R10): the new level yields no batch and its remainder — the tail
+    ``old`` dropped — stays dropped (the new level's ``dropped_indices``)."""
+    finished = all(int(offset) >= old.num_samples(c) for c, offset in enumerate(offsets))
+    return Plan(old.shard_sizes, params, old.remainder(offsets), parent=(old, state), closed=finished)

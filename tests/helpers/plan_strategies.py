@@ -138,6 +138,17 @@ def consumed_real(plan: Plan, offsets: list[int]) -> np.ndarray:
     return np.concatenate(found)
 
 
+def assert_level_steps(before: Plan, offsets: list[int], plan: Plan) -> None:
+    """The level ``plan`` made elastically from ``before`` killed at ``offsets``: equal steps
+    over its remainder (R4), or none at all when every consumer of ``before`` had run to its
+    end (R10: the epoch is over, the remainder is the new level's drop)."""
+    if all(offset >= before.num_samples(c) for c, offset in enumerate(offsets)):
+        if plan.steps_per_rank != 0 or plan.num_dropped != plan.num_source_samples:
+            raise AssertionError(f"a finished epoch's re-plan yields {plan.steps_per_rank} steps")
+        return
+    assert_equal_steps(plan, plan.num_source_samples)
+
+
 def assert_equal_steps(plan: Plan, num_source: int) -> None:
     """P2/P3 for any level: equal steps per rank over ``num_source`` samples, minimal tail."""
     params = plan.params

@@ -17,7 +17,7 @@ from shardkit.plan import Plan, PlanParams
 from shardkit.plan.mixture import MixSource, MixSpec
 from shardkit.plan.mixture_state import mixture_plan, mixture_to_state, resume_mixture
 from tests.helpers import mixture_strategies as ms
-from tests.helpers.plan_strategies import all_samples, assert_equal_steps, kill_offsets
+from tests.helpers.plan_strategies import all_samples, assert_level_steps, kill_offsets
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -48,7 +48,7 @@ def run_chain(spec: MixSpec, plan: Plan, chain: list[PlanParams], seeds: list[in
         if params.same_partition(before.params):
             assert plan.start_offsets == tuple(offsets)
         else:
-            assert_equal_steps(plan, plan.num_source_samples)
+            assert_level_steps(before, offsets, plan)
     return plan, later
 
 

@@ -74,7 +74,8 @@ def test_chained_resumes_are_exactly_once(
 ) -> None:
     """R3: consumed + the last plan's real samples = every sample once, minus its drop;
     R4: equal steps under the new params at every level; R5: chains of 2-4 levels;
-    R2 at every level: a same-params resume continues exactly."""
+    R2 at every level: a same-params resume continues exactly; R10: a level whose every
+    consumer ran to its end yields nothing more on any params (its drop stays dropped)."""
     sizes, chain, seeds = case
     plan = build_plan(sizes, chain[0])
     consumed = [np.zeros(0, dtype=np.int64)]
@@ -87,6 +88,7 @@ def test_chained_resumes_are_exactly_once(
             + plan.num_dropped
         )
         same = params.same_partition(plan.params)
+        finished = all(offset >= plan.num_samples(c) for c, offset in enumerate(offsets))
         resumed = build_plan(sizes, params, state)
         if same:
             assert resumed.start_offsets == tuple(offsets) and resumed.level == plan.level
@@ -94,7 +96,10 @@ def test_chained_resumes_are_exactly_once(
             assert resumed.start_offsets == (0,) * resumed.num_consumers
             assert resumed.level == plan.level + 1
             assert resumed.num_source_samples == old_remaining  # R3: the remainder's size
-            assert_equal_steps(resumed, old_remaining)  # R4
+            if finished:  # R10: the epoch is over; the remainder (the old drop) is this level's drop
+                assert resumed.steps_per_rank == 0 and resumed.num_dropped == old_remaining
+            else:
+                assert_equal_steps(resumed, old_remaining)  # R4
         plan = resumed
     final = [consumer_samples(plan, c, plan.start_offsets[c]) for c in range(plan.num_consumers)]
     trained = np.concatenate(consumed + [out.ids[~out.padded] for out in final])

@@ -18,7 +18,7 @@ from shardkit.plan import Plan, PlanParams, Window, plan_to_state
 from shardkit.plan.sample_weights import SampleWeights, epoch_offset, multiplicities
 from shardkit.plan.weighted_sequence import weighted_plan
 from tests.helpers.mixture_strategies import delivered, dropped_ids, mix_params, sequence_ids
-from tests.helpers.plan_strategies import all_samples, assert_equal_steps, kill_offsets
+from tests.helpers.plan_strategies import all_samples, assert_equal_steps, assert_level_steps, kill_offsets
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 WEIGHT_VALUES = [0.0, 1e-7, 0.01, 0.3, 1.0, 2.5, 40.0]
@@ -120,7 +120,7 @@ def test_any_chain_of_resumes_delivers_the_epoch_multiset(
         if params.same_partition(before.params):
             assert plan.start_offsets == tuple(offsets)  # R2: the same plan, continued
         else:
-            assert_equal_steps(plan, plan.num_source_samples)
+            assert_level_steps(before, offsets, plan)
     everything = [plan.num_samples(c) for c in range(plan.num_consumers)]
     got = collections.Counter(consumed + delivered(plan, everything) + dropped_ids(plan))
     assert got == expected_multiset(weights, total, chain[0])
