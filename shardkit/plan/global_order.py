@@ -85,6 +85,11 @@ class GlobalOrderPlan:
         return self._sequence_params
 
     @property
+    def sequence(self) -> SampleSequence:
+        """The epoch's whole sequence (P29); this plan cuts it from ``start`` on."""
+        return self._sequence
+
+    @property
     def start(self) -> int:
         """Position of the sequence where this plan's global batch 0 begins (P31)."""
         return self._start
