@@ -33,12 +33,12 @@ class Topology:
 
 @st.composite
 def topologies(draw: st.DrawFn, /, global_batch: int | None = None) -> Topology:
-    """Ranks 1-8 x workers 0-4, ``group`` 1-3; with ``global_batch``, ranks divide it."""
+    """Ranks 1-8 x workers 0-4, ``group`` 1-3; with ``global_batch``, ranks (up to 16) divide it."""
     if global_batch is None:
         world = draw(st.integers(1, 8))
         batch = draw(st.integers(1, 12))
     else:
-        world = draw(st.sampled_from([d for d in range(1, min(global_batch, 64) + 1) if global_batch % d == 0]))
+        world = draw(st.sampled_from([d for d in range(1, min(global_batch, 16) + 1) if global_batch % d == 0]))
         batch = global_batch // world
     return Topology(world, draw(st.integers(0, 4)), batch, draw(st.integers(1, 3)))
 

@@ -149,7 +149,11 @@ def test_a_state_is_one_position_of_the_sequence() -> None:
     validate_global_state(state, FINGERPRINT)
     with pytest.raises(StateError, match="fingerprint"):
         validate_global_state(state, "xxh64:other")
-    assert build_global_plan(sizes, replace(params, world_size=1, batch_size=6), state).start == 12
+    one_rank = build_global_plan(sizes, replace(params, world_size=1, batch_size=6), state)
+    assert one_rank.start == 12 and assembled(one_rank) == assembled(plan)[2:]  # the resume-state.md example
+    recut = build_global_plan(sizes, replace(params, world_size=2, batch_size=2), state)
+    ids = reference_ids(sizes, recut.sequence_params)
+    assert assembled(recut) == reference_batches(ids, 12, 4, "drop") and recut.num_dropped == 3
 
 
 def test_offsets_that_are_not_a_prefix_or_differ_between_ranks_are_refused() -> None:
