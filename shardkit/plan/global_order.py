@@ -71,6 +71,8 @@ class GlobalOrderPlan:
             raise PlanError(f"start: expected 0..{len(sequence)} (the sequence's samples), got {start}")
         self._shard_sizes, self._params, self._sequence = shard_sizes, params, sequence
         self._sequence_params, self._start, self._group = sequence_params, start, group
+        self._offsets = shard_offsets(shard_sizes)  # rows are sorted by global index (P28), every batch
+        self._offsets.setflags(write=False)
         left, size = len(sequence) - start, params.global_batch_size
         self._steps = left // size if params.tail == "drop" else -(-left // size)
 
@@ -109,7 +111,8 @@ class GlobalOrderPlan:
 
     @property
     def shard_offsets(self) -> np.ndarray:
-        return shard_offsets(self._shard_sizes)
+        """Samples in shards before each shard (manifest order), length ``num_shards + 1``."""
+        return self._offsets
 
     @property
     def num_source_samples(self) -> int:

@@ -22,6 +22,7 @@ from shardkit.plan.sequence import SampleSequence
 from shardkit.plan.spans import Span, Window
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+_LAST = np.iinfo(np.int64).max  # sorts pads after every real row
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,7 +85,7 @@ def rows_window(rows: Rows) -> Window:
 
 def sorted_rows(rows: Rows, offsets: np.ndarray) -> Rows:
     """A global batch's row order (P28): real rows by global index (stable), then the pads."""
-    keys = np.where(rows.padded, np.iinfo(np.int64).max, rows.global_indices(offsets))
+    keys = np.where(rows.padded, _LAST, rows.global_indices(offsets))
     return rows[np.argsort(keys, kind="stable")]
 
 

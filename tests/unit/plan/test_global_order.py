@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 
 from shardkit.errors import PlanError, StateError
 from shardkit.plan import PlanParams, build_plan
+from shardkit.plan.global_order import GlobalOrderPlan
 from shardkit.plan.global_state import build_global_plan, global_plan_to_state, validate_global_state
+from shardkit.plan.rotation import StepPlan, worker_consumer
 from tests.helpers.global_order import (
     FINGERPRINT,
     Topology,
@@ -182,3 +184,12 @@ def test_bad_states_and_params_are_refused() -> None:
     with pytest.raises(PlanError, match="order"):
         PlanParams(order="random")
     assert "order" not in PlanParams().to_dict()  # P15: states of the default order unchanged
+
+
+def test_the_loader_counts_steps_with_it_as_with_a_plan() -> None:
+    """P30: a global-order plan is a StepPlan (mypy checks the assignment); worker w serves
+    consumer r*W + w, and a rank's consumers' batches sum to the steps."""
+    plan: StepPlan = build_global_plan([100, 7], PlanParams(world_size=3, num_workers=2, batch_size=4, order="global"))
+    assert isinstance(plan, GlobalOrderPlan)
+    assert [worker_consumer(plan, 1, w, 2, group=4) for w in range(2)] == [2, 3]
+    assert plan.num_batches(2) + plan.num_batches(3) == plan.steps_per_rank == 107 // 12
