@@ -55,20 +55,22 @@ def build_global_plan(shard_sizes: ShardSizes, params: PlanParams, resume: dict[
     return GlobalOrderPlan(sizes, params, sequence, fixed, resume["position"], group)
 
 
-def global_plan_to_state(plan: GlobalOrderPlan, offsets: Sequence[int], fingerprint: str) -> dict[str, Any]:
+def global_plan_to_state(plan: GlobalOrderPlan, offsets: Sequence[int], fingerprint: str,
+                         rank: int | None = None) -> dict[str, Any]:
     """The state after consumer ``c`` delivered ``offsets[c]`` samples (multiples of
     ``batch_size``, as the loader counts them). Refused unless every rank received the same
-    global batches and they are a prefix (in-order delivery, P30)."""
+    global batches and they are a prefix (in-order delivery, P30). ``rank``: count that rank's
+    consumers only (a rank continuing its own unfinished iteration, R10, knows only its own)."""
     if not isinstance(fingerprint, str):
         raise StateError(f"fingerprint: expected a str, got {type(fingerprint).__name__}")
-    received = received_global_batches(plan, offsets)
+    received = received_global_batches(plan, offsets, rank)
     position = min(plan.start + received * plan.params.global_batch_size, plan.start + plan.num_source_samples)
     return {"version": STATE_VERSION, "fingerprint": fingerprint, "order": "global",
             "params": plan.params.to_dict(), "sequence": plan.sequence_params.to_dict(), "position": position}
 
 
-def received_global_batches(plan: GlobalOrderPlan, offsets: Sequence[int]) -> int:
-    """Global batches every rank received, from per-consumer offsets (P31)."""
+def received_global_batches(plan: GlobalOrderPlan, offsets: Sequence[int], rank: int | None = None) -> int:
+    """Global batches every rank (or rank ``rank``) received, from per-consumer offsets (P31)."""
     params, batch = plan.params, plan.params.batch_size
     if not isinstance(offsets, list | tuple) or len(offsets) != plan.num_consumers:
         raise StateError(f"offsets: expected {plan.num_consumers} offsets (one per consumer), got {offsets!r}")
@@ -80,19 +82,23 @@ def received_global_batches(plan: GlobalOrderPlan, offsets: Sequence[int]) -> in
                              f"0..{total} (consumer {consumer}'s samples), got {offset!r}")
         counts.append(int(offset) // batch)
     workers = params.workers_per_rank
-    per_rank = [sum(counts[r * workers:(r + 1) * workers]) for r in range(params.world_size)]
-    if len(set(per_rank)) > 1:
+    if rank is not None and not (_is_int(rank) and 0 <= rank < params.world_size):
+        raise StateError(f"rank: expected 0 <= rank < {params.world_size}, got {rank!r}")
+    ranks = range(params.world_size) if rank is None else [int(rank)]
+    per_rank = {r: sum(counts[r * workers:(r + 1) * workers]) for r in ranks}
+    if len(set(per_rank.values())) > 1:
         raise StateError(f"global order: the ranks received different numbers of global batches "
-                         f"{per_rank} (a state is saved at the same step on every rank, L2)")
-    for consumer, count in enumerate(counts):
-        rank, worker = divmod(consumer, workers)
-        expected = units_below(per_rank[rank], worker, workers, plan.group)
-        if count != expected:
-            raise StateError(
-                f"global order: consumer {consumer} (rank {rank}, worker {worker}) delivered {count} batches, "
-                f"but {per_rank[rank]} global batches received in order hold {expected} of its (P30: "
-                "global order needs in-order delivery, DataLoader(in_order=True))")
-    return per_rank[0] if per_rank else 0
+                         f"{list(per_rank.values())} (a state is saved at the same step on every rank, L2)")
+    for r, received in per_rank.items():
+        for worker in range(workers):
+            consumer = r * workers + worker
+            expected = units_below(received, worker, workers, plan.group)
+            if counts[consumer] != expected:
+                raise StateError(
+                    f"global order: consumer {consumer} (rank {r}, worker {worker}) delivered {counts[consumer]} "
+                    f"batches, but {received} global batches received in order hold {expected} of its (P30: "
+                    "global order needs in-order delivery, DataLoader(in_order=True))")
+    return next(iter(per_rank.values()))
 
 
 def validate_global_state(state: Any, fingerprint: str) -> None:

@@ -167,6 +167,10 @@ def test_offsets_that_are_not_a_prefix_or_differ_between_ranks_are_refused() -> 
         global_plan_to_state(plan, [0, 4, 0, 4], FINGERPRINT)  # worker 1 ran ahead of worker 0
     with pytest.raises(StateError, match="different numbers"):
         global_plan_to_state(plan, [2, 2, 2, 0], FINGERPRINT)
+    # a rank continuing its own unfinished iteration (R10) counts only its consumers
+    assert global_plan_to_state(plan, [0, 0, 2, 2], FINGERPRINT, rank=1)["position"] == 8
+    with pytest.raises(StateError, match="in-order delivery"):
+        global_plan_to_state(plan, [0, 0, 0, 2], FINGERPRINT, rank=1)
 
 
 def test_bad_states_and_params_are_refused() -> None:
