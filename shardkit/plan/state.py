@@ -205,6 +205,8 @@ def _check_level(state: Any, path: str) -> None:
         params = PlanParams.from_dict(state["params"])
     except PlanError as error:
         raise StateError(f"{path}.params: {error}") from error
+    if params.order != "shard":  # a global-order state has its own shape (plan/global_state.py, P31)
+        raise StateError(f"{path}.params.order: expected 'shard' in a state with offsets, got {params.order!r}")
     _check_offset_list(state["offsets"], params, path)
 
 

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardkit.errors import PlanError, StateError
-from shardkit.plan import PlanParams, build_plan
+from shardkit.plan import PlanParams, build_plan, plan_to_state
 from shardkit.plan.global_order import GlobalOrderPlan
 from shardkit.plan.global_state import build_global_plan, global_plan_to_state, validate_global_state
 from shardkit.plan.rotation import StepPlan, worker_consumer
@@ -188,6 +188,10 @@ def test_bad_states_and_params_are_refused() -> None:
     with pytest.raises(PlanError, match="order"):
         PlanParams(order="random")
     assert "order" not in PlanParams().to_dict()  # P15: states of the default order unchanged
+    shard_state = plan_to_state(build_plan([10, 10], PlanParams(batch_size=4)), [4], FINGERPRINT)
+    with pytest.raises(StateError, match="order"):  # offsets never describe a global-order plan
+        build_plan([10, 10], PlanParams(batch_size=4), {**shard_state, "params": {**shard_state["params"],
+                                                                                  "order": "global"}})
 
 
 def test_the_loader_counts_steps_with_it_as_with_a_plan() -> None:
