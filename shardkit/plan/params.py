@@ -14,6 +14,9 @@ from shardkit.errors import PlanError
 from shardkit.units import MAX_SIZE
 
 TAILS = ("drop", "pad")
+#: ``shard``: each consumer reads its own equal-step range (P1-P21, the default); ``global``: the
+#: sequence of global batches is the same on every topology, each rank takes its rows (P27-P34).
+ORDERS = ("shard", "global")
 
 _INT_MINIMUMS = {
     "seed": 0,
@@ -27,7 +30,7 @@ _INT_MINIMUMS = {
 }
 # Fields added after version 1 of the resume state: omitted from to_dict at their default, so
 # states saved before them (and plans that do not use them) are unchanged.
-_OPTIONAL_DEFAULTS = {"interleave": 1, "spread": 1}
+_OPTIONAL_DEFAULTS: dict[str, Any] = {"interleave": 1, "spread": 1, "order": "shard"}
 # What the loader and ``shardkit plan`` use when the caller says nothing (specs/partition.md P18):
 # each shard is split among about 12 consumers, so a window mixes up to 12x as many shards
 # (the smallest that gives a sorted 1,000-class set of 100k samples >= 132 classes per batch of 256 at 8x4).
@@ -64,6 +67,7 @@ class PlanParams:
     shuffle_window: int = 8192
     interleave: int = 1  # lanes a consumer reads at once when shuffling (specs/partition.md P13)
     spread: int = 1  # consumers a shard is split among when shuffling (P18); users get DEFAULT_SPREAD
+    order: str = "shard"  # "global": topology-invariant global batches (P27), plan/global_order.py
 
     def __post_init__(self) -> None:
         for name, minimum in _INT_MINIMUMS.items():
@@ -77,6 +81,8 @@ class PlanParams:
                             f"{self.num_consumers} consumers, at most {MAX_CONSUMERS} are supported")
         if self.tail not in TAILS:
             raise PlanError(f"plan parameter tail: expected one of {TAILS}, got {self.tail!r}")
+        if self.order not in ORDERS:
+            raise PlanError(f"plan parameter order: expected one of {ORDERS}, got {self.order!r}")
         if not isinstance(self.shuffle, bool):
             raise PlanError(f"plan parameter shuffle: expected a bool, got {self.shuffle!r}")
 
@@ -89,6 +95,11 @@ class PlanParams:
     def num_consumers(self) -> int:
         """Global consumers ``C = world_size * max(num_workers, 1)``."""
         return self.world_size * self.workers_per_rank
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples of one step over all ranks: ``world_size * batch_size`` (P27)."""
+        return self.world_size * self.batch_size
 
     def consumer_id(self, rank: int, worker: int) -> int:
         """Global consumer id ``rank * max(num_workers, 1) + worker``."""

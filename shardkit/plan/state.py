@@ -47,7 +47,10 @@ def build_plan(
     mixture.md); elastic levels are the same for every base. Raises :class:`PlanError` for bad inputs and
     :class:`StateError` for a malformed or inconsistent state.
     """
-    sizes = _checked_sizes(shard_sizes)
+    if params.order != "shard":
+        raise PlanError(f"plan parameter order {params.order!r}: build it with "
+                        "shardkit.plan.global_state.build_global_plan (specs/partition.md P27)")
+    sizes = checked_sizes(shard_sizes)
     if resume is None:
         return base(sizes, params)
     _check_shape(resume, "state")
@@ -131,7 +134,7 @@ def _normalised(state: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _checked_sizes(shard_sizes: ShardSizes) -> np.ndarray:
+def checked_sizes(shard_sizes: ShardSizes) -> np.ndarray:
     sizes = np.asarray(shard_sizes)
     if sizes.size == 0:
         return np.zeros(0, dtype=np.int64)
@@ -202,6 +205,8 @@ def _check_level(state: Any, path: str) -> None:
         params = PlanParams.from_dict(state["params"])
     except PlanError as error:
         raise StateError(f"{path}.params: {error}") from error
+    if params.order != "shard":  # a global-order state has its own shape (plan/global_state.py, P31)
+        raise StateError(f"{path}.params.order: expected 'shard' in a state with offsets, got {params.order!r}")
     _check_offset_list(state["offsets"], params, path)
 
 
