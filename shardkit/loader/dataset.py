@@ -224,7 +224,7 @@ class StreamingDataset(DatasetPlans, IterableDataset):  # type: ignore[type-arg,
         return Topology(rank, world, worker, num_workers)
 
     def _shard_cache(self) -> ShardCache | None:
-        if self.options.cache_dir is None or self.dataset.store.is_local:
+        if self.options.cache_dir is None or not self.dataset.store.worth_caching:
             return None
         if self._cache is None:
             self._cache = ShardCache(self.options.cache_dir, self.options.cache_limit)

@@ -208,7 +208,7 @@ class MixtureDataset(StreamingDataset):
 
     # ---- reading -------------------------------------------------------------------------------
     def _shard_cache(self) -> ShardCache | None:
-        if self.options.cache_dir is None or all(ds.store.is_local for ds in self.opened.datasets):
+        if self.options.cache_dir is None or not any(ds.store.worth_caching for ds in self.opened.datasets):
             return None
         if self._cache is None:
             self._cache = ShardCache(self.options.cache_dir, self.options.cache_limit)
