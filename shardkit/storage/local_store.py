@@ -3,7 +3,7 @@
 Every read opens with local_files.py's checks (a FIFO or device is refused, never read);
 ``local_path`` hands callers the file itself, for ``mmap``/``pread`` (ST10), and the cache never
 copies these objects (``worth_caching`` False, K8). Writes go to a temp file beside the target,
-fsynced, then renamed (atomic.py). ``stat``'s etag is the modification time (ST5).
+fsynced, then renamed (atomic.py). ``stat``'s etag is inode, size and modification time (ST5).
 Thread-safety: every method may be called from any thread; nothing is held between calls.
 """
 
@@ -64,7 +64,8 @@ class LocalStore(Store):
                 info = os.stat(path)
             except FileNotFoundError:
                 raise NotFoundError(f"{path}: file does not exist") from None
-            return ObjectStat(info.st_size, str(info.st_mtime))  # as fsspec's "mtime" (K18)
+            # A replacement is a rename of a new file: a new inode, even within one mtime tick.
+            return ObjectStat(info.st_size, f"{info.st_ino:x}-{info.st_size:x}-{info.st_mtime_ns:x}")
 
         return self._call(name, once)
 

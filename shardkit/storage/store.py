@@ -45,7 +45,7 @@ MULTIPART_THRESHOLD = MULTIPART_PART_BYTES
 class ObjectStat(NamedTuple):
     """What one metadata request says of an object: its ``size`` in bytes and ``etag``, a
     token that changes when the object is replaced (S3: the ETag; GCS: the generation; local
-    files: the modification time; memory: a counter), ST5."""
+    files: inode, size and modification time; memory: a counter), ST5."""
 
     size: int
     etag: str
