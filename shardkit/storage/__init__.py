@@ -3,7 +3,8 @@
 Public names: the ``Store`` protocol and ``open_store`` (read, read_range, read_ranges, stat,
 write_atomic …: specs/store.md), ``MemoryStore``, ``ObjectStat``,
 ``RetryPolicy``, ``ShardCache`` with ``CacheOptions``/``CacheItem`` (download-once leases, LRU
-eviction), ``Prefetcher``, and ``list_cache``/``clear_cache`` for the CLI. Contracts: specs/cache.md.
+eviction), ``Prefetcher``, and ``list_cache``/``clear_cache`` for the CLI. Contracts: specs/store.md (the
+store protocol), specs/cache.md (the cache).
 """
 
 from shardkit.storage.admin import clear_cache, list_cache
