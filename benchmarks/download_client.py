@@ -33,7 +33,7 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from shardkit.storage import CacheItem, CacheOptions, ShardCache, Store  # noqa: E402
+from shardkit.storage import CacheItem, CacheOptions, ShardCache, Store, open_store  # noqa: E402
 
 ONE_GET = 1 << 40
 
@@ -43,9 +43,9 @@ def make_store(client: str, url: str, endpoint: str) -> Store:
         from benchmarks.obstore_store import ObstoreStore
 
         return ObstoreStore(url, endpoint)
-    store = Store(url, {"anon": True, "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}})
-    store.direct_ranges = client == "shardkit"  # the others measure bodies read by s3fs
-    return store
+    options = {"anon": True, "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
+    # the others measure bodies read by s3fs
+    return open_store(url, options, direct_ranges=client == "shardkit")
 
 
 def cache_options(client: str, connections: int) -> tuple[CacheOptions, int]:

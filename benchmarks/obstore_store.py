@@ -2,26 +2,28 @@
 client comparison in benchmarks/downloads.py only; shardkit itself keeps s3fs (benchmarks/S3.md).
 
 ``ObstoreStore(url, endpoint_url)`` serves the reads the cache and the reader make
-(``read``, ``read_range``, ``size``, ``exists``) with obstore, behind the same interface,
-errors and ``RetryPolicy`` as ``Store``: obstore's own retries are turned off and its errors
-are mapped by ``storage/classify.py`` (a 503 is a ``ThrottledError``, as with s3fs).
+(``read``, ``read_range``, ``stat``) with obstore, behind the ``Store`` protocol
+(specs/store.md) with the same errors and ``RetryPolicy``; it writes nothing. obstore's own
+retries are turned off and its errors are mapped by ``storage/classify.py`` (a 503 is a
+``ThrottledError``, as with s3fs).
 Anonymous, path-style, plain HTTP: what the benchmark's local endpoints need.
 
-Fork: the client is built per process, like ``Store.fs`` (K17) — a forked child that finds
+Fork: the client is built per process, like ``FsspecStore.fs`` (K17) — a forked child that finds
 one made by its parent makes its own.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from shardkit.errors import TransientStorageError
-from shardkit.storage import Store
+from shardkit.storage import ObjectStat, Store, split_protocol
 from shardkit.storage.retry import RetryPolicy
-from shardkit.storage.store import split_protocol
+from shardkit.storage.store import AtomicWrite
 
 T = TypeVar("T")
 
@@ -30,12 +32,9 @@ class ObstoreStore(Store):
     """Reads of ``s3://bucket/prefix`` at ``endpoint_url`` through obstore."""
 
     def __init__(self, url: str, endpoint_url: str, retry: RetryPolicy | None = None) -> None:
-        # Not Store.__init__: that builds an s3fs filesystem, and this store must not need s3fs.
-        self.url, self.storage_options, self.retry = url.rstrip("/"), {}, retry or RetryPolicy()
-        self.protocol, self.root = split_protocol(url)
-        self._fs, self._fs_pid, self.part_bytes = None, os.getpid(), 0
+        super().__init__(url, None, retry)
+        self.root = split_protocol(url)[1]
         self.endpoint_url = endpoint_url
-        self.direct_ranges, self._direct = False, None  # every body through obstore
         self._client: Any = None
         self._client_pid = -1
 
@@ -62,7 +61,7 @@ class ObstoreStore(Store):
         return self._client
 
     def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
+        state = self.__dict__.copy()
         state["_client"], state["_client_pid"] = None, -1
         return state
 
@@ -71,11 +70,8 @@ class ObstoreStore(Store):
 
         return self._obstore_call(name, lambda key: bytes(obstore.get(self.client, key).bytes()))
 
-    def read_range(self, name: str, start: int, end: int, *, retry: RetryPolicy | None = None) -> bytes:
+    def _read_range(self, name: str, start: int, end: int, retry: RetryPolicy | None) -> bytes:
         import obstore
-
-        if end == start:
-            return b""
 
         def once(key: str) -> bytes:
             data = bytes(obstore.get_range(self.client, key, start=start, end=end))
@@ -85,18 +81,34 @@ class ObstoreStore(Store):
 
         return self._obstore_call(name, once, retry)
 
-    def size(self, name: str) -> int:
+    def stat(self, name: str) -> ObjectStat:
         import obstore
 
-        return self._obstore_call(name, lambda key: int(obstore.head(self.client, key)["size"]))
+        def once(key: str) -> ObjectStat:
+            meta = obstore.head(self.client, key)
+            return ObjectStat(int(meta["size"]), str(meta.get("e_tag") or ""))
 
-    def exists(self, name: str) -> bool:
-        try:
-            self.size(name)
-        except FileNotFoundError:
-            return False
-        return True
+        return self._obstore_call(name, once)
+
+    def list(self, prefix: str = "") -> list[str]:
+        raise NotImplementedError("ObstoreStore serves the benchmark's reads only")
+
+    def write_atomic(self, name: str, data: bytes) -> None:
+        raise NotImplementedError("ObstoreStore serves the benchmark's reads only")
+
+    def open_atomic(self, name: str) -> AtomicWrite:
+        raise NotImplementedError("ObstoreStore serves the benchmark's reads only")
+
+    def delete(self, name: str) -> None:
+        raise NotImplementedError("ObstoreStore serves the benchmark's reads only")
+
+    def copy(self, src: str, dst: str) -> None:
+        raise NotImplementedError("ObstoreStore serves the benchmark's reads only")
+
+    def _path(self, name: str) -> str:
+        return posixpath.join(self.root, name)
 
     def _obstore_call(self, name: str, fn: Callable[[str], T], retry: RetryPolicy | None = None) -> T:
         """``fn(key)`` through ``Store._call``: the same retries and error mapping as s3fs gets."""
+        # ``_path`` is ``bucket/key``: obstore's client is for the bucket, so it takes the key.
         return self._call(name, lambda path: fn(path.split("/", 1)[1]), retry)

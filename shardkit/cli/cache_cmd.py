@@ -157,7 +157,7 @@ def run_warm(args: argparse.Namespace) -> int:
     except ShardkitError as exc:  # no or unreadable manifest: bad input, exit 2 as `verify` says
         exc.exit_code = EXIT_USAGE  # type: ignore[attr-defined]
         raise
-    if store.is_local or cache is None:
+    if not store.worth_caching or cache is None:
         print(f"{args.url} is local: nothing to cache", file=sys.stderr)
         return 0
     done = warm(cache, store, entries, progress=not args.no_progress, num_threads=args.threads)

@@ -141,7 +141,7 @@ class DatasetSource:
         return self.weights is not None
 
     def needs_cache(self) -> bool:
-        return not self.dataset.store.is_local
+        return self.dataset.store.worth_caching
 
     def read(self, plan: Plan, consumer: int, start: int, cache: ShardCache | None, stats: WorkerStats,
              options: ReadOptions, batch_size: int) -> Iterator[WindowSamples]:

@@ -188,7 +188,7 @@ class MixtureSource:
         return any(w is not None for w in self.opened.weights or ())  # each copy its own dict (MX17, SW8)
 
     def needs_cache(self) -> bool:
-        return not all(ds.store.is_local for ds in self.opened.datasets)
+        return any(ds.store.worth_caching for ds in self.opened.datasets)
 
     def read(self, plan: Plan, consumer: int, start: int, cache: ShardCache | None, stats: WorkerStats,
              options: ReadOptions, batch_size: int) -> Iterator[WindowSamples]:

@@ -65,8 +65,9 @@ def load_manifest(store: Store, cache: ShardCache | None = None, offline: str = 
 
 def _manifest_bytes(store: Store, cache: ShardCache | None, offline: str) -> tuple[bytes, str]:
     """manifest.json's bytes, and where from: ``""`` (the store), ``"cache"``, ``"offline"``."""
-    if store.is_local:
-        return read_regular_file(store.local_path(MANIFEST_NAME), "manifest"), ""
+    local = store.local_path(MANIFEST_NAME)
+    if local is not None:
+        return read_regular_file(local, "manifest"), ""
     if cache is not None:
         try:
             data = _cached_copy(store, cache)
@@ -86,7 +87,7 @@ def _manifest_bytes(store: Store, cache: ShardCache | None, offline: str) -> tup
 def _cached_copy(store: Store, cache: ShardCache) -> bytes | None:
     """The node cache's copy of the manifest's current version if it is the store's (K44)."""
     where = store.url_of(MANIFEST_NAME)
-    size, version = store.version(MANIFEST_NAME)
+    size, version = store.stat(MANIFEST_NAME)
     try:
         with cache.open(store, MANIFEST_NAME, key=manifest_key(store.url, version, size), num_bytes=size) as path:
             data, st = _read_with_stat(path)
@@ -139,7 +140,7 @@ def _companion(store: Store, cache: ShardCache | None, json_data: bytes) -> Mani
 def _cached_read(store: Store, cache: ShardCache | None, name: str, key: str) -> bytes:
     """``name``'s bytes through the node cache under ``key`` (straight from the store without
     a cache, for a local store, or when the cache cannot hold it)."""
-    if store.is_local or cache is None:
+    if not store.worth_caching or cache is None:
         return store.read(name)
     size = store.size(name)
     try:

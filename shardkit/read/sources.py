@@ -98,8 +98,9 @@ class StoreSource:
 def open_source(store: Store, name: str, size: int | None = None, mapped: bool = True) -> ByteSource:
     """A local file source for local stores (``mapped``: see ``LocalFileSource``), else range
     requests on the store."""
-    if store.is_local:
-        return LocalFileSource(store.local_path(name), mapped)
+    local = store.local_path(name)
+    if local is not None:
+        return LocalFileSource(local, mapped)
     return StoreSource(store, name, size)
 
 

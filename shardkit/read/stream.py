@@ -74,7 +74,7 @@ class ShardOpener:
         self.dataset = dataset
         self.options = options
         self.stats = stats if stats is not None else ReadStats()
-        self.cache = cache if not dataset.store.is_local else None
+        self.cache = cache if dataset.store.worth_caching else None
         # A cached shard stays leased (unevictable) while open: keep only the current one.
         self.keep_open = 1 if self.cache is not None else keep_open
         # A shard's reader and what closes it: the reader itself, or (a cached shard) a stack that
@@ -117,8 +117,9 @@ class ShardOpener:
                 stack: contextlib.ExitStack | None) -> tuple[Any, ShardIndex | None]:
         """The shard's bytes, and its index when already checked (a cached shard: K45)."""
         store = self.dataset.store
-        if store.is_local:
-            return LocalFileSource(store.local_path(info.name)), None
+        local = store.local_path(info.name)
+        if local is not None:
+            return LocalFileSource(local), None
         if self.cache is None or stack is None:
             return StoreSource(store, info.name, info.num_bytes), None
         item = cache_item(self.dataset, shard_index)

@@ -17,7 +17,7 @@ next request on such a socket never sees its response and waits out the read tim
 So instances are never shared with a child: ``make_filesystem`` keeps its own per-process
 instances (fsspec's instance cache is skipped), and after ``fork`` the child *disarms* the
 ones it inherited — their finalizers detached, the objects kept referenced for the child's
-life so that nothing ever closes them there — and builds its own on first use. ``Store``
+life so that nothing ever closes them there — and builds its own on first use. ``FsspecStore``
 looks its filesystem up again whenever the process id changed.
 
 Thread-safety: ``make_filesystem`` may be called from any thread.

@@ -128,8 +128,9 @@ class ShardCache:
     def open(self, store: Store, name: str, *, key: str, num_bytes: int,
              verify: Verify | None = None) -> Iterator[str]:
         """Lease the local copy of ``name``: download it once per node if needed (K1–K3)."""
-        if store.is_local:
-            yield store.local_path(name)  # K8: local data is never copied or evicted
+        local = store.local_path(name)
+        if local is not None:
+            yield local  # K8: local data is never copied or evicted
             return
         entry = Entry(self.root, entry_name(key))
         lock = self._lease(store, name, entry, key, num_bytes, verify, None)
@@ -142,7 +143,7 @@ class ShardCache:
     def ensure(self, store: Store, item: CacheItem,
                cancel: threading.Event | None = None) -> None:
         """Make ``item`` present in the cache and hold no lease afterwards (prefetch, warm)."""
-        if store.is_local:
+        if not store.worth_caching:
             return
         entry = Entry(self.root, entry_name(item.key))
         lock = self._lease(store, item.name, entry, item.key, item.num_bytes, item.verify, cancel)

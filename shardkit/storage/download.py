@@ -11,8 +11,8 @@ gates (specs/cache.md, K20–K22):
 - ``NodeBudget`` (budget.py): slots shared by every process of the node, crash-safe.
 
 Each request streams its body into the part's place in the file as it arrives
-(``Store.stream_range``: over plain HTTP connections for S3, spliced socket → pipe → file
-where it can be, K23), so no part is ever held whole in memory there. A part still running
+(``Store.stream_range``: over plain HTTP connections for S3 (``DirectS3Store``), spliced
+socket → pipe → file where it can be, K23), so no part is ever held whole in memory there. A part still running
 after ``Pacing.hedge_after`` gets a second request for the same range; both write the same
 bytes into the same place until one has delivered the whole range: that one wins, and from
 then on the other's writes are refused (it stops at its next piece; its thread ends with its

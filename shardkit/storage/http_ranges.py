@@ -11,7 +11,7 @@ bytes from a pipe (``put``, the cache) gets plain-HTTP bodies spliced instead: s
 file, one copy, none in user space (body_splice.py).
 
 Nothing about authentication is re-implemented: the caller passes a URL presigned by s3fs's
-own botocore client (``Store`` does), so credentials, region, signature version, addressing
+own botocore client (``DirectS3Store`` does), so credentials, region, signature version, addressing
 style and endpoint are exactly s3fs's. ``Range`` is an unsigned header, which S3 accepts.
 
 Errors: a non-2xx answer raises ``HttpStatusError`` carrying the status and the S3 error code

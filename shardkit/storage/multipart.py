@@ -1,6 +1,6 @@
 """An S3 object written piece by piece and published whole: a streamed multipart upload.
 
-``MultipartAtomicWrite`` is what ``Store.open_atomic`` returns for ``s3://``: pieces fill one
+``MultipartAtomicWrite`` is what ``S3Store.open_atomic`` returns for ``s3://``: pieces fill one
 buffer of ``part_bytes``; each full buffer is uploaded as the next part at once, so a writer
 holds at most one part (plus the one on the wire) whatever the object's size — as local
 output streams to a temp file. ``commit`` uploads the rest as the last part and completes the

@@ -157,8 +157,9 @@ class Output:
         names = self.store.list(self.folder) if self.folder else self.store.list("")
         for folder in STAGING_FOLDERS:
             names += self.store.list(folder)
-        if self.store.is_local:  # object stores publish whole objects: no temp files
-            names += temp_files(self.store.local_path(""))
+        root = self.store.local_path("")
+        if root is not None:  # object stores publish whole objects: no temp files
+            names += temp_files(root)
         return sorted(set(names))
 
     def _writer_made(self, base: str) -> bool:
@@ -185,5 +186,6 @@ class Output:
             self._remove_folder(folder)
 
     def _remove_folder(self, folder: str) -> None:
-        if self.store.is_local:  # object stores have no folders: deleting the files was enough
-            remove_quietly(self.store.local_path(folder))
+        path = self.store.local_path(folder)
+        if path is not None:  # object stores have no folders: deleting the files was enough
+            remove_quietly(path)

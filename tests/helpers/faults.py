@@ -1,9 +1,10 @@
 """Deterministic faults at a writer's n-th mutation of its output folder.
 
 A *mutation* is a call that changes what a reader of the folder can see: publishing a file
-(``LocalAtomicWrite.commit``, ``Store.write_atomic``, ``Store.copy``) or deleting one
-(``Store.delete``). ``fail_at(n, action)`` patches those four so that the n-th call (1-based)
-runs ``action`` instead — raise an exception, or SIGKILL the process — and returns a counter.
+(``LocalAtomicWrite.commit``, ``write_atomic``, ``copy``) or deleting one (``delete``), on
+every store backend that defines them. ``fail_at(n, action)`` patches those so that the n-th
+call (1-based) runs ``action`` instead — raise an exception, or SIGKILL the process — and
+returns a counter.
 """
 
 from __future__ import annotations
@@ -15,10 +16,16 @@ from contextlib import contextmanager
 from typing import Any
 
 from shardkit.storage.atomic import LocalAtomicWrite
-from shardkit.storage.store import Store
+from shardkit.storage.fsspec_store import FsspecStore
+from shardkit.storage.local_store import LocalStore
+from shardkit.storage.memory_store import MemoryStore
+from shardkit.storage.s3_store import S3Store
 
-MUTATIONS: list[tuple[type, str]] = [(LocalAtomicWrite, "commit"), (Store, "write_atomic"),
-                                     (Store, "copy"), (Store, "delete")]
+_BACKENDS: tuple[type, ...] = (LocalStore, MemoryStore, FsspecStore, S3Store)
+#: Each method where it is defined (patching an inherited one too would count a call twice).
+MUTATIONS: list[tuple[type, str]] = [(LocalAtomicWrite, "commit")] + [
+    (backend, name) for name in ("write_atomic", "copy", "delete") for backend in _BACKENDS
+    if name in vars(backend)]
 
 
 class InjectedFault(RuntimeError):

@@ -19,7 +19,7 @@ import pytest
 from shardkit.errors import SourceError
 from shardkit.read import open_dataset
 from shardkit.read.verify import verify_dataset
-from shardkit.storage.store import Store
+from shardkit.storage.local_store import LocalStore
 from shardkit.write.output import STAGING_PREFIX
 from shardkit.write.pack import PackOptions
 
@@ -94,15 +94,15 @@ def test_store_failure_after_the_commit_point_leaves_the_new_dataset(
     out = tmp_path / "ds"
     old_dataset(ray_cluster, out)
     copied: list[str] = []
-    real_copy = Store.copy
+    real_copy = LocalStore.copy
 
-    def copy_then_fail(self: Store, src: str, dst: str) -> None:
+    def copy_then_fail(self: LocalStore, src: str, dst: str) -> None:
         if len(copied) == 2:  # the driver has moved two staged parts: fail the third
             raise OSError(f"injected failure copying {src}")
         real_copy(self, src, dst)
         copied.append(dst)
 
-    monkeypatch.setattr(Store, "copy", copy_then_fail)
+    monkeypatch.setattr(LocalStore, "copy", copy_then_fail)
     ds = ray_cluster.data.from_items(rows(200, "new"), override_num_blocks=2)
     with pytest.raises(OSError, match="injected failure"):
         shardkit.ray.write(ds, str(out), overwrite=True, **OPTIONS)

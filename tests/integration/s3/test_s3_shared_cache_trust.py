@@ -99,7 +99,7 @@ def test_a_planted_manifest_entry_is_not_believed_k44(scene: Scene) -> None:
     manifest padded to the real size — and the shards it names; the victim reads its own."""
     job = scene.start_victim()
     store = open_store(scene.url, scene.options)
-    size, version = store.version("manifest.json")
+    size, version = store.stat("manifest.json")
     with open(os.path.join(scene.forged, "manifest.json"), "rb") as fh:
         forged = fh.read()
     assert len(forged) <= size, "the forged manifest must fit in the genuine one's size"

@@ -75,8 +75,7 @@ def moto_object(s3_bucket: tuple[str, dict[str, Any]]) -> str:
 def test_stream_range_yields_exactly_the_range_direct_or_through_s3fs_k23(
     keepalive: KeepAliveS3Server, direct: bool, start: int, end: int, spliced: bool
 ) -> None:
-    store = open_store("s3://bucket/ds", keepalive.storage_options())
-    store.direct_ranges = direct
+    store = open_store("s3://bucket/ds", keepalive.storage_options(), direct_ranges=direct)
     assert collect(store, "blob.bin", start, end, spliced) == PAYLOAD[start:end]
     gets = [r for r in keepalive.records() if r.method == "GET"]
     assert [r.range for r in gets] == [f"bytes={start}-{end - 1}"]
@@ -126,8 +125,7 @@ def test_a_direct_read_fails_as_the_s3fs_path_does_k23(
         proxy = FaultProxy(s3_bucket[1]["client_kwargs"]["endpoint_url"]).start()
         try:
             proxy.add(Fault(rule.kind, status=rule.status, requests=rule.requests, key="blob.bin"))
-            store = open_store(moto_object, storage_options(proxy.endpoint_url))
-            store.direct_ranges = direct
+            store = open_store(moto_object, storage_options(proxy.endpoint_url), direct_ranges=direct)
             with pytest.raises(StorageError) as caught:
                 collect(store, "ds/blob.bin", 0, len(PAYLOAD), spliced)
             raised.append(caught.value)

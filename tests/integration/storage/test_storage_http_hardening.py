@@ -241,8 +241,7 @@ def test_a_server_that_ignores_range_is_one_permanent_error_on_either_path_k27(
 ) -> None:
     """Not a "short read" of a long body retried for seconds, and "bytes 500-998" is no 500."""
     server = serve("ignore-range")
-    store: Store = open_store(URL, server.storage_options(), retry=QUICK)
-    store.direct_ranges = direct
+    store: Store = open_store(URL, server.storage_options(), retry=QUICK, direct_ranges=direct)
     with pytest.raises(StorageError, match="ignores Range") as caught:
         store.stream_range("blob.bin", start, end, lambda piece, offset: None)
     assert not isinstance(caught.value, TransientStorageError)
