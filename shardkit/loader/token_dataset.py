@@ -33,9 +33,9 @@ from shardkit.loader.transfer.ring import Ring
 from shardkit.plan import PlanParams
 from shardkit.plan.token_blocks import Block, BlockOptions
 from shardkit.plan.token_config import IDENTITY_KEYS, TokenBlocks
+from shardkit.plan.token_consumer import consumer_view
 from shardkit.plan.token_plan import TokenPlan, build_token_plan, epoch_order, token_yield_problem
-from shardkit.plan.token_pool import ConsumerWork, document_needs
-from shardkit.plan.token_rows import TokenDocs, assemble, next_nonempty
+from shardkit.plan.token_rows import TokenDocs, assemble
 from shardkit.plan.token_state_check import check_token_part, plan_depth
 from shardkit.read.options import ReadOptions
 from shardkit.read.token_docs import EpochDocuments
@@ -178,22 +178,16 @@ class TokenDataset(StreamingDataset):
 
     def _token_batches(self, plan: TokenPlan, consumer: int, emitter: Emitter, stats: WorkerStats) -> Iterator[Any]:
         work = plan.level.split.consumers[consumer]
-        docs = self._documents(plan, work, stats)
-        rows = TokenDocs.from_lengths(docs, plan.segments, self.tokens.token_options(),
-                                      docs.masks if self.tokens.loss_mask_field is not None else None)
+        view = consumer_view(plan, consumer, self.tokens.extra_tokens)  # its own documents only (TB25)
+        docs = self._document_reader(plan, view.needs, stats)
+        docs.expect(view.num_tokens, view.positions)  # TB23
+        rows = TokenDocs.from_lengths(docs, view.segments, self.tokens.token_options(),
+                                      docs.masks if self.tokens.loss_mask_field is not None else None, view.next_doc)
         slots = self._slot_arrays(plan)
         options = plan.level.options
         for blocks, cutter in batch_blocks(work, options, self.params.batch_size, plan.start_state(consumer)):
             yield emitter.emit_made(functools.partial(self._in_arena, blocks, rows, options, slots), len(blocks))
             docs.release(cutter.piece_index, {p.doc_index for b in cutter.bins for p in b})
-
-    def _documents(self, plan: TokenPlan, work: ConsumerWork, stats: WorkerStats) -> EpochDocuments:
-        """The documents ``work`` needs, with the index of the last piece that needs each."""
-        nxt = next_nonempty(plan.segments) if plan.level.options.mode == "concat" else None
-        docs = self._document_reader(plan, document_needs(work.pieces, plan.positions, nxt), stats)
-        extra = self.tokens.extra_tokens
-        docs.expect(np.where(plan.segments > 0, plan.segments - extra, 0), plan.positions)  # TB23
-        return docs
 
     def _document_reader(self, plan: TokenPlan, needs: list[tuple[int, int]], stats: WorkerStats) -> EpochDocuments:
         options = ReadOptions(read_ahead=False, views=True)  # column blocks as column views (TB12)

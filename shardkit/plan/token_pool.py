@@ -16,8 +16,8 @@ number of blocks ``num_blocks`` (a multiple of ``batch_size``):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -26,18 +26,56 @@ from shardkit.plan.token_blocks import Block, BlockCutter, BlockOptions, Piece
 from shardkit.plan.token_pieces import Pieces
 
 
-@dataclass
+class Pool(Protocol):
+    """What a concat split needs of a pool: a :class:`Pieces`, or the level-0 stream
+    (``token_index.EpochIndex``) that never materialises its pieces."""
+
+    @property
+    def total(self) -> int: ...
+
+    def cut(self, begin: int, end: int) -> Pieces: ...
+
+    def locate(self, position: int) -> tuple[int, int, int]: ...
+
+
 class ConsumerWork:
-    """One consumer's pieces and the number of blocks it yields (padding blocks included)."""
+    """One consumer's pieces and the number of blocks it yields (padding blocks included).
 
-    pieces: Sequence[Piece]  # a Pieces (arrays) from split_work
-    num_blocks: int
+    A concat consumer's work is positions ``[begin, end)`` of its level's pool (``span``): its
+    pieces are cut from the pool when first asked for, and its cutter state after any number of
+    blocks is two binary searches of the pool (TB25), so a plan of many consumers holds none of
+    their pieces until a consumer reads."""
+
+    __slots__ = ("_pieces", "num_blocks", "span")
+
+    def __init__(self, pieces: Sequence[Piece] | None, num_blocks: int,
+                 span: tuple[Pool, int, int] | None = None) -> None:
+        self._pieces, self.num_blocks, self.span = pieces, int(num_blocks), span
+
+    @property
+    def pieces(self) -> Sequence[Piece]:
+        if self._pieces is None:
+            pool, begin, end = self.span  # type: ignore[misc]
+            self._pieces = pool.cut(begin, end)
+        return self._pieces
+
+    def __repr__(self) -> str:
+        return f"ConsumerWork({self.pieces!r}, {self.num_blocks})"
 
 
-@dataclass
 class WorkSplit:
-    consumers: list[ConsumerWork]
-    dropped: Sequence[Piece] = field(default_factory=list)  # never assigned at this level
+    """The consumers' works of one level and the pieces no consumer is given (drop tail)."""
+
+    def __init__(self, consumers: list[ConsumerWork],
+                 dropped: Sequence[Piece] | Callable[[], Sequence[Piece]] = ()) -> None:
+        self.consumers = consumers
+        self._dropped = dropped
+
+    @property
+    def dropped(self) -> Sequence[Piece]:
+        if callable(self._dropped):
+            self._dropped = self._dropped()
+        return self._dropped
 
     @property
     def num_blocks(self) -> int:
@@ -57,7 +95,12 @@ def cut_range(pool: Sequence[Piece], begin: int, end: int) -> Pieces:
     return Pieces.of(pool).cut(begin, end)
 
 
-def split_work(pool: Sequence[Piece], num_consumers: int, batch_size: int, options: BlockOptions,
+def as_pool(pool: Any) -> Pool:
+    """``pool`` itself when it is a :class:`Pieces` or the stream index, else its pieces as arrays."""
+    return pool if hasattr(pool, "locate") else Pieces.of(pool)
+
+
+def split_work(pool: Sequence[Piece] | Pool, num_consumers: int, batch_size: int, options: BlockOptions,
                tail: str = "pad") -> WorkSplit:
     _check(num_consumers, batch_size, tail)
     if options.mode == "concat":
@@ -65,14 +108,36 @@ def split_work(pool: Sequence[Piece], num_consumers: int, batch_size: int, optio
     return _split_pack(pool, num_consumers, batch_size, options, tail)
 
 
-def _split_concat(pool: Sequence[Piece], c: int, b: int, seq_len: int, tail: str) -> WorkSplit:
-    pool = Pieces.of(pool)
+def _split_concat(pool: Any, c: int, b: int, seq_len: int, tail: str) -> WorkSplit:
+    """TB6 concat, O(C): each consumer's work is a range of the pool, cut when it is read."""
+    pool = as_pool(pool)
     total = pool.total
     per_step = c * b * seq_len
     steps = total // per_step if tail == "drop" else -(-total // per_step)
     span = steps * b * seq_len
-    consumers = [ConsumerWork(cut_range(pool, i * span, (i + 1) * span), steps * b) for i in range(c)]
-    return WorkSplit(consumers, cut_range(pool, c * span, total))
+    consumers = [ConsumerWork(None, steps * b, (pool, min(i * span, total), min((i + 1) * span, total)))
+                 for i in range(c)]
+    return WorkSplit(consumers, lambda: pool.cut(c * span, total))
+
+
+def consumer_state(work: ConsumerWork, options: BlockOptions, blocks: int) -> dict[str, Any]:
+    """The cutter state of ``work`` after ``blocks`` blocks (TB5). Concat: the cursor is position
+    ``blocks × seq_len`` of the work, found by binary search, never by replaying the cutter (TB25);
+    pack: a replay on positions (its open blocks depend on every piece before)."""
+    pieces = work._pieces
+    if options.mode != "concat" or (pieces is not None and not Pieces.of(pieces).positive):
+        cutter = BlockCutter(work.pieces, options)
+        for _ in range(blocks):
+            cutter.next_block()
+        return {**cutter.to_dict(), "blocks": blocks}
+    pool, begin, end = work.span if work.span is not None else (Pieces.of(work.pieces), 0, Pieces.of(work.pieces).total)
+    first = pool.locate(begin)[2] if begin < end else 0
+    cursor = begin + blocks * options.seq_len
+    if cursor >= end:
+        count = pool.locate(end - 1)[2] + 1 - first if begin < end else 0
+        return {"piece_index": count, "doc_index": -1, "token_offset": 0, "carry": [], "blocks": blocks}
+    doc, offset, rank = pool.locate(cursor)
+    return {"piece_index": rank - first, "doc_index": doc, "token_offset": offset, "carry": [], "blocks": blocks}
 
 
 def count_blocks(pieces: Sequence[Piece], options: BlockOptions) -> int:
@@ -82,8 +147,13 @@ def count_blocks(pieces: Sequence[Piece], options: BlockOptions) -> int:
     return n
 
 
-def _split_pack(pool: Sequence[Piece], c: int, b: int, options: BlockOptions, tail: str) -> WorkSplit:
-    pool = Pieces.of(pool)
+def all_pieces(pool: Any) -> Pieces:
+    """Every piece of ``pool`` as arrays (the stream index materialised: O(N))."""
+    return pool.materialize() if hasattr(pool, "materialize") else Pieces.of(pool)
+
+
+def _split_pack(pool: Any, c: int, b: int, options: BlockOptions, tail: str) -> WorkSplit:
+    pool = all_pieces(pool)
     starts = pool.ends - (pool.stop - pool.start)  # the pool position each piece starts at
     owner = np.minimum(starts * c // max(pool.total, 1), c - 1)  # nondecreasing
     bounds = np.searchsorted(owner, np.arange(c + 1), side="left").tolist()
@@ -136,15 +206,15 @@ def remainder_pool(works: Sequence[ConsumerWork], states: Sequence[dict], option
     return Pieces.of(pool)
 
 
-def document_needs(pieces: Sequence[Piece], positions: np.ndarray,
-                   next_doc: np.ndarray | None) -> list[tuple[int, int]]:
+def document_needs(pieces: Sequence[Piece], positions: Any,
+                   next_doc: Any) -> list[tuple[int, int]]:
     """The documents ``pieces`` read, in the order first needed, each with the index of the last
     piece that needs it (TB12): a piece's document and, with ``next_doc`` (concat mode), the next
     non-empty document when the piece ends its document (that document's first token is a label)."""
     work = Pieces.of(pieces)
     docs, uses = work.doc, np.arange(len(work), dtype=np.int64)
     if next_doc is not None:
-        crosses = (work.stop == np.asarray(positions)[work.doc]) & (next_doc[work.doc] >= 0)
+        crosses = (work.stop == positions[work.doc]) & (next_doc[work.doc] >= 0)
         docs = np.stack([work.doc, np.where(crosses, next_doc[work.doc], -1)], axis=1).reshape(-1)
         uses = np.repeat(uses, 2)
         docs, uses = docs[docs >= 0], uses[docs >= 0]
