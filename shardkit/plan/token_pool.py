@@ -46,11 +46,20 @@ class ConsumerWork:
     blocks is two binary searches of the pool (TB25), so a plan of many consumers holds none of
     their pieces until a consumer reads."""
 
-    __slots__ = ("_pieces", "num_blocks", "span")
+    __slots__ = ("_pieces", "num_blocks", "span", "_bounds")
 
     def __init__(self, pieces: Sequence[Piece] | None, num_blocks: int,
                  span: tuple[Pool, int, int] | None = None) -> None:
         self._pieces, self.num_blocks, self.span = pieces, int(num_blocks), span
+        self._bounds: tuple[int, int] | None = None
+
+    def piece_bounds(self) -> tuple[int, int]:
+        """Of a work cut from a pool: the pool index of its first piece and its piece count."""
+        if self._bounds is None:
+            pool, begin, end = self.span  # type: ignore[misc]
+            first = pool.locate(begin)[2] if begin < end else 0
+            self._bounds = (first, pool.locate(end - 1)[2] + 1 - first if begin < end else 0)
+        return self._bounds
 
     @property
     def pieces(self) -> Sequence[Piece]:
@@ -130,11 +139,12 @@ def consumer_state(work: ConsumerWork, options: BlockOptions, blocks: int) -> di
         for _ in range(blocks):
             cutter.next_block()
         return {**cutter.to_dict(), "blocks": blocks}
-    pool, begin, end = work.span if work.span is not None else (Pieces.of(work.pieces), 0, Pieces.of(work.pieces).total)
-    first = pool.locate(begin)[2] if begin < end else 0
+    if work.span is None:
+        work = ConsumerWork(None, work.num_blocks, (Pieces.of(work.pieces), 0, Pieces.of(work.pieces).total))
+    pool, begin, end = work.span  # type: ignore[misc]
+    first, count = work.piece_bounds()
     cursor = begin + blocks * options.seq_len
     if cursor >= end:
-        count = pool.locate(end - 1)[2] + 1 - first if begin < end else 0
         return {"piece_index": count, "doc_index": -1, "token_offset": 0, "carry": [], "blocks": blocks}
     doc, offset, rank = pool.locate(cursor)
     return {"piece_index": rank - first, "doc_index": doc, "token_offset": offset, "carry": [], "blocks": blocks}
@@ -213,8 +223,13 @@ def document_needs(pieces: Sequence[Piece], positions: Any,
     non-empty document when the piece ends its document (that document's first token is a label)."""
     work = Pieces.of(pieces)
     docs, uses = work.doc, np.arange(len(work), dtype=np.int64)
-    if next_doc is not None:
-        crosses = (work.stop == positions[work.doc]) & (next_doc[work.doc] >= 0)
+    crosses = None if next_doc is None else (work.stop == positions[work.doc]) & (next_doc[work.doc] >= 0)
+    if len(docs) and np.all(docs[1:] > docs[:-1]):  # one piece per document, in order (a level-0 work)
+        targets = None if crosses is None else np.where(crosses, next_doc[work.doc], -1)
+        if targets is None or np.all((targets[:-1] < 0) | (targets[:-1] == docs[1:])):
+            needs = list(zip(docs.tolist(), uses.tolist(), strict=True))
+            return needs if targets is None or targets[-1] < 0 else [*needs, (int(targets[-1]), len(docs) - 1)]
+    if crosses is not None:
         docs = np.stack([work.doc, np.where(crosses, next_doc[work.doc], -1)], axis=1).reshape(-1)
         uses = np.repeat(uses, 2)
         docs, uses = docs[docs >= 0], uses[docs >= 0]
