@@ -23,6 +23,7 @@ import numpy as np
 
 from shardkit.errors import PlanError
 from shardkit.plan.token_blocks import Block, BlockCutter, BlockOptions, Piece
+from shardkit.plan.token_pack_count import count_pack_blocks, group_bounds
 from shardkit.plan.token_pieces import Pieces
 
 
@@ -151,6 +152,9 @@ def consumer_state(work: ConsumerWork, options: BlockOptions, blocks: int) -> di
 
 
 def count_blocks(pieces: Sequence[Piece], options: BlockOptions) -> int:
+    """The blocks ``BlockCutter(pieces, options)`` yields (pack: counted without cutting, TB27)."""
+    if options.mode == "pack":
+        return count_pack_blocks(pieces, options)
     cutter, n = BlockCutter(pieces, options), 0
     while cutter.next_block() is not None:
         n += 1
@@ -164,24 +168,27 @@ def all_pieces(pool: Any) -> Pieces:
 
 def _split_pack(pool: Any, c: int, b: int, options: BlockOptions, tail: str) -> WorkSplit:
     pool = all_pieces(pool)
-    starts = pool.ends - (pool.stop - pool.start)  # the pool position each piece starts at
-    owner = np.minimum(starts * c // max(pool.total, 1), c - 1)  # nondecreasing
-    bounds = np.searchsorted(owner, np.arange(c + 1), side="left").tolist()
+    bounds = group_bounds(pool, c).tolist()
     groups = [pool[bounds[i]:bounds[i + 1]] for i in range(c)]
     counts = [count_blocks(g, options) for g in groups]
     if tail == "drop":
         num_blocks = min(counts) // b * b
     else:
         num_blocks = -(-max(counts) // b) * b
-    dropped: list[Piece] = []
-    if tail == "drop":
-        for g in groups:
+
+    def dropped() -> list[Piece]:  # blocks past num_blocks (drop tail): cut only when asked for
+        out: list[Piece] = []
+        for g, k in zip(groups, counts, strict=True):
+            if k <= num_blocks:
+                continue
             cutter = BlockCutter(g, options)
             for _ in range(num_blocks):
                 cutter.next_block()
             while (block := cutter.next_block()) is not None:
-                dropped.extend(block_pieces(block))
-    return WorkSplit([ConsumerWork(g, num_blocks) for g in groups], dropped)
+                out.extend(block_pieces(block))
+        return out
+
+    return WorkSplit([ConsumerWork(g, num_blocks) for g in groups], dropped if tail == "drop" else [])
 
 
 def consumer_blocks(work: ConsumerWork, options: BlockOptions, state: dict | None = None) -> list[Block]:
