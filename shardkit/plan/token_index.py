@@ -31,6 +31,7 @@ from shardkit.plan.token_pieces import Pieces
 
 Chunk = tuple[np.ndarray, np.ndarray]  # (global sample index, segment length) per document
 _CACHED_CHUNKS = 8
+_REMEMBERED = 1 << 14
 
 
 def segment_lengths(lengths: np.ndarray, extra_tokens: int) -> np.ndarray:
@@ -51,6 +52,7 @@ class EpochIndex:
         self.num_docs, self.chunk, self.mode = int(num_docs), max(int(chunk), 1), mode
         self.position_totals, self.piece_totals = position_totals, piece_totals
         self._load, self._cache = load, {}  # type: ignore[var-annotated]
+        self._located: dict[int, tuple[int, int, int]] = {}
 
     # ---- construction ----------------------------------------------------------------------------
     @classmethod
@@ -139,7 +141,16 @@ class EpochIndex:
     # ---- positions -----------------------------------------------------------------------------------
     def locate(self, position: int) -> tuple[int, int, int]:
         """``(d, offset, rank)``: stream position ``position`` is position ``offset`` of document
-        ``d``, the document with positions number ``rank`` (counted from 0)."""
+        ``d``, the document with positions number ``rank`` (counted from 0). The last
+        ``_REMEMBERED`` answers are kept (consumers' work boundaries are asked for twice)."""
+        found = self._located.get(position)
+        if found is None:
+            if len(self._located) >= _REMEMBERED:
+                self._located.clear()
+            found = self._located[position] = self._locate(position)
+        return found
+
+    def _locate(self, position: int) -> tuple[int, int, int]:
         j = int(np.searchsorted(self.position_totals, position, side="right")) - 1
         j = min(j, len(self.position_totals) - 2)
         positions = num_positions(self._chunk(j)[1], self.mode)

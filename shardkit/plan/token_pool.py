@@ -38,6 +38,8 @@ class Pool(Protocol):
 
     def locate(self, position: int) -> tuple[int, int, int]: ...
 
+    def __len__(self) -> int: ...
+
 
 class ConsumerWork:
     """One consumer's pieces and the number of blocks it yields (padding blocks included).
@@ -58,8 +60,18 @@ class ConsumerWork:
         """Of a work cut from a pool: the pool index of its first piece and its piece count."""
         if self._bounds is None:
             pool, begin, end = self.span  # type: ignore[misc]
-            first = pool.locate(begin)[2] if begin < end else 0
-            self._bounds = (first, pool.locate(end - 1)[2] + 1 - first if begin < end else 0)
+            if begin >= end:
+                self._bounds = (0, 0)
+            else:  # the next work's start says where this one's last piece is (one search shared)
+                first = pool.locate(begin)[2]
+                if end >= pool.total:
+                    last = len(pool) - 1
+                elif isinstance(pool, Pieces):  # two pieces of one document may meet at ``end``
+                    last = pool.locate(end - 1)[2]
+                else:  # the stream: one piece per document, so offset 0 starts a piece
+                    _, offset, rank = pool.locate(end)
+                    last = rank if offset else rank - 1
+                self._bounds = (first, last + 1 - first)
         return self._bounds
 
     @property
