@@ -14,7 +14,9 @@ older checkout, to measure before/after) and prints one JSON line:
 - ``state``: one consumer of ``--docs`` documents (default 10**6), concat; the ``tokens`` part
   of the loader state (``TokenPlan.tokens_part``) at 90% of the epoch, median of 5 calls.
 - ``pack``: ``--docs`` documents (default 660,000), pack mode, 2 consumers (W=2), seq_len
-  2,048: the plan and consumer 0's first batch of blocks.
+  2,048: the plan and consumer 0's first batch of blocks, as the loader's process does, then as
+  a worker does (given the loader's count, TB27; an older tree counts again), and the two summed:
+  a worker's first batch comes after its loader planned.
 """
 
 from __future__ import annotations
@@ -124,8 +126,18 @@ def child(case: str, num_docs: int) -> dict[str, Any]:
                                                                                   batch_size=BATCH), blocks)
     plan_s = time.perf_counter() - t
     _first_batch(plan, 0, blocks)
-    return {"case": case, "docs": int(sizes.sum()), "plan_s": plan_s, "first_batch_s": time.perf_counter() - t,
-            "rss_growth_mib": (_peak_rss() - base) / MIB}
+    first_s = time.perf_counter() - t
+    row = {"case": case, "docs": int(sizes.sum()), "plan_s": plan_s, "first_batch_s": first_s}
+    try:  # a worker of this tree is handed its loader's count (TB27); an older one counts again
+        t = time.perf_counter()
+        worker = build_token_plan(sizes, _lengths(int(sizes.sum()), False), PlanParams(seed=0, num_workers=2,
+                                  batch_size=BATCH), blocks, num_blocks=plan.level.split.num_blocks)
+        _first_batch(worker, 0, blocks)
+        row["worker_first_batch_s"] = time.perf_counter() - t
+    except TypeError:
+        row["worker_first_batch_s"] = first_s
+    row["loader_first_batch_s"] = plan_s + row["worker_first_batch_s"]  # the loader counts, then a worker reads
+    return {**row, "rss_growth_mib": (_peak_rss() - base) / MIB}
 
 
 def main() -> None:

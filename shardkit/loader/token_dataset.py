@@ -66,6 +66,7 @@ class TokenDataset(StreamingDataset):
         self._cuts: list[dict[str, Any]] = []  # the loaded state's token levels (with consumer states)
         self._cuts_epoch: int | None = None  # ... which belong to this epoch's chains only
         self._token_plans: dict[str, TokenPlan] = {}
+        self._pack_blocks: dict[str, int] = {}  # pack plans' blocks per consumer, counted by the loader
 
     @property
     def yields_tokens(self) -> bool:
@@ -95,8 +96,8 @@ class TokenDataset(StreamingDataset):
         cuts = self._loaded_cuts(epoch) if resume is not None else []
         key = repr((params, resume, cuts))
         plan = self._token_plans.get(key)
-        if plan is None:
-            plan = self._build_token_plan(params, self.tokens, resume, cuts)
+        if plan is None:  # pack: a worker takes its loader's count of this same plan (TB27)
+            plan = self._build_token_plan(params, self.tokens, resume, cuts, self._pack_blocks.get(key))
             if resume is None and not plan.level.split.num_blocks:
                 self._check_yield(plan)
             self._token_plans = {key: plan}
@@ -114,9 +115,10 @@ class TokenDataset(StreamingDataset):
         log_once(problem)
 
     def _build_token_plan(self, params: PlanParams, tokens: TokenBlocks, resume: dict[str, Any] | None,
-                          cuts: list[dict[str, Any]]) -> TokenPlan:
+                          cuts: list[dict[str, Any]], num_blocks: int | None = None) -> TokenPlan:
         """The token plan over this dataset's documents (a token mixture plans its mixed order)."""
-        return build_token_plan(self.dataset.manifest.shard_sizes, self.lengths(), params, tokens, resume, cuts)
+        return build_token_plan(self.dataset.manifest.shard_sizes, self.lengths(), params, tokens, resume, cuts,
+                                num_blocks=num_blocks)
 
     def _loaded_cuts(self, epoch: int) -> list[dict[str, Any]]:
         """The loaded state's token levels when ``epoch`` is its epoch (later epochs start fresh)."""
@@ -160,13 +162,17 @@ class TokenDataset(StreamingDataset):
                 ring: Ring | None = None, group: int = 1) -> None:
         super().publish(topology, resume, generation, ring, group)
         payload = self.control.read() or {}
-        self.control.write({**payload, TOKENS_KEY: {"epoch": self._cuts_epoch, "levels": self._cuts}})
+        counted = {key: plan.level.split.num_blocks for key, plan in self._token_plans.items()
+                   if plan.level.options.mode == "pack"}  # workers need not count them again (TB27)
+        self.control.write({**payload, TOKENS_KEY: {"epoch": self._cuts_epoch, "levels": self._cuts,
+                                                    "pack_blocks": counted}})
 
     def __iter__(self) -> Iterator[Any]:
         check_caller(f"StreamingDataset({self.path!r}, tokens=...)")  # only ShardLoader (R11)
         self.dataset = self.dataset.in_this_process()
         payload = self.control.read() or {}
         loaded = payload.get(TOKENS_KEY)
+        self._pack_blocks = dict(loaded.get("pack_blocks", {})) if loaded is not None else {}
         if loaded is not None and (loaded["epoch"], loaded["levels"]) != (self._cuts_epoch, self._cuts):
             self._cuts, self._cuts_epoch, self._token_plans = loaded["levels"], loaded["epoch"], {}  # persistent worker
         topology = self._topology(payload)

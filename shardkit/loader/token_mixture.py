@@ -74,10 +74,11 @@ class TokenMixtureDataset(MixtureDataset, TokenDataset):
         return np.concatenate(parts + [np.zeros(0, dtype=np.int64)])
 
     def _build_token_plan(self, params: PlanParams, tokens: TokenBlocks, resume: dict[str, Any] | None,
-                          cuts: list[dict[str, Any]]) -> TokenPlan:
+                          cuts: list[dict[str, Any]], num_blocks: int | None = None) -> TokenPlan:
         source = self.source_for(params.epoch)
         lengths = self._plan_lengths(self._order_for(params.epoch))
-        return build_token_plan(source.shard_sizes, lengths, params, tokens, resume, cuts, order_of=source.plan)
+        return build_token_plan(source.shard_sizes, lengths, params, tokens, resume, cuts, order_of=source.plan,
+                                num_blocks=num_blocks)
 
     def plan(self, epoch: int, world_size: int, num_workers: int, resume: dict[str, Any] | None = None) -> Any:
         return TokenDataset.plan(self, epoch, world_size, num_workers, resume)

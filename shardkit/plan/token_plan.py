@@ -184,7 +184,8 @@ def _chain(resume: dict[str, Any] | None) -> list[dict[str, Any]]:
 def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarray, params: PlanParams,
                      blocks: TokenBlocks, resume: dict[str, Any] | None = None,
                      cuts: Sequence[dict[str, Any]] = (),
-                     order_of: Callable[[PlanParams], Plan] | None = None) -> TokenPlan:
+                     order_of: Callable[[PlanParams], Plan] | None = None,
+                     num_blocks: int | None = None) -> TokenPlan:
     """The token plan of ``params.epoch`` (``lengths``: tokens per sample, manifest order).
 
     ``resume``: a plan state (already validated) whose level ``i`` cut is ``cuts[i]`` (this
@@ -194,6 +195,8 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
     plan resumes at its offsets; otherwise a new level splits the remainder (TB7, TB8).
     ``order_of(root params)``: the one-consumer plan of the epoch order (default
     :func:`order_plan` of ``shard_sizes``; a mixture's mixed sequence, TB15).
+    ``num_blocks``: the current level's blocks per consumer when another process already counted
+    this same plan (pack mode, TB27: a worker gets its loader's count), else counted here.
     """
     chain = _chain(resume)
     # levels past the given cuts were cut with this config (a continuation of this process, R10)
@@ -215,7 +218,7 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
         _check_saved(cuts[i], states, f"tokens.levels[{i}]")
         dropped += level.split.dropped
         pool = remainder_pool(level.split.consumers, states, level.options)
-    current = _level(pool, params, blocks.level(), blocks)
+    current = _level(pool, params, blocks.level(), blocks, num_blocks)
     start = _plan_offsets(current, chain[-1]["offsets"], "state") if exact else [0] * len(current.split.consumers)
     parent = (chain[-1]["parent"] if exact else resume)
     level_cuts = [_cut(c) for c in cuts[: len(parents)]] + [blocks.level()]
@@ -226,9 +229,10 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
     return plan
 
 
-def _level(pool: Any, params: PlanParams, cut: dict[str, Any], blocks: TokenBlocks) -> TokenLevel:
+def _level(pool: Any, params: PlanParams, cut: dict[str, Any], blocks: TokenBlocks,
+           num_blocks: int | None = None) -> TokenLevel:
     options = blocks.block_options(_cut(cut))
-    split = split_work(pool, params.num_consumers, params.batch_size, options, params.tail)
+    split = split_work(pool, params.num_consumers, params.batch_size, options, params.tail, num_blocks)
     return TokenLevel(params, _cut(cut), split, options)
 
 

@@ -123,11 +123,13 @@ def as_pool(pool: Any) -> Pool:
 
 
 def split_work(pool: Sequence[Piece] | Pool, num_consumers: int, batch_size: int, options: BlockOptions,
-               tail: str = "pad") -> WorkSplit:
+               tail: str = "pad", num_blocks: int | None = None) -> WorkSplit:
+    """TB6. ``num_blocks``: pack mode's step count when already known (the same split, counted
+    by another process, TB27): no consumer's blocks are counted here."""
     _check(num_consumers, batch_size, tail)
     if options.mode == "concat":
         return _split_concat(pool, num_consumers, batch_size, options.seq_len, tail)
-    return _split_pack(pool, num_consumers, batch_size, options, tail)
+    return _split_pack(pool, num_consumers, batch_size, options, tail, num_blocks)
 
 
 def _split_concat(pool: Any, c: int, b: int, seq_len: int, tail: str) -> WorkSplit:
@@ -178,19 +180,27 @@ def all_pieces(pool: Any) -> Pieces:
     return pool.materialize() if hasattr(pool, "materialize") else Pieces.of(pool)
 
 
-def _split_pack(pool: Any, c: int, b: int, options: BlockOptions, tail: str) -> WorkSplit:
+def _split_pack(pool: Any, c: int, b: int, options: BlockOptions, tail: str, known: int | None = None) -> WorkSplit:
     pool = all_pieces(pool)
     bounds = group_bounds(pool, c).tolist()
     groups = [pool[bounds[i]:bounds[i + 1]] for i in range(c)]
-    counts = [count_blocks(g, options) for g in groups]
-    if tail == "drop":
-        num_blocks = min(counts) // b * b
+    counted: list[list[int]] = []
+
+    def counts() -> list[int]:
+        if not counted:
+            counted.append([count_blocks(g, options) for g in groups])
+        return counted[0]
+
+    if known is not None:
+        num_blocks = known
+    elif tail == "drop":
+        num_blocks = min(counts()) // b * b
     else:
-        num_blocks = -(-max(counts) // b) * b
+        num_blocks = -(-max(counts()) // b) * b
 
     def dropped() -> list[Piece]:  # blocks past num_blocks (drop tail): cut only when asked for
         out: list[Piece] = []
-        for g, k in zip(groups, counts, strict=True):
+        for g, k in zip(groups, counts(), strict=True):
             if k <= num_blocks:
                 continue
             cutter = BlockCutter(g, options)
