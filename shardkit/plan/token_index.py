@@ -160,6 +160,17 @@ class EpochIndex:
         rank = int(self.piece_totals[j]) + int(np.count_nonzero(positions[:i]))
         return j * self.chunk + i, offset, rank
 
+    def piece_start_from(self, position: int) -> int:
+        """The first stream position ``>= position`` where a document's positions start (the
+        stream's total past the last)."""
+        if position >= self.total:
+            return self.total
+        d, offset, _ = self.locate(position)
+        if offset == 0:
+            return position
+        j, i = divmod(d, self.chunk)
+        return position - offset + int(num_positions(self._chunk(j)[1][i:i + 1], self.mode)[0])
+
     def cut(self, begin: int, end: int) -> Pieces:
         """The pieces of stream positions ``[begin, end)`` (one per document, TB1)."""
         end = min(end, self.total)

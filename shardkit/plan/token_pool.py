@@ -16,6 +16,7 @@ number of blocks ``num_blocks`` (a multiple of ``batch_size``):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -49,12 +50,13 @@ class ConsumerWork:
     blocks is two binary searches of the pool (TB25), so a plan of many consumers holds none of
     their pieces until a consumer reads."""
 
-    __slots__ = ("_pieces", "num_blocks", "span", "_bounds")
+    __slots__ = ("_pieces", "num_blocks", "span", "_bounds", "_source")
 
     def __init__(self, pieces: Sequence[Piece] | None, num_blocks: int,
-                 span: tuple[Pool, int, int] | None = None) -> None:
+                 span: tuple[Pool, int, int] | None = None, source: Callable[[], Pieces] | None = None) -> None:
         self._pieces, self.num_blocks, self.span = pieces, int(num_blocks), span
         self._bounds: tuple[int, int] | None = None
+        self._source = source  # or: the pieces, made when first asked for (a pack group, TB27)
 
     def piece_bounds(self) -> tuple[int, int]:
         """Of a work cut from a pool: the pool index of its first piece and its piece count."""
@@ -77,8 +79,11 @@ class ConsumerWork:
     @property
     def pieces(self) -> Sequence[Piece]:
         if self._pieces is None:
-            pool, begin, end = self.span  # type: ignore[misc]
-            self._pieces = pool.cut(begin, end)
+            if self.span is None:
+                self._pieces = self._source()  # type: ignore[misc]
+            else:
+                pool, begin, end = self.span
+                self._pieces = pool.cut(begin, end)
         return self._pieces
 
     def __repr__(self) -> str:
@@ -181,14 +186,17 @@ def all_pieces(pool: Any) -> Pieces:
 
 
 def _split_pack(pool: Any, c: int, b: int, options: BlockOptions, tail: str, known: int | None = None) -> WorkSplit:
-    pool = all_pieces(pool)
-    bounds = group_bounds(pool, c).tolist()
-    groups = [pool[bounds[i]:bounds[i + 1]] for i in range(c)]
+    if known is not None and hasattr(pool, "piece_start_from"):  # the stream, counted elsewhere: lazy groups
+        works = [ConsumerWork(None, known, source=functools.partial(_stream_group, pool, i, c)) for i in range(c)]
+    else:
+        pool = all_pieces(pool)
+        bounds = group_bounds(pool, c).tolist()
+        works = [ConsumerWork(pool[bounds[i]:bounds[i + 1]], 0) for i in range(c)]
     counted: list[list[int]] = []
 
     def counts() -> list[int]:
         if not counted:
-            counted.append([count_blocks(g, options) for g in groups])
+            counted.append([count_blocks(w.pieces, options) for w in works])
         return counted[0]
 
     if known is not None:
@@ -197,20 +205,33 @@ def _split_pack(pool: Any, c: int, b: int, options: BlockOptions, tail: str, kno
         num_blocks = min(counts()) // b * b
     else:
         num_blocks = -(-max(counts()) // b) * b
+    for w in works:
+        w.num_blocks = num_blocks
 
     def dropped() -> list[Piece]:  # blocks past num_blocks (drop tail): cut only when asked for
         out: list[Piece] = []
-        for g, k in zip(groups, counts(), strict=True):
+        for w, k in zip(works, counts(), strict=True):
             if k <= num_blocks:
                 continue
-            cutter = BlockCutter(g, options)
+            cutter = BlockCutter(w.pieces, options)
             for _ in range(num_blocks):
                 cutter.next_block()
             while (block := cutter.next_block()) is not None:
                 out.extend(block_pieces(block))
         return out
 
-    return WorkSplit([ConsumerWork(g, num_blocks) for g in groups], dropped if tail == "drop" else [])
+    return WorkSplit(works, dropped if tail == "drop" else [])
+
+
+def _stream_group(pool: Any, consumer: int, num_consumers: int) -> Pieces:
+    """TB6 pack group ``consumer`` of the stream: the whole pieces starting in
+    ``[⌈c·P/C⌉, ⌈(c+1)·P/C⌉)`` (the last takes the rest) — what ``group_bounds`` assigns over
+    the materialised pool — found by two searches (TB27)."""
+    total = pool.total
+    begin = pool.piece_start_from(-(-consumer * total // num_consumers))
+    last = consumer == num_consumers - 1
+    end = total if last else pool.piece_start_from(-(-(consumer + 1) * total // num_consumers))
+    return pool.cut(begin, end)
 
 
 def consumer_blocks(work: ConsumerWork, options: BlockOptions, state: dict | None = None) -> list[Block]:
