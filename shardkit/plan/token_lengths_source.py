@@ -91,7 +91,11 @@ class DocArray:
             if not self.lo <= d < self.hi:
                 raise IndexError(f"document {int(d)} outside this consumer's documents {self.lo}…{self.hi - 1}")
             return self.values[int(d) - self.lo]
-        return self.values[np.asarray(d) - self.lo]
+        docs = np.asarray(d)
+        if docs.size and (int(docs.min()) < self.lo or int(docs.max()) >= self.hi):
+            raise IndexError(f"documents {int(docs.min())}…{int(docs.max())} outside this consumer's documents "
+                             f"{self.lo}…{self.hi - 1}")
+        return self.values[docs - self.lo]
 
     def get(self, docs: np.ndarray, fill: int) -> np.ndarray:
         real = docs >= 0

@@ -91,6 +91,7 @@ class TokenPlan:
     cuts: list[dict[str, Any]]  # every level's cut, root first (this one last)
     parent_dropped: list[Piece] = field(default_factory=list)  # the ancestors' dropped tails (TB6)
     _replays: dict[int, tuple[int, BlockCutter]] = field(default_factory=dict, repr=False)
+    _segments: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def dropped(self) -> list[Piece]:
@@ -99,9 +100,11 @@ class TokenPlan:
 
     @property
     def segments(self) -> np.ndarray:
-        """Segment length per document index of the whole epoch: O(N), for tests and audits;
-        a consumer reads its own range (``token_consumer.consumer_view``)."""
-        return self.index.docs(0, self.index.num_docs)[1]
+        """Segment length per document index of the whole epoch: O(N), made on first use, for
+        tests and audits; a consumer reads its own range (``token_consumer.consumer_view``)."""
+        if self._segments is None:
+            self._segments = self.index.docs(0, self.index.num_docs)[1]
+        return self._segments
 
     @property
     def positions(self) -> np.ndarray:

@@ -26,7 +26,7 @@ def epochs(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, PlanParams, int, st
     lengths = np.array(draw(st.lists(st.sampled_from([0, 0, 1, 2, 3, 5]), min_size=int(sizes.sum()),
                                      max_size=int(sizes.sum()))), dtype=np.int64)
     params = PlanParams(seed=draw(st.integers(0, 5)), epoch=draw(st.integers(0, 2)), shuffle=draw(st.booleans()),
-                        shuffle_window=draw(st.integers(1, 5)))
+                        shuffle_window=draw(st.integers(1, 5)), spread=draw(st.sampled_from([1, 4])))
     return sizes, lengths, params, draw(st.integers(0, 2)), draw(st.sampled_from(["concat", "pack"]))
 
 
@@ -147,8 +147,10 @@ def test_a_consumer_over_its_own_documents_cuts_the_rows_of_the_whole_epoch_arra
     sizes, lengths, params, extra, mode = case
     blocks = TokenBlocks(seq_len, mode=mode, eos_id=9 if extra else None, bos_id=8 if extra == 2 else None,
                          mask_doc_starts=mask_starts)
+    interleave = 2 if mask_starts and params.shuffle else 1  # lanes (P13): the index over arrays
     plan = build_token_plan(sizes, lengths, PlanParams(**{**params.to_dict(), "world_size": consumers,
-                                                          "batch_size": 2, "tail": tail}), blocks)
+                                                          "batch_size": 2, "tail": tail, "interleave": interleave}),
+                            blocks)
     samples = epoch_order(plan.order)
     segments, positions = plan.segments, plan.positions
     docs = _Synthetic(samples, lengths)
