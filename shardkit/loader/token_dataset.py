@@ -150,7 +150,7 @@ class TokenDataset(StreamingDataset):
         saved = PlanParams.from_dict(plan_state["params"])
         cut = self._cuts[-1]
         tokens = replace(self.tokens, **{k: cut[k] for k in ("seq_len", "long_docs", "open_blocks")})
-        self._build_token_plan(saved, tokens, plan_state, self._cuts)
+        self._build_token_plan(saved, tokens, plan_state, self._cuts).check_saved()
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()

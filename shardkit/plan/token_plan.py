@@ -92,6 +92,8 @@ class TokenPlan:
     parent_dropped: list[Piece] = field(default_factory=list)  # the ancestors' dropped tails (TB6)
     _replays: dict[int, tuple[int, BlockCutter]] = field(default_factory=dict, repr=False)
     _segments: np.ndarray | None = field(default=None, repr=False)
+    saved_states: list[Any] | None = field(default=None, repr=False)  # the loaded level's, if exact
+    saved_path: str = ""
 
     @property
     def dropped(self) -> list[Piece]:
@@ -127,7 +129,18 @@ class TokenPlan:
         return self.level.split.num_blocks // self.params.batch_size
 
     def start_state(self, consumer: int) -> dict[str, Any]:
-        return self.consumer_state(consumer, self.start_offsets[consumer])
+        """Consumer ``consumer``'s state where it resumes; a loaded state that is not it is a
+        ``StateError`` (TB13): a worker checks its own consumer only."""
+        state = self.consumer_state(consumer, self.start_offsets[consumer])
+        if self.saved_states is not None:
+            _refuse_edited(self.saved_path, consumer, self.saved_states[consumer], state)
+        return state
+
+    def check_saved(self) -> TokenPlan:
+        """Every loaded consumer state against its offset (TB13: what loading a state checks)."""
+        for consumer in range(self.num_consumers if self.saved_states is not None else 0):
+            self.start_state(consumer)
+        return self
 
     def consumer_state(self, consumer: int, blocks: int) -> dict[str, Any]:
         """Consumer ``consumer``'s cutter state after ``blocks`` blocks (TB5): in concat mode by
@@ -226,9 +239,12 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
     parent = (chain[-1]["parent"] if exact else resume)
     level_cuts = [_cut(c) for c in cuts[: len(parents)]] + [blocks.level()]
     plan = TokenPlan(current, order, index, tuple(start), copy.deepcopy(parent), level_cuts, dropped)
-    if exact:
-        _check_saved(cuts[len(chain) - 1], [plan.consumer_state(c, k) for c, k in enumerate(start)],
-                     f"tokens.levels[{len(chain) - 1}]")
+    loaded = cuts[len(chain) - 1].get("consumers") if exact else None
+    if loaded is not None:  # checked per consumer as it starts, all of them by check_saved (TB13)
+        if not isinstance(loaded, list) or len(loaded) != plan.num_consumers:
+            raise StateError(f"tokens.levels[{len(chain) - 1}].consumers: expected {plan.num_consumers} cutter "
+                             f"states, got {loaded!r:.80}")
+        plan.saved_states, plan.saved_path = loaded, f"tokens.levels[{len(chain) - 1}]"
     return plan
 
 
@@ -254,9 +270,13 @@ def _check_saved(level: dict[str, Any], states: list[dict[str, Any]], path: str)
     if not isinstance(saved, list) or len(saved) != len(states):
         raise StateError(f"{path}.consumers: expected {len(states)} cutter states, got {saved!r:.80}")
     for consumer, (got, want) in enumerate(zip(saved, states, strict=True)):
-        if got != want:
-            raise StateError(f"{path}.consumers[{consumer}]: saved cutter state {got!r:.120} is not the "
-                             f"one its offset gives ({want!r:.120}); the state was edited or the data changed")
+        _refuse_edited(path, consumer, got, want)
+
+
+def _refuse_edited(path: str, consumer: int, got: Any, want: dict[str, Any]) -> None:
+    if got != want:
+        raise StateError(f"{path}.consumers[{consumer}]: saved cutter state {got!r:.120} is not the "
+                         f"one its offset gives ({want!r:.120}); the state was edited or the data changed")
 
 
 def _plan_offsets(level: TokenLevel, offsets: list[int], path: str) -> list[int]:
