@@ -173,6 +173,11 @@ class DatasetSource:
     def for_tokens(self, field: str, apply_mix_now: bool = False) -> None:
         """Token blocks will cut this source's epochs (nothing to check for one dataset)."""
 
+    def token_order(self) -> Any:
+        """The one-consumer plan of the epoch's elements for token blocks: None for a plain
+        dataset (the token index walks its shard order itself, TB25), the weighted plan else."""
+        return None if self.weights is None else self.plan
+
     def token_lengths(self, field: str, epoch: int) -> np.ndarray:
         """Tokens per sample of ``field``, in the plan's numbering (manifest order; read once)."""
         if self._lengths is None:

@@ -260,6 +260,10 @@ class MixtureSource:
                                   for source, dataset in zip(self.mixture.sources, self.opened.datasets, strict=True))
         self._tokens = True
 
+    def token_order(self) -> Any:
+        """The one-consumer plan of the epoch's documents: the mixed sequence (TB15)."""
+        return self.plan
+
     def token_lengths(self, field: str, epoch: int) -> np.ndarray:
         """Tokens per sample in the plan's numbering of ``epoch`` (its sources one after another)."""
         assert self._lengths is not None, "token_lengths() before for_tokens()"

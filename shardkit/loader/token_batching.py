@@ -31,9 +31,9 @@ from shardkit.loader.transfer.arena import alloc, alloc_array
 from shardkit.plan import PlanParams
 from shardkit.plan.token_blocks import Block, BlockOptions
 from shardkit.plan.token_config import IDENTITY_KEYS, TokenBlocks
+from shardkit.plan.token_consumer import consumer_view
 from shardkit.plan.token_plan import TokenPlan, build_token_plan, token_yield_problem
-from shardkit.plan.token_pool import document_needs
-from shardkit.plan.token_rows import TokenDocs, assemble, next_nonempty
+from shardkit.plan.token_rows import TokenDocs, assemble
 from shardkit.plan.token_state_check import check_token_part, plan_depth
 from shardkit.storage import ShardCache
 
@@ -58,21 +58,27 @@ class TokenBatching:
         self.tokens, self.where = tokens, where
         self._cuts: list[dict[str, Any]] = []  # the loaded state's token levels (with consumer states)
         self._cuts_epoch: int | None = None  # ... which belong to this epoch's chains only
+        self._pack_blocks: dict[str, int] = {}  # pack plans' blocks per consumer, counted by the loader (TB27)
+        self._counted: dict[str, int] = {}  # ... and those this process counted, for its workers
 
     # ---- the plan -------------------------------------------------------------------------------
     def step_plan(self, source: Any, params: PlanParams, resume: dict[str, Any] | None) -> TokenPlan:
         cuts = self._loaded_cuts(params.epoch) if resume is not None else []
-        plan = self._build(source, params, self.tokens, resume, cuts)
+        key = repr((params, resume))  # pack: a worker takes its loader's count of this same plan (TB27)
+        plan = self._build(source, params, self.tokens, resume, cuts, self._pack_blocks.get(key))
+        if plan.level.options.mode == "pack":
+            self._counted = {key: plan.level.split.num_blocks}
         if resume is None and not plan.level.split.num_blocks:
             self._check_yield(source, plan)
         return plan
 
     def _build(self, source: Any, params: PlanParams, tokens: TokenBlocks, resume: dict[str, Any] | None,
-               cuts: list[dict[str, Any]]) -> TokenPlan:
-        """The token plan over ``source``'s epoch order of ``params.epoch``."""
+               cuts: list[dict[str, Any]], num_blocks: int | None = None) -> TokenPlan:
+        """The token plan over ``source``'s epoch order of ``params.epoch`` (one plain dataset's
+        order is the index's own, never materialised: TB25; others give their one-consumer plan)."""
         lengths = source.token_lengths(tokens.field, params.epoch)
         return build_token_plan(source.shard_sizes(params.epoch), lengths, params, tokens, resume, cuts,
-                                order_of=source.plan)
+                                order_of=source.token_order(), num_blocks=num_blocks)
 
     def _check_yield(self, source: Any, plan: TokenPlan) -> None:
         """A fresh epoch with no batch (TB24, like P16): a ``PlanError`` when one consumer would
@@ -108,7 +114,7 @@ class TokenBatching:
         self._cuts, self._cuts_epoch = list(part["levels"]), state.epoch
         # The saved consumer states must be the replay of their offsets (TB5): rebuild the saved
         # level exactly as it was (its own params and cut).
-        self.saved_plan(source, state.plan)
+        self.saved_plan(source, state.plan).check_saved()
 
     def saved_plan(self, source: Any, resume: dict[str, Any]) -> TokenPlan:
         """The plan that saved ``resume`` (its own params and cut), at its offsets."""
@@ -118,10 +124,11 @@ class TokenBatching:
 
     # ---- workers: the loaded token levels travel in the control block (L6) ------------------------
     def payload(self) -> dict[str, Any]:
-        return {TOKENS_KEY: {"epoch": self._cuts_epoch, "levels": self._cuts}}
+        return {TOKENS_KEY: {"epoch": self._cuts_epoch, "levels": self._cuts, "pack_blocks": self._counted}}
 
     def receive(self, payload: dict[str, Any]) -> bool:
         loaded = payload.get(TOKENS_KEY)
+        self._pack_blocks = dict(loaded.get("pack_blocks", {})) if loaded is not None else {}
         if loaded is None or (loaded["epoch"], loaded["levels"]) == (self._cuts_epoch, self._cuts):
             return False
         self._cuts, self._cuts_epoch = loaded["levels"], loaded["epoch"]  # a persistent worker's old copy
@@ -147,13 +154,12 @@ class TokenBatching:
                 batch_size: int, with_index: bool) -> Iterator[Any]:
         consumer = emitter.consumer
         work = plan.level.split.consumers[consumer]
-        nxt = next_nonempty(plan.segments) if plan.level.options.mode == "concat" else None
+        view = consumer_view(plan, consumer, self.tokens.extra_tokens)  # its own documents only (TB26)
         fields = (self.tokens.field, self.tokens.loss_mask_field)
-        docs = source.documents(plan.order, fields, document_needs(work.pieces, plan.positions, nxt), cache,
-                                emitter.stats)
-        docs.expect(np.where(plan.segments > 0, plan.segments - self.tokens.extra_tokens, 0), plan.positions)  # TB23
-        rows = TokenDocs.from_lengths(docs, plan.segments, self.tokens.token_options(),
-                                      docs.masks if self.tokens.loss_mask_field is not None else None)
+        docs = source.documents(plan.order, fields, view.needs, cache, emitter.stats)
+        docs.expect(view.num_tokens, view.positions)  # TB23
+        rows = TokenDocs.from_lengths(docs, view.segments, self.tokens.token_options(),
+                                      docs.masks if self.tokens.loss_mask_field is not None else None, view.next_doc)
         slots, sources = source.slot_arrays(plan.order, with_index)
         make = functools.partial(self._in_arena, source, rows, plan.level.options, slots, sources, with_index)
         for blocks, cutter in batch_blocks(work, plan.level.options, batch_size, plan.start_state(consumer)):

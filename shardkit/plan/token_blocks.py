@@ -26,6 +26,7 @@ from shardkit.plan.token_pieces import Piece, Pieces
 __all__ = ["MODES", "Block", "BlockCutter", "BlockOptions", "Piece", "Pieces", "epoch_pieces", "num_positions"]
 
 MODES = ("concat", "pack")
+_RUN = 4096  # pieces made into tuples at a time
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class BlockCutter:
         self.offset = 0  # positions of pieces[piece_index] already taken
         self.bins: list[list[Piece]] = []  # pack mode: the open blocks (carry)
         self.used: list[int] = []  # positions in each open block
-        self._items: list[Piece] | None = None  # the pieces as tuples, made on first use
+        self._items: dict[int, list[Piece]] = {}  # the pieces as tuples, made a run of them at a time
         self._ends: list[int] | None = None  # concat: positions up to the end of each piece
 
     # ---- state (TB5) -------------------------------------------------------------------
@@ -124,9 +125,15 @@ class BlockCutter:
         return self._next_concat() if self.options.mode == "concat" else self._next_pack()
 
     def _piece(self, index: int) -> Piece:
-        if self._items is None:
-            self._items = list(self.pieces)
-        return self._items[index]
+        """Piece ``index`` as a tuple: made ``_RUN`` at a time when first needed (a consumer's
+        first block costs a run, not all its pieces, TB25)."""
+        run, at = divmod(index, _RUN)
+        items = self._items.get(run)
+        if items is None:
+            if len(self._items) > 2:
+                self._items.clear()
+            items = self._items[run] = list(self.pieces[run * _RUN:(run + 1) * _RUN])
+        return items[at]
 
     def _take(self, limit: int) -> Piece:
         """Take up to ``limit`` positions of the current piece, advancing the cursor."""

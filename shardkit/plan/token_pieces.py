@@ -27,11 +27,12 @@ class Pieces(Sequence[Piece]):
     """Pieces ``(doc[i], start[i], stop[i])`` in order; a read-only sequence of :class:`Piece`
     that compares equal to any sequence of the same pieces. Slices are views."""
 
-    __slots__ = ("doc", "start", "stop", "_ends")
+    __slots__ = ("doc", "start", "stop", "_ends", "_positive")
 
     def __init__(self, doc: np.ndarray, start: np.ndarray, stop: np.ndarray) -> None:
         self.doc, self.start, self.stop = (np.asarray(a, dtype=np.int64) for a in (doc, start, stop))
         self._ends: np.ndarray | None = None
+        self._positive: bool | None = None
 
     @classmethod
     def of(cls, pieces: Sequence[Piece] | Pieces) -> Pieces:
@@ -57,6 +58,19 @@ class Pieces(Sequence[Piece]):
     @property
     def total(self) -> int:
         return int(self.ends[-1]) if len(self.doc) else 0
+
+    @property
+    def positive(self) -> bool:
+        """Every piece holds at least one position (what a split or a cut gives, cached)."""
+        if self._positive is None:
+            self._positive = bool(np.all(self.stop > self.start))
+        return self._positive
+
+    def locate(self, position: int) -> tuple[int, int, int]:
+        """``(d, offset, i)``: position ``position`` (counted along these pieces) is position
+        ``offset`` of document ``d``, in piece ``i``: one binary search (TB25)."""
+        i = int(np.searchsorted(self.ends, position, side="right"))
+        return int(self.doc[i]), int(self.stop[i]) - (int(self.ends[i]) - position), i
 
     def cut(self, begin: int, end: int) -> Pieces:
         """The pieces covering positions ``[begin, end)`` (counted along these pieces)."""

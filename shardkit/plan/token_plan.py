@@ -24,9 +24,14 @@ from shardkit.errors import StateError
 from shardkit.plan.params import PlanParams
 from shardkit.plan.plan import Plan, base_plan
 from shardkit.plan.state import STATE_VERSION
-from shardkit.plan.token_blocks import BlockCutter, BlockOptions, Piece, epoch_pieces, num_positions
+from shardkit.plan.token_blocks import BlockCutter, BlockOptions, Piece, num_positions
 from shardkit.plan.token_config import LEVEL_KEYS, TokenBlocks
-from shardkit.plan.token_pool import WorkSplit, remainder_pool, split_work
+from shardkit.plan.token_index import EpochIndex, segment_lengths
+from shardkit.plan.token_lengths_source import ArrayLengths, LengthSource
+from shardkit.plan.token_pool import WorkSplit, consumer_state, remainder_pool, split_work
+
+__all__ = ["TokenLevel", "TokenPlan", "build_token_plan", "epoch_order", "order_plan", "segment_lengths",
+           "single_params", "token_yield_problem"]
 
 
 def single_params(params: PlanParams) -> PlanParams:
@@ -46,18 +51,17 @@ def epoch_order(plan: Plan) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def segment_lengths(lengths: np.ndarray, extra_tokens: int) -> np.ndarray:
-    """Segment length per document: its tokens plus boundary tokens, 0 for an empty one."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    return np.where(lengths > 0, lengths + extra_tokens, 0)
-
-
-def cutter_state(pieces: Sequence[Piece], options: BlockOptions, blocks: int) -> dict[str, Any]:
-    """The cutter state after ``blocks`` blocks of ``pieces`` (replayed on positions only)."""
-    cutter = BlockCutter(pieces, options)
-    for _ in range(blocks):
-        cutter.next_block()
-    return {**cutter.to_dict(), "blocks": blocks}
+def epoch_index(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarray | LengthSource, root: PlanParams,
+                order: Plan, blocks: TokenBlocks, custom_order: bool) -> EpochIndex:
+    """The epoch stream of ``order`` (TB25): from chunk totals when the order is the seeded
+    shard order with in-window shuffles (no interleave, no mixture), else from arrays."""
+    source = ArrayLengths(lengths) if isinstance(lengths, np.ndarray) else lengths
+    if not custom_order and (root.interleave == 1 or not root.shuffle):
+        return EpochIndex.windowed(np.asarray(shard_sizes, dtype=np.int64), single_params(root), order, source,
+                                   blocks.extra_tokens, blocks.mode)
+    samples = epoch_order(order)
+    segments = segment_lengths(source.take(samples), blocks.extra_tokens)
+    return EpochIndex.from_arrays(samples, segments, blocks.mode)
 
 
 @dataclass
@@ -81,12 +85,33 @@ class TokenPlan:
 
     level: TokenLevel
     order: Plan  # the one-consumer sample plan of the epoch order
-    segments: np.ndarray  # segment length per document index
-    positions: np.ndarray  # input positions per document index
+    index: EpochIndex  # the epoch stream: documents, their lengths and positions (TB25)
     start_offsets: tuple[int, ...]
     parent_state: dict[str, Any] | None
     cuts: list[dict[str, Any]]  # every level's cut, root first (this one last)
-    dropped: list[Piece] = field(default_factory=list)  # every level's dropped tail (TB6)
+    parent_dropped: list[Piece] = field(default_factory=list)  # the ancestors' dropped tails (TB6)
+    _replays: dict[int, tuple[int, BlockCutter]] = field(default_factory=dict, repr=False)
+    _segments: np.ndarray | None = field(default=None, repr=False)
+    saved_states: list[Any] | None = field(default=None, repr=False)  # the loaded level's, if exact
+    saved_path: str = ""
+
+    @property
+    def dropped(self) -> list[Piece]:
+        """Every level's dropped tail (TB6)."""
+        return [*self.parent_dropped, *self.level.split.dropped]
+
+    @property
+    def segments(self) -> np.ndarray:
+        """Segment length per document index of the whole epoch: O(N), made on first use, for
+        tests and audits; a consumer reads its own range (``token_consumer.consumer_view``)."""
+        if self._segments is None:
+            self._segments = self.index.docs(0, self.index.num_docs)[1]
+        return self._segments
+
+    @property
+    def positions(self) -> np.ndarray:
+        """Input positions per document index of the whole epoch (O(N), as ``segments``)."""
+        return num_positions(self.segments, self.level.options.mode)
 
     @property
     def params(self) -> PlanParams:
@@ -104,8 +129,33 @@ class TokenPlan:
         return self.level.split.num_blocks // self.params.batch_size
 
     def start_state(self, consumer: int) -> dict[str, Any]:
-        work = self.level.split.consumers[consumer]
-        return cutter_state(work.pieces, self.level.options, self.start_offsets[consumer])
+        """Consumer ``consumer``'s state where it resumes; a loaded state that is not it is a
+        ``StateError`` (TB13): a worker checks its own consumer only."""
+        state = self.consumer_state(consumer, self.start_offsets[consumer])
+        if self.saved_states is not None:
+            _refuse_edited(self.saved_path, consumer, self.saved_states[consumer], state)
+        return state
+
+    def check_saved(self) -> TokenPlan:
+        """Every loaded consumer state against its offset (TB13: what loading a state checks)."""
+        for consumer in range(self.num_consumers if self.saved_states is not None else 0):
+            self.start_state(consumer)
+        return self
+
+    def consumer_state(self, consumer: int, blocks: int) -> dict[str, Any]:
+        """Consumer ``consumer``'s cutter state after ``blocks`` blocks (TB5): in concat mode by
+        binary search (TB25); in pack mode by running its cutter on positions, continued from
+        the last state asked for when that was no later (each call costs the blocks since)."""
+        work, options = self.level.split.consumers[consumer], self.level.options
+        if options.mode == "concat":
+            return consumer_state(work, options, blocks)
+        done, cutter = self._replays.get(consumer, (0, None))
+        if cutter is None or done > blocks:
+            done, cutter = 0, BlockCutter(work.pieces, options)
+        for _ in range(done, blocks):
+            cutter.next_block()
+        self._replays[consumer] = (blocks, cutter)
+        return {**cutter.to_dict(), "blocks": blocks}
 
     def to_state(self, offsets: Sequence[int], fingerprint: str) -> dict[str, Any]:
         """The plan state (specs/resume-state.md shape) after consumer ``c`` consumed
@@ -117,9 +167,9 @@ class TokenPlan:
     def tokens_part(self, blocks: TokenBlocks, offsets: Sequence[int], saved: list[dict[str, Any]]) -> dict[str, Any]:
         """The loader state's ``tokens`` key: identity, and per level its cut and consumer
         states (``saved``: the ancestors' levels as loaded; this level's are computed)."""
-        options = self.level.options
-        states = [cutter_state(w.pieces, options, int(k))
-                  for w, k in zip(self.level.split.consumers, offsets, strict=True)]
+        if len(offsets) != self.num_consumers:
+            raise StateError(f"{len(offsets)} offsets for {self.num_consumers} consumers")
+        states = [self.consumer_state(c, int(k)) for c, k in enumerate(offsets)]
         levels = [copy.deepcopy(level) for level in saved[: len(self.cuts) - 1]]
         return {**blocks.identity(), "levels": [*levels, {**self.cuts[-1], "consumers": states}]}
 
@@ -128,11 +178,11 @@ def token_yield_problem(plan: TokenPlan, where: str) -> str | None:
     """Why a fresh epoch of ``plan`` yields no batch (TB24, like partition.md P16), or None:
     ``tail="drop"`` and fewer blocks per consumer than one batch, though there are positions."""
     params, options = plan.params, plan.level.options
-    total = int(np.sum(plan.positions))
+    total = plan.index.total
     if plan.level.split.num_blocks or params.tail != "drop" or total == 0:
         return None
     return (f"{where}: token blocks: the epoch yields no batch ({total} input positions in "
-            f"{len(plan.positions)} documents, seq_len {options.seq_len}, {options.mode} mode, batch_size "
+            f"{plan.index.num_docs} documents, seq_len {options.seq_len}, {options.mode} mode, batch_size "
             f"{params.batch_size} blocks, {plan.num_consumers} consumer(s), tail='drop'): a batch needs "
             f"{params.batch_size} blocks of {options.seq_len} positions per consumer; use tail='pad', a smaller "
             "seq_len or batch_size, or fewer consumers")
@@ -150,7 +200,8 @@ def _chain(resume: dict[str, Any] | None) -> list[dict[str, Any]]:
 def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarray, params: PlanParams,
                      blocks: TokenBlocks, resume: dict[str, Any] | None = None,
                      cuts: Sequence[dict[str, Any]] = (),
-                     order_of: Callable[[PlanParams], Plan] | None = None) -> TokenPlan:
+                     order_of: Callable[[PlanParams], Plan] | None = None,
+                     num_blocks: int | None = None) -> TokenPlan:
     """The token plan of ``params.epoch`` (``lengths``: tokens per sample, manifest order).
 
     ``resume``: a plan state (already validated) whose level ``i`` cut is ``cuts[i]`` (this
@@ -160,6 +211,8 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
     plan resumes at its offsets; otherwise a new level splits the remainder (TB7, TB8).
     ``order_of(root params)``: the one-consumer plan of the epoch order (default
     :func:`order_plan` of ``shard_sizes``; a mixture's mixed sequence, TB15).
+    ``num_blocks``: the current level's blocks per consumer when another process already counted
+    this same plan (pack mode, TB27: a worker gets its loader's count), else counted here.
     """
     chain = _chain(resume)
     # levels past the given cuts were cut with this config (a continuation of this process, R10)
@@ -168,10 +221,8 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
     if chain and root.epoch != params.epoch:
         raise StateError(f"resume state is for epoch {root.epoch}, but the plan asked for epoch {params.epoch}")
     order = order_plan(shard_sizes, root) if order_of is None else order_of(single_params(root))
-    doc_lengths = np.asarray(lengths, dtype=np.int64)[epoch_order(order)]
-    segments = segment_lengths(doc_lengths, blocks.extra_tokens)
-    positions = num_positions(segments, blocks.mode)
-    pool: Sequence[Piece] = epoch_pieces(positions)
+    index = epoch_index(shard_sizes, lengths, root, order, blocks, order_of is not None)
+    pool: Any = index  # level 0: the epoch stream, never materialised in concat mode (TB25)
     dropped: list[Piece] = []
     exact = bool(chain) and PlanParams.from_dict(chain[-1]["params"]).same_partition(params) \
         and _cut(cuts[len(chain) - 1]) == blocks.level()
@@ -179,25 +230,28 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
     for i, saved in enumerate(parents):
         level = _level(pool, PlanParams.from_dict(saved["params"]), cuts[i], blocks)
         offsets = _plan_offsets(level, saved["offsets"], f"state level {i}")
-        states = [cutter_state(w.pieces, level.options, k) for w, k in zip(level.split.consumers, offsets, strict=True)]
+        states = [consumer_state(w, level.options, k) for w, k in zip(level.split.consumers, offsets, strict=True)]
         _check_saved(cuts[i], states, f"tokens.levels[{i}]")
         dropped += level.split.dropped
         pool = remainder_pool(level.split.consumers, states, level.options)
-    current = _level(pool, params, blocks.level(), blocks)
+    current = _level(pool, params, blocks.level(), blocks, num_blocks)
     start = _plan_offsets(current, chain[-1]["offsets"], "state") if exact else [0] * len(current.split.consumers)
-    if exact:
-        _check_saved(cuts[len(chain) - 1], [cutter_state(w.pieces, current.options, k)
-                                            for w, k in zip(current.split.consumers, start, strict=True)],
-                     f"tokens.levels[{len(chain) - 1}]")
     parent = (chain[-1]["parent"] if exact else resume)
     level_cuts = [_cut(c) for c in cuts[: len(parents)]] + [blocks.level()]
-    return TokenPlan(current, order, segments, positions, tuple(start), copy.deepcopy(parent), level_cuts,
-                     [*dropped, *current.split.dropped])
+    plan = TokenPlan(current, order, index, tuple(start), copy.deepcopy(parent), level_cuts, dropped)
+    loaded = cuts[len(chain) - 1].get("consumers") if exact else None
+    if loaded is not None:  # checked per consumer as it starts, all of them by check_saved (TB13)
+        if not isinstance(loaded, list) or len(loaded) != plan.num_consumers:
+            raise StateError(f"tokens.levels[{len(chain) - 1}].consumers: expected {plan.num_consumers} cutter "
+                             f"states, got {loaded!r:.80}")
+        plan.saved_states, plan.saved_path = loaded, f"tokens.levels[{len(chain) - 1}]"
+    return plan
 
 
-def _level(pool: Sequence[Piece], params: PlanParams, cut: dict[str, Any], blocks: TokenBlocks) -> TokenLevel:
+def _level(pool: Any, params: PlanParams, cut: dict[str, Any], blocks: TokenBlocks,
+           num_blocks: int | None = None) -> TokenLevel:
     options = blocks.block_options(_cut(cut))
-    split = split_work(pool, params.num_consumers, params.batch_size, options, params.tail)
+    split = split_work(pool, params.num_consumers, params.batch_size, options, params.tail, num_blocks)
     return TokenLevel(params, _cut(cut), split, options)
 
 
@@ -216,9 +270,13 @@ def _check_saved(level: dict[str, Any], states: list[dict[str, Any]], path: str)
     if not isinstance(saved, list) or len(saved) != len(states):
         raise StateError(f"{path}.consumers: expected {len(states)} cutter states, got {saved!r:.80}")
     for consumer, (got, want) in enumerate(zip(saved, states, strict=True)):
-        if got != want:
-            raise StateError(f"{path}.consumers[{consumer}]: saved cutter state {got!r:.120} is not the "
-                             f"one its offset gives ({want!r:.120}); the state was edited or the data changed")
+        _refuse_edited(path, consumer, got, want)
+
+
+def _refuse_edited(path: str, consumer: int, got: Any, want: dict[str, Any]) -> None:
+    if got != want:
+        raise StateError(f"{path}.consumers[{consumer}]: saved cutter state {got!r:.120} is not the "
+                         f"one its offset gives ({want!r:.120}); the state was edited or the data changed")
 
 
 def _plan_offsets(level: TokenLevel, offsets: list[int], path: str) -> list[int]:

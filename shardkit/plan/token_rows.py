@@ -61,18 +61,23 @@ class TokenDocs:
         self._setup(documents, lengths, options, loss_masks)
 
     @classmethod
-    def from_lengths(cls, documents: Any, segment_lengths: np.ndarray, options: TokenOptions,
-                     loss_masks: Any = None) -> TokenDocs:
+    def from_lengths(cls, documents: Any, segment_lengths: Any, options: TokenOptions,
+                     loss_masks: Any = None, next_doc: Any = None) -> TokenDocs:
         """Documents given by index on demand (``documents[d]``), their segment lengths known
-        beforehand (the loader reads only the documents a consumer needs)."""
+        beforehand (the loader reads only the documents a consumer needs). ``segment_lengths``
+        and ``next_doc`` may be arrays over the whole epoch or over a consumer's documents
+        (``DocArray``, TB25; then ``next_doc`` is given)."""
         docs = cls.__new__(cls)
-        docs._setup(documents, np.asarray(segment_lengths, dtype=np.int64), options, loss_masks)
+        if next_doc is None:
+            segment_lengths = np.asarray(segment_lengths, dtype=np.int64)
+        docs._setup(documents, segment_lengths, options, loss_masks, next_doc)
         return docs
 
-    def _setup(self, documents: Any, segment_lengths: np.ndarray, options: TokenOptions, loss_masks: Any) -> None:
+    def _setup(self, documents: Any, segment_lengths: Any, options: TokenOptions, loss_masks: Any,
+               next_doc: Any = None) -> None:
         self.documents, self.options, self.loss_masks = documents, options, loss_masks
         self.segment_lengths = segment_lengths
-        self.next_doc = next_nonempty(segment_lengths)
+        self.next_doc = next_nonempty(segment_lengths) if next_doc is None else next_doc
 
 
 def next_nonempty(segment_lengths: np.ndarray) -> np.ndarray:

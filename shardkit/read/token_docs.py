@@ -19,7 +19,7 @@ import numpy as np
 
 from shardkit.errors import CorruptShardError, FormatError
 from shardkit.plan import Plan
-from shardkit.plan.token_plan import epoch_order
+from shardkit.plan.token_lengths_source import DocArray
 from shardkit.read.column_pieces import ColumnPiece
 from shardkit.read.dataset import StoredDataset
 from shardkit.read.options import ReadOptions
@@ -40,10 +40,15 @@ def runs(wanted: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def with_empty_neighbours(found: list[tuple[int, int]], positions: np.ndarray) -> list[tuple[int, int]]:
+def with_empty_neighbours(found: list[tuple[int, int]], positions: np.ndarray | DocArray) -> list[tuple[int, int]]:
     """``found`` runs, each widened over the documents with no position just before and after it
     (TB23: their lengths are checked too; the work never names them), and runs that then meet or
-    overlap going forward merged into one."""
+    overlap going forward merged into one. ``positions``: per document of the epoch, or of a
+    range of it (a ``DocArray`` whose ends are next to documents with positions, TB25)."""
+    if isinstance(positions, DocArray):
+        base = positions.lo
+        local = with_empty_neighbours([(a - base, b - base) for a, b in found], positions.values)
+        return [(a + base, b + base) for a, b in local]
     n = len(positions)
     if not found or n == 0:
         return found
@@ -62,6 +67,11 @@ def with_empty_neighbours(found: list[tuple[int, int]], positions: np.ndarray) -
     return out
 
 
+def sample_of(order: Plan, d: int) -> int:
+    """The global sample index of document ``d`` of the one-consumer ``order``: one seek (P9)."""
+    return int(next(order.consumer_windows(0, d)).global_indices(order.shard_offsets)[0])
+
+
 class EpochDocuments:
     """``docs[d]`` → the token array of document ``d``; ``docs.masks[d]`` its loss mask.
 
@@ -76,18 +86,18 @@ class EpochDocuments:
         self.cache, self.stats = cache, stats
         self.last_use = dict(needs)
         self._runs = iter(runs([d for d, _ in needs]))
-        self.expected: np.ndarray | None = None  # tokens per document the plan was made from (TB23)
+        self.expected: np.ndarray | DocArray | None = None  # tokens per document the plan was made from (TB23)
         self._stream: Iterator[tuple[int, np.ndarray, np.ndarray | None]] = iter(())
         self._next_index = self._run_end = 0  # the next document the stream gives; its run's end
         self.loaded: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
         self.masks = _Masks(self)
 
-    def expect(self, num_tokens: np.ndarray, positions: np.ndarray) -> None:
+    def expect(self, num_tokens: np.ndarray | DocArray, positions: np.ndarray | DocArray) -> None:
         """Check every document read against ``num_tokens`` (per document index: the lengths the
         plan was made from) and read the documents with no ``positions`` next to the ones the work
         needs too (TB23), so a length index that lies is a ``CorruptShardError``, not dropped tokens.
         Call before the first document is read."""
-        self.expected = np.asarray(num_tokens)
+        self.expected = num_tokens if isinstance(num_tokens, DocArray) else np.asarray(num_tokens)
         self._runs = iter(with_empty_neighbours(runs(list(self.last_use)), positions))
 
     def __getitem__(self, d: int) -> np.ndarray:
@@ -120,8 +130,8 @@ class EpochDocuments:
 
     def _sample_where(self, d: int) -> str:
         """Document ``d`` as the dataset, shard and sample that hold it."""
-        sample = int(epoch_order(self.order)[d])
         offsets = self.order.shard_offsets
+        sample = sample_of(self.order, d)
         shard = int(np.searchsorted(offsets, sample, side="right")) - 1
         name = self.dataset.manifest.shards[shard].name
         return f"{self.dataset.url}: document {d} (epoch order) = sample {sample} (shard {name}, " \

@@ -16,13 +16,12 @@ import numpy as np
 
 from shardkit.errors import FormatError
 from shardkit.plan import Plan
-from shardkit.plan.token_plan import epoch_order
 from shardkit.read.mixture import OpenMixture
 from shardkit.read.mixture_stream import iter_mixture_consumer, source_of_indices
 from shardkit.read.options import ReadOptions
 from shardkit.read.stats import ReadStats
 from shardkit.read.stream import WindowSamples
-from shardkit.read.token_docs import EpochDocuments
+from shardkit.read.token_docs import EpochDocuments, sample_of
 from shardkit.storage import ShardCache
 
 
@@ -43,7 +42,7 @@ class MixtureDocuments(EpochDocuments):
                                      self.stats, self.options, self.sources)
 
     def _sample_where(self, d: int) -> str:
-        global_index = int(epoch_order(self.order)[d])
+        global_index = sample_of(self.order, d)
         at = int(source_of_indices(self.bases, np.array([global_index]))[0])
         source = self.opened.mixture.sources[self.sources[at]]
         return (f"mixture source {source.label!r} ({source.path}): sample {global_index - int(self.bases[at])} "
@@ -56,7 +55,7 @@ class MixtureDocuments(EpochDocuments):
         try:
             return super()._checked(d, value)
         except FormatError as error:
-            global_index = int(epoch_order(self.order)[d])
+            global_index = sample_of(self.order, d)
             at = int(source_of_indices(self.bases, np.array([global_index]))[0])
             source = self.opened.mixture.sources[self.sources[at]]
             raise FormatError(f"mixture source {source.label!r} ({source.path}): sample "

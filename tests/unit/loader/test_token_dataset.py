@@ -282,3 +282,18 @@ def test_an_epoch_without_a_batch_is_a_plan_error_like_samples(tmp_path):
     assert path in str(error.value)
     padded = sk.StreamingDataset(path, batch_size=2, tokens=sk.TokenBlocks(1000), tail="pad")
     assert len(list(sk.ShardLoader(padded))) == 1
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_the_loaders_pack_count_reaches_its_workers_in_the_control_block(tmp_path, num_workers):
+    """TB27: the loader's process counts a pack plan's blocks once and hands the count to the
+    workers (control block, keyed by the plan): the batches are those of the plan that counted."""
+    path = write_token_dataset(str(tmp_path / "ds"), [3, 17, 0, 9, 25, 4, 11, 6, 30, 2, 14, 7])
+    tokens = sk.TokenBlocks(8, mode="pack", eos_id=2)
+    dataset = sk.StreamingDataset(path, batch_size=1, tokens=tokens, tail="pad")
+    loader = sk.ShardLoader(dataset, num_workers=num_workers)
+    got = [b["input_ids"] for b in loader]
+    counted = loader.streaming.control.read()["tokens"]["pack_blocks"]
+    plan = loader.streaming.step_plan(0, 1, num_workers)
+    assert list(counted.values()) == [plan.level.split.num_blocks]
+    assert len(got) == plan.steps_per_rank

@@ -1,0 +1,163 @@
+"""Token-block plans at scale (specs/token-blocks.md TB25-TB26): time and memory per process.
+
+    python -m benchmarks.token_plan_scale [--case scale|state|pack] [--docs N] [--code PATH] \
+        [--out benchmarks/results/token_plan_scale.jsonl]
+
+Each case runs in a fresh process (``--code``: the tree whose ``shardkit`` it imports, e.g. an
+older checkout, to measure before/after) and prints one JSON line:
+
+- ``scale``: plan ``--docs`` documents (default 10**9) in 10**5 shards for 512 ranks × 8 workers
+  (4,096 consumers), concat, seq_len 2,048, batch 8, from a synthetic length index (closed-form
+  totals: no 4 GB array; an older tree gets the lengths as an array, so use a smaller ``--docs``
+  there), then the last consumer's documents and first batch of rows from synthetic tokens:
+  wall seconds and peak RSS growth (``VmHWM`` after imports).
+- ``state``: one consumer of ``--docs`` documents (default 10**6), concat; the ``tokens`` part
+  of the loader state (``TokenPlan.tokens_part``) at 90% of the epoch, median of 5 calls.
+- ``pack``: ``--docs`` documents (default 660,000), pack mode, 2 consumers (W=2), seq_len
+  2,048: the plan and consumer 0's first batch of blocks, as the loader's process does, then as
+  a worker does (given the loader's count, TB27; an older tree counts again), and the two summed:
+  a worker's first batch comes after its loader planned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from benchmarks.jsonl import save_rows
+
+MIB = 1 << 20
+SEQ_LEN, BATCH = 2048, 8
+
+
+def _peak_rss() -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _table() -> np.ndarray:
+    table = np.random.default_rng(0).lognormal(np.log(600), 1.0, 4096).astype(np.int64) + 1
+    table[::17], table[5::31] = 0, 1
+    return table
+
+
+def _lengths(num_docs: int, synthetic: bool) -> Any:
+    table = _table()
+    if synthetic:
+        from shardkit.plan.token_lengths_source import PeriodicLengths
+        return PeriodicLengths(num_docs, table)
+    return table[np.arange(num_docs) % len(table)].astype(np.uint32)
+
+
+def _first_batch(plan: Any, consumer: int, blocks: Any) -> int:
+    """Consumer ``consumer``'s documents and first batch of rows (synthetic tokens); returns its pieces."""
+    from shardkit.plan.token_blocks import BlockCutter
+    from shardkit.plan.token_rows import TokenDocs, assemble
+    try:
+        from shardkit.plan.token_consumer import consumer_view
+    except ImportError:  # an older tree: whole-epoch arrays
+        pieces, segments, nxt = plan.level.split.consumers[consumer].pieces, plan.segments, None
+    else:
+        view = consumer_view(plan, consumer, blocks.extra_tokens)
+        pieces, segments, nxt = view.pieces, view.segments, view.next_doc
+    extra = blocks.extra_tokens
+
+    class Docs:
+        def __getitem__(self, d: int) -> np.ndarray:
+            return np.full(max(int(segments[d]) - extra, 0), 5, dtype=np.int32)
+
+    rows = TokenDocs.from_lengths(Docs(), segments, blocks.token_options(), None, *(() if nxt is None else (nxt,)))
+    cutter = BlockCutter(pieces, plan.level.options)
+    cut = [cutter.next_block() for _ in range(BATCH)]
+    assemble([b for b in cut if b is not None], rows, SEQ_LEN, plan.level.options.mode)
+    return len(pieces)
+
+
+def child(case: str, num_docs: int) -> dict[str, Any]:
+    from shardkit.plan import PlanParams
+    from shardkit.plan.token_config import TokenBlocks
+    from shardkit.plan.token_plan import build_token_plan
+    synthetic = os.path.exists(os.path.join(os.path.dirname(sys.modules["shardkit"].__file__ or ""), "plan",
+                                            "token_lengths_source.py"))
+    base = _peak_rss()
+    started = time.perf_counter()
+    if case == "scale":
+        shards = min(100_000, num_docs)
+        sizes = np.full(shards, num_docs // shards, dtype=np.int64)
+        sizes[-1] += num_docs - int(sizes.sum())
+        lengths = _lengths(num_docs, synthetic)
+        blocks = TokenBlocks(SEQ_LEN, eos_id=0)
+        planned = time.perf_counter()
+        plan = build_token_plan(sizes, lengths, PlanParams(seed=0, world_size=512, num_workers=8, batch_size=BATCH),
+                                blocks)
+        planned, plan_s = time.perf_counter(), time.perf_counter() - planned
+        pieces = _first_batch(plan, plan.num_consumers - 1, blocks)
+        return {"case": case, "docs": num_docs, "consumers": plan.num_consumers, "plan_s": plan_s,
+                "first_batch_s": time.perf_counter() - planned, "total_s": time.perf_counter() - started,
+                "consumer_pieces": pieces, "rss_growth_mib": (_peak_rss() - base) / MIB,
+                "synthetic_lengths": synthetic}
+    if case == "state":
+        sizes = np.full(max(num_docs // 10_000, 1), 10_000, dtype=np.int64)
+        blocks = TokenBlocks(SEQ_LEN, eos_id=0)
+        plan = build_token_plan(sizes, _lengths(int(sizes.sum()), False), PlanParams(seed=0, batch_size=BATCH), blocks)
+        offset = plan.level.split.num_blocks * 9 // 10 // BATCH * BATCH
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            plan.tokens_part(blocks, [offset], [])
+            times.append(time.perf_counter() - t)
+        return {"case": case, "docs": int(sizes.sum()), "blocks_consumed": offset,
+                "state_s_median": statistics.median(times), "state_s_first": times[0]}
+    sizes = np.full(max(num_docs // 10_000, 1), 10_000, dtype=np.int64)
+    blocks = TokenBlocks(SEQ_LEN, mode="pack", eos_id=0)
+    t = time.perf_counter()
+    plan = build_token_plan(sizes, _lengths(int(sizes.sum()), False), PlanParams(seed=0, num_workers=2,
+                                                                                  batch_size=BATCH), blocks)
+    plan_s = time.perf_counter() - t
+    _first_batch(plan, 0, blocks)
+    first_s = time.perf_counter() - t
+    row = {"case": case, "docs": int(sizes.sum()), "plan_s": plan_s, "first_batch_s": first_s}
+    try:  # a worker of this tree is handed its loader's count (TB27); an older one counts again
+        t = time.perf_counter()
+        worker = build_token_plan(sizes, _lengths(int(sizes.sum()), False), PlanParams(seed=0, num_workers=2,
+                                  batch_size=BATCH), blocks, num_blocks=plan.level.split.num_blocks)
+        _first_batch(worker, 0, blocks)
+        row["worker_first_batch_s"] = time.perf_counter() - t
+    except TypeError:
+        row["worker_first_batch_s"] = first_s
+    row["loader_first_batch_s"] = plan_s + row["worker_first_batch_s"]  # the loader counts, then a worker reads
+    return {**row, "rss_growth_mib": (_peak_rss() - base) / MIB}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--case", choices=("scale", "state", "pack"), default="scale")
+    parser.add_argument("--docs", type=int, default=None)
+    parser.add_argument("--code", default=None, help="the tree to import shardkit from (default: this one)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    docs = args.docs or {"scale": 10**9, "state": 10**6, "pack": 660_000}[args.case]
+    if args.child:
+        print(json.dumps(child(args.case, docs)), flush=True)
+        return
+    code = os.path.abspath(args.code or os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": code}  # shardkit from ``code``; this file run as a script
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--case", args.case, "--docs", str(docs)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, cwd=code).stdout
+    save_rows([{"event": "token_plan_scale", "code": code, **json.loads(out.strip().splitlines()[-1])}], args.out)
+
+
+if __name__ == "__main__":
+    main()
