@@ -3,7 +3,8 @@
 The mixture plan (shardkit.plan.mixture_state) numbers the sources' shards one after another;
 :class:`MixtureOpener` keeps one :class:`ShardOpener` per source (its own store, cache keys by
 that dataset's fingerprint, its own prefetch list) and maps a global shard index to the right
-one. Windows decode source by source, so each source keeps its current shard open.
+one. Windows decode source by source; the openers share one bound on open shards (RP1), so
+descriptors do not grow with the number of sources.
 
 Not thread-safe: one opener per consumer (DataLoader worker).
 """
@@ -18,6 +19,7 @@ import numpy as np
 from shardkit.plan import Plan
 from shardkit.plan.mixture_state import shard_bases
 from shardkit.read.mixture import OpenMixture
+from shardkit.read.open_shards import MAX_OPEN_SHARDS, OpenShards
 from shardkit.read.options import ReadOptions
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.stats import ReadStats
@@ -36,11 +38,13 @@ class MixtureOpener:
         self.stats = stats if stats is not None else ReadStats()
         self._bases = bases
         self._openers = []
+        # One bound on open shards for all the sources together, not one per source (RP1).
+        shared: OpenShards[ShardReader] = OpenShards(MAX_OPEN_SHARDS)
         for i, dataset in enumerate(opened.datasets):
             lo, hi = int(bases[i]), int(bases[i + 1])
             mine = None if upcoming is None else [s - lo for s in upcoming if lo <= s < hi]
             self._openers.append(ShardOpener(dataset.in_this_process(), cache, mine, stats=self.stats,
-                                             options=options))
+                                             options=options, open_shards=shared))
 
     @property
     def keep_open(self) -> int:
