@@ -19,7 +19,7 @@ import numpy as np
 from shardkit.plan import Plan
 from shardkit.plan.mixture_state import shard_bases
 from shardkit.read.mixture import OpenMixture
-from shardkit.read.open_shards import MAX_OPEN_SHARDS, OpenShards
+from shardkit.read.open_shards import MAX_SHARD_DESCRIPTORS, OpenShards
 from shardkit.read.options import ReadOptions
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.stats import ReadStats
@@ -39,7 +39,7 @@ class MixtureOpener:
         self._bases = bases
         self._openers = []
         # One bound on open shards for all the sources together, not one per source (RP1).
-        shared: OpenShards[ShardReader] = OpenShards(MAX_OPEN_SHARDS)
+        shared: OpenShards[ShardReader] = OpenShards(MAX_SHARD_DESCRIPTORS)
         for i, dataset in enumerate(opened.datasets):
             lo, hi = int(bases[i]), int(bases[i + 1])
             mine = None if upcoming is None else [s - lo for s in upcoming if lo <= s < hi]

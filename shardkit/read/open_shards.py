@@ -1,15 +1,16 @@
 """The shard readers one consumer holds open: a bounded LRU, closed deterministically (RP1).
 
-A reader holds one descriptor (a local file, a cached entry) and, for a cached entry, its lease
-(one more, the flock). A mixture's sources each open their own shards, so without a bound the
-descriptors grew with the number of sources: 600 sources at ``num_workers=2`` held 2,447. An
-``OpenShards`` keeps at most ``limit`` readers of all its owners together, and at most ``keep``
-of any one owner (a dataset's own rule: 2 local shards, 1 leased cached one); opening one more
-closes the least recently used first, on the consumer's thread, before the new one is returned.
+A reader holds one descriptor (a local file) or two (a cached entry: its file and its lease's
+flock). A mixture's sources each open their own shards, so without a bound the descriptors
+grew with the number of sources: 600 sources at ``num_workers=2`` held 2,447. An
+``OpenShards`` keeps readers holding at most ``limit`` descriptors over all its owners
+together, and at most ``keep`` readers of any one owner (a dataset's own rule: 2 local shards,
+1 leased cached one); opening one more closes the least recently used first, on the
+consumer's thread, before the new one is returned.
 
 A read-ahead run across spans (read/spans_ahead.py) reads at most ``keep`` distinct shards at
 a time, and every reader it still reads was returned after any other; so as long as ``limit``
-is at least every owner's ``keep``, the LRU never closes a shard the run still reads.
+covers every owner's ``keep`` readers, the LRU never closes a shard the run still reads.
 
 Not thread-safe: one per consumer.
 """
@@ -20,13 +21,13 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Generic, Protocol, TypeVar
 
-# Open shard readers per consumer, over all the sources of a mixture (RP1). Each holds one
-# descriptor (two for a leased cached entry), so a DataLoader worker holds at most 2 × 32 for
-# shards, whatever the number of sources: well inside `ulimit -n 256`. A mixture's window
-# visits its sources in order, once each (specs/mixture.md), so with more sources than this
-# each source's shard is opened once per window (its index read again; a cached entry's checked
-# index is kept per process, K45), not once per span.
-MAX_OPEN_SHARDS = 32
+# Descriptors held by open shard readers per consumer, over all the sources of a mixture (RP1):
+# 128 local shards or 64 cached ones, whatever the number of sources; with a worker's other
+# descriptors (~20) well inside `ulimit -n 256`. A mixture's window visits its sources in
+# order, once each, so up to this many sources nothing is reopened; with more, each source's
+# shard is opened once per window (its index read again, and the block the previous window
+# stopped inside decoded again, P21), not once per span.
+MAX_SHARD_DESCRIPTORS = 128
 
 
 class Closer(Protocol):
@@ -37,13 +38,15 @@ Reader = TypeVar("Reader")
 
 
 class OpenShards(Generic[Reader]):
-    """Readers by ``(owner, shard_index)``, least recently used closed first."""
+    """Readers by ``(owner, shard_index)``, least recently used closed first; ``limit``: the
+    descriptors they may hold together."""
 
-    def __init__(self, limit: int = MAX_OPEN_SHARDS) -> None:
+    def __init__(self, limit: int = MAX_SHARD_DESCRIPTORS) -> None:
         if limit < 1:
-            raise ValueError(f"limit: at least one open shard, got {limit}")
+            raise ValueError(f"limit: at least one descriptor, got {limit}")
         self.limit = limit
-        self._open: OrderedDict[tuple[Hashable, int], tuple[Reader, Closer]] = OrderedDict()
+        self.descriptors = 0  # held by the open readers now
+        self._open: OrderedDict[tuple[Hashable, int], tuple[Reader, Closer, int]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._open)
@@ -57,20 +60,27 @@ class OpenShards(Generic[Reader]):
         return entry[0]
 
     def add(self, owner: Hashable, shard_index: int, reader: Reader, closer: Closer,
-            keep: int) -> None:
-        """Hold ``reader`` (``closer`` closes it and what it holds, e.g. a lease), closing the
-        owner's oldest beyond ``keep`` and then everyone's oldest beyond ``limit``."""
-        if keep > self.limit:
-            raise ValueError(f"keep: {keep} open shards per owner exceeds the limit of {self.limit}")
-        self._open[(owner, shard_index)] = (reader, closer)
+            keep: int, descriptors: int = 1) -> None:
+        """Hold ``reader``, which holds ``descriptors`` (``closer`` closes it and what it holds,
+        e.g. a lease), closing the owner's oldest beyond ``keep`` readers and then everyone's
+        oldest while more than ``limit`` descriptors are held."""
+        if keep * descriptors > self.limit:
+            raise ValueError(f"keep: {keep} open shards of {descriptors} descriptor(s) per owner "
+                             f"exceeds the limit of {self.limit}")
+        self._open[(owner, shard_index)] = (reader, closer, descriptors)
+        self.descriptors += descriptors
         mine = [key for key in self._open if key[0] == owner]
         for key in mine[:max(0, len(mine) - keep)]:
-            self._open.pop(key)[1].close()
-        while len(self._open) > self.limit:
-            _, (_, old) = self._open.popitem(last=False)
-            old.close()
+            self._close(key)
+        while self.descriptors > self.limit:
+            self._close(next(iter(self._open)))
 
     def close_owner(self, owner: Hashable) -> None:
         """Close every reader of ``owner``, newest first."""
         for key in reversed([key for key in self._open if key[0] == owner]):
-            self._open.pop(key)[1].close()
+            self._close(key)
+
+    def _close(self, key: tuple[Hashable, int]) -> None:
+        _, closer, descriptors = self._open.pop(key)
+        self.descriptors -= descriptors
+        closer.close()

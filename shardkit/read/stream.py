@@ -82,7 +82,8 @@ class ShardOpener:
         self.keep_open = 1 if self.cache is not None else keep_open
         # A shard's reader and what closes it: the reader itself, or (a cached shard) a stack that
         # also gives its lease back.
-        self._open: OpenShards[ShardReader] = open_shards if open_shards is not None else OpenShards(self.keep_open)
+        self._open: OpenShards[ShardReader] = (open_shards if open_shards is not None
+                                               else OpenShards(2 * self.keep_open))
         # Once per opener, not per shard: a spread read opens ~spread times as many (P21).
         self._max_block_bytes = resolve_max_block_bytes()
         self._prefetcher: Prefetcher | None = None
@@ -109,7 +110,9 @@ class ShardOpener:
         self.stats.opened(shard_index, time.perf_counter() - started)
         if stack is not None:
             stack.callback(reader.close)
-        self._open.add(self, shard_index, reader, stack if stack is not None else reader, self.keep_open)
+        # A cached shard's reader holds its file and its lease (a flock): two descriptors.
+        self._open.add(self, shard_index, reader, stack if stack is not None else reader, self.keep_open,
+                       descriptors=1 if stack is None else 2)
         return reader
 
     def _source(self, shard_index: int, info: ShardInfo,

@@ -1,6 +1,6 @@
 """Descriptors and memory stay bounded whatever the number of sources and shards
 (specs/read-path.md RP1–RP3): a 1,000-source mixture reads a full epoch under ``ulimit -n 256``
-at two workers; a consumer's open descriptors stay within ``MAX_OPEN_SHARDS``; an epoch maps no
+at two workers; a consumer's shard descriptors stay within ``MAX_SHARD_DESCRIPTORS``; an epoch maps no
 shard file; opening and planning 1,000 sources stays within a stated memory bound."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import shardkit as sk
-from shardkit.read.open_shards import MAX_OPEN_SHARDS
+from shardkit.read.open_shards import MAX_SHARD_DESCRIPTORS
 from tests.helpers.many_sources import mixture_of, write_sources
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -58,9 +58,10 @@ def _open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def test_a_consumer_holds_at_most_max_open_shards_whatever_the_number_of_sources(tmp_path: Path) -> None:
-    """RP1 at ``num_workers=0``: 3 × MAX_OPEN_SHARDS sources (two open shards each would be 6 ×)."""
-    num_sources = 3 * MAX_OPEN_SHARDS
+def test_a_consumer_holds_at_most_max_shard_descriptors_whatever_the_number_of_sources(tmp_path: Path) -> None:
+    """RP1 at ``num_workers=0``: 1.5 × MAX_SHARD_DESCRIPTORS sources (two open shards each would
+    hold 3 × as many descriptors)."""
+    num_sources = MAX_SHARD_DESCRIPTORS * 3 // 2
     paths = write_sources(str(tmp_path), num_sources, PER_SOURCE)
     loader = sk.ShardLoader(sk.MixtureDataset(mixture_of(paths, PER_SOURCE), batch_size=PER_SOURCE, seed=5),
                             num_workers=0)
@@ -71,7 +72,7 @@ def test_a_consumer_holds_at_most_max_open_shards_whatever_the_number_of_sources
         most = max(most, _open_descriptors())
         ids += batch["id"].tolist()
     assert sorted(ids) == list(range(num_sources * PER_SOURCE))
-    assert most - before <= MAX_OPEN_SHARDS
+    assert most - before <= MAX_SHARD_DESCRIPTORS
 
 
 def _mapped_files_under(root: str) -> set[str]:
