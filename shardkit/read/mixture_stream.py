@@ -12,7 +12,6 @@ Not thread-safe: one opener per consumer (DataLoader worker).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import cast
 
 import numpy as np
 
@@ -45,11 +44,13 @@ class MixtureOpener:
             mine = None if upcoming is None else [s - lo for s in upcoming if lo <= s < hi]
             self._openers.append(ShardOpener(dataset.in_this_process(), cache, mine, stats=self.stats,
                                              options=options, open_shards=shared))
+        # Asked at every span a read-ahead run expands: once here, not once per source per span.
+        self._keep_open = min((opener.keep_open for opener in self._openers), default=1)
 
     @property
     def keep_open(self) -> int:
         """Shards that may be open at once in every source (a run across spans, spans_ahead.py)."""
-        return min((opener.keep_open for opener in self._openers), default=1)
+        return self._keep_open
 
     def source_of(self, shard_index: int) -> int:
         return int(np.searchsorted(self._bases, shard_index, side="right")) - 1
@@ -90,7 +91,6 @@ def iter_mixture_consumer(opened: OpenMixture, plan: Plan, consumer: int, start:
     offsets = plan.shard_offsets
     try:
         for window in plan.consumer_windows(consumer, start):
-            # read_window uses only .reader(shard) and .options of its opener
-            yield from read_window(cast(ShardOpener, opener), window, offsets)
+            yield from read_window(opener, window, offsets)
     finally:
         opener.close()

@@ -21,6 +21,10 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Generic, Protocol, TypeVar
 
+from shardkit.read.options import ReadOptions
+from shardkit.read.shard_reader import ShardReader
+from shardkit.read.stats import ReadStats
+
 # Descriptors held by open shard readers per consumer, over all the sources of a mixture (RP1):
 # 128 local shards or 64 cached ones, whatever the number of sources; with a worker's other
 # descriptors (~20) well inside `ulimit -n 256`. A mixture's window visits its sources in
@@ -28,6 +32,23 @@ from typing import Generic, Protocol, TypeVar
 # shard is opened once per window (its index read again, and the block the previous window
 # stopped inside decoded again, P21), not once per span.
 MAX_SHARD_DESCRIPTORS = 128
+
+
+class ShardReaders(Protocol):
+    """What reads a consumer's windows (read/stream.py ``read_window``, read/spans_ahead.py):
+    readers by shard index, at most ``keep_open`` distinct ones in use at once. ``ShardOpener``
+    (one dataset) and ``MixtureOpener`` (global shard indices over sources) are two."""
+
+    @property
+    def options(self) -> ReadOptions: ...
+
+    @property
+    def stats(self) -> ReadStats: ...
+
+    @property
+    def keep_open(self) -> int: ...
+
+    def reader(self, shard_index: int) -> ShardReader: ...
 
 
 class Closer(Protocol):
@@ -46,6 +67,7 @@ class OpenShards(Generic[Reader]):
             raise ValueError(f"limit: at least one descriptor, got {limit}")
         self.limit = limit
         self.descriptors = 0  # held by the open readers now
+        self._per_owner: dict[Hashable, int] = {}  # open readers of each owner
         self._open: OrderedDict[tuple[Hashable, int], tuple[Reader, Closer, int]] = OrderedDict()
 
     def __len__(self) -> int:
@@ -69,9 +91,9 @@ class OpenShards(Generic[Reader]):
                              f"exceeds the limit of {self.limit}")
         self._open[(owner, shard_index)] = (reader, closer, descriptors)
         self.descriptors += descriptors
-        mine = [key for key in self._open if key[0] == owner]
-        for key in mine[:max(0, len(mine) - keep)]:
-            self._close(key)
+        self._per_owner[owner] = self._per_owner.get(owner, 0) + 1
+        while self._per_owner[owner] > keep:  # the owner's oldest (never the one just added)
+            self._close(next(key for key in self._open if key[0] == owner))
         while self.descriptors > self.limit:
             self._close(next(iter(self._open)))
 
@@ -83,4 +105,7 @@ class OpenShards(Generic[Reader]):
     def _close(self, key: tuple[Hashable, int]) -> None:
         _, closer, descriptors = self._open.pop(key)
         self.descriptors -= descriptors
+        left = self._per_owner.pop(key[0]) - 1
+        if left:
+            self._per_owner[key[0]] = left
         closer.close()

@@ -24,7 +24,7 @@ from shardkit.plan import Plan, Window
 from shardkit.read.cached_shard import open_checked
 from shardkit.read.column_pieces import ColumnPiece, as_samples, is_run, join_pieces
 from shardkit.read.dataset import StoredDataset
-from shardkit.read.open_shards import OpenShards
+from shardkit.read.open_shards import OpenShards, ShardReaders
 from shardkit.read.options import ReadOptions
 from shardkit.read.shard_index_read import resolve_max_block_bytes
 from shardkit.read.shard_reader import SampleChunk, ShardReader
@@ -153,7 +153,7 @@ class WindowSamples:
     copies: np.ndarray | None = None  # copy numbers in a weighted epoch (Window.copies)
 
 
-def read_window(opener: ShardOpener, window: Window, offsets: np.ndarray) -> Iterator[WindowSamples]:
+def read_window(opener: ShardReaders, window: Window, offsets: np.ndarray) -> Iterator[WindowSamples]:
     """The samples of one plan window in output order, in pieces.
 
     A shuffled window is decoded whole before its first sample can go out (its first output may
@@ -177,7 +177,7 @@ def read_window(opener: ShardOpener, window: Window, offsets: np.ndarray) -> Ite
 
 
 def _read_run(
-    opener: ShardOpener, window: Window, skip: int, indices: np.ndarray, padded: np.ndarray
+    opener: ShardReaders, window: Window, skip: int, indices: np.ndarray, padded: np.ndarray
 ) -> Iterator[WindowSamples]:
     wanted_end, position, emitted = skip + len(indices), 0, 0
     ranges = []
