@@ -78,7 +78,7 @@ def open_checked(path: str, info: ShardInfo, fresh: bool = False) -> tuple[Local
     against ``info`` from the manifest (K45); ``CorruptShardError`` naming the file otherwise.
     ``fresh``: hash the file even if this process checked it before (the cache's own check,
     which decides whether to download again, K2)."""
-    source = LocalFileSource(path, mapped=False)
+    source = LocalFileSource(path)
     try:
         return source, checked_index(source, info, fresh)
     except BaseException:

@@ -3,7 +3,8 @@
 The mixture plan (shardkit.plan.mixture_state) numbers the sources' shards one after another;
 :class:`MixtureOpener` keeps one :class:`ShardOpener` per source (its own store, cache keys by
 that dataset's fingerprint, its own prefetch list) and maps a global shard index to the right
-one. Windows decode source by source, so each source keeps its current shard open.
+one. Windows decode source by source; the openers share one bound on open shards (RP1), so
+descriptors do not grow with the number of sources.
 
 Not thread-safe: one opener per consumer (DataLoader worker).
 """
@@ -11,13 +12,13 @@ Not thread-safe: one opener per consumer (DataLoader worker).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import cast
 
 import numpy as np
 
 from shardkit.plan import Plan
 from shardkit.plan.mixture_state import shard_bases
 from shardkit.read.mixture import OpenMixture
+from shardkit.read.open_shards import MAX_SHARD_DESCRIPTORS, OpenShards
 from shardkit.read.options import ReadOptions
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.stats import ReadStats
@@ -36,16 +37,20 @@ class MixtureOpener:
         self.stats = stats if stats is not None else ReadStats()
         self._bases = bases
         self._openers = []
+        # One bound on open shards for all the sources together, not one per source (RP1).
+        shared: OpenShards[ShardReader] = OpenShards(MAX_SHARD_DESCRIPTORS)
         for i, dataset in enumerate(opened.datasets):
             lo, hi = int(bases[i]), int(bases[i + 1])
             mine = None if upcoming is None else [s - lo for s in upcoming if lo <= s < hi]
             self._openers.append(ShardOpener(dataset.in_this_process(), cache, mine, stats=self.stats,
-                                             options=options))
+                                             options=options, open_shards=shared))
+        # Asked at every span a read-ahead run expands: once here, not once per source per span.
+        self._keep_open = min((opener.keep_open for opener in self._openers), default=1)
 
     @property
     def keep_open(self) -> int:
         """Shards that may be open at once in every source (a run across spans, spans_ahead.py)."""
-        return min((opener.keep_open for opener in self._openers), default=1)
+        return self._keep_open
 
     def source_of(self, shard_index: int) -> int:
         return int(np.searchsorted(self._bases, shard_index, side="right")) - 1
@@ -86,7 +91,6 @@ def iter_mixture_consumer(opened: OpenMixture, plan: Plan, consumer: int, start:
     offsets = plan.shard_offsets
     try:
         for window in plan.consumer_windows(consumer, start):
-            # read_window uses only .reader(shard) and .options of its opener
-            yield from read_window(cast(ShardOpener, opener), window, offsets)
+            yield from read_window(opener, window, offsets)
     finally:
         opener.close()

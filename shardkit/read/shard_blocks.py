@@ -103,7 +103,7 @@ class ShardBlocks:
     def read_raw_block(self, block_index: int) -> bytes | memoryview:
         return self.decode_stored_block(block_index, self.read_stored_block(block_index))
 
-    def _raw_block_ahead(self, block_index: int, stop: int | None = None) -> bytes | memoryview:
+    def raw_block_ahead(self, block_index: int, stop: int | None = None) -> bytes | memoryview:
         """``read_raw_block`` for the read-ahead thread (its own zstd context); ``stop`` as for
         ``decode_stored_block``."""
         return self.decode_stored_block(block_index, self.read_stored_block(block_index), stop=stop)

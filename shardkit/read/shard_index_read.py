@@ -4,7 +4,7 @@ The suffix's length is in the manifest (``ShardInfo.index_bytes``), so opening a
 in one costs exactly one request; without it a 64 KiB guess, and a second request when the
 index is longer. Opening is the fixed cost a spread read pays once per span (specs/partition.md
 P21), so nothing here copies the suffix: the footer and index are read from the source's bytes
-(a view of the memory-mapped file for a local shard).
+(for a local shard, the bytes of one ``pread``; no file is mapped, specs/read-path.md RP2).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""Where a shard's bytes come from: a local file (memory-mapped views) or a store (range requests)."""
+"""Where a shard's bytes come from: a local file (``pread``) or a store (range requests)."""
 
 from __future__ import annotations
 
-import mmap
 import os
 from typing import Protocol
 
@@ -23,21 +22,21 @@ class ByteSource(Protocol):
 
 
 class LocalFileSource:
-    """A local regular file kept open and memory-mapped; ``read_range`` returns a zero-copy view.
-    A FIFO, device or directory is refused on open, naming it (storage/local_files.py).
+    """A local regular file kept open; ``read_range`` copies with ``pread`` into bytes this
+    process owns. A FIFO, device or directory is refused on open, naming it
+    (storage/local_files.py).
 
-    ``mapped=False``: ``read_range`` copies with ``pread`` instead, so pages read once do not
-    stay in this process's resident set (verification reads every byte once).
-    Thread-safe. Views stay valid after ``close`` (the mapping lives until the last one dies)."""
+    Never memory-mapped (RP2, specs/read-path.md): a mapped shard's touched pages count in the
+    reading process's resident set until the last view of the map dies, so RSS grew with the
+    shards a window touched, not with what the consumer holds. A block read is one ``pread``;
+    the copy is what a range request makes anyway. Thread-safe."""
 
     thread_safe = True
 
-    def __init__(self, path: str, mapped: bool = True) -> None:
+    def __init__(self, path: str) -> None:
         self.where = path
         self._fd = -1
         self._fd, self._size = open_regular_file(path, "shard file")
-        self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ) if self._size and mapped else None
-        self._view = memoryview(self._map) if self._map is not None else None
 
     def size(self) -> int:
         return self._size
@@ -50,11 +49,9 @@ class LocalFileSource:
         """Copy bytes from ``offset`` into ``buffer`` (reused across calls); the count read."""
         return os.preadv(self._fd, [buffer], offset)
 
-    def read_range(self, start: int, end: int) -> bytes | memoryview:
+    def read_range(self, start: int, end: int) -> bytes:
         if start < 0 or end > self._size or start > end:
             raise OSError(f"{self.where}: short read at [{start}, {end}) of a {self._size}-byte file")
-        if self._view is not None:
-            return self._view[start:end]
         if start == end:
             return b""
         data = os.pread(self._fd, end - start, start)
@@ -64,7 +61,7 @@ class LocalFileSource:
 
     def close(self) -> None:
         if self._fd >= 0:
-            os.close(self._fd)  # the mapping stays valid for views still alive
+            os.close(self._fd)
             self._fd = -1
 
     def __del__(self) -> None:
@@ -95,12 +92,11 @@ class StoreSource:
         pass
 
 
-def open_source(store: Store, name: str, size: int | None = None, mapped: bool = True) -> ByteSource:
-    """A local file source for local stores (``mapped``: see ``LocalFileSource``), else range
-    requests on the store."""
+def open_source(store: Store, name: str, size: int | None = None) -> ByteSource:
+    """A local file source for local stores, else range requests on the store."""
     local = store.local_path(name)
     if local is not None:
-        return LocalFileSource(local, mapped)
+        return LocalFileSource(local)
     return StoreSource(store, name, size)
 
 

@@ -8,7 +8,7 @@ while the consumer unpacks span ``k`` the helper thread (read/read_ahead.py) alr
 the blocks of spans ``k + 1, …``, within the same ``AHEAD_BYTES``.
 
 Leases (P19, specs/cache.md): the run reaches only into spans whose shards can be open at the
-same time as the one being read, i.e. at most ``ShardOpener.keep_open`` distinct shards from
+same time as the one being read, i.e. at most ``opener.keep_open`` distinct shards from
 the span being read to the farthest one fetched: a local dataset (2 open readers) crosses into
 the next shard, a cached one (1 lease) only into further spans of the open shard. Readers are
 opened in span order, so the opener's LRU never closes a shard the run still reads (every shard
@@ -26,13 +26,10 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from shardkit.read.open_shards import ShardReaders
 from shardkit.read.read_ahead import BlocksAhead
 from shardkit.read.shard_reader import SampleChunk, ShardReader
-
-if TYPE_CHECKING:
-    from shardkit.read.stream import ShardOpener
 
 SpanRange = tuple[int, int, int]  # shard index, first sample, end sample (shard-local)
 
@@ -48,10 +45,10 @@ class _Block:
     stop: int  # the span's end sample: a zstd row block is decompressed only that far
     part: tuple[int, int]
     first_of_span: bool
-    ahead: bool  # worth handing to the helper (ShardReader._worth_ahead)
+    ahead: bool  # worth handing to the helper (ShardReader.worth_ahead)
 
 
-def span_chunks(opener: ShardOpener, spans: Iterable[SpanRange]) -> Iterator[SampleChunk]:
+def span_chunks(opener: ShardReaders, spans: Iterable[SpanRange]) -> Iterator[SampleChunk]:
     """The chunks of ``spans`` in order (one per block), as ``sample_chunks`` of each would give."""
     spans = [(shard, start, end) for shard, start, end in spans if end > start]
     if not opener.options.read_ahead or len(spans) < 2 or opener.reader(spans[0][0]).ranges is not None:
@@ -63,7 +60,7 @@ def span_chunks(opener: ShardOpener, spans: Iterable[SpanRange]) -> Iterator[Sam
 
 
 class _SpansRun:
-    def __init__(self, opener: ShardOpener, spans: list[SpanRange]) -> None:
+    def __init__(self, opener: ShardReaders, spans: list[SpanRange]) -> None:
         self.opener, self.spans = opener, spans
         self.blocks: list[_Block] = []  # the blocks of spans ``0 … expanded - 1``, in order
         self.expanded = 0
@@ -143,7 +140,7 @@ class _SpansRun:
             part = (max(start - base, 0), min(stop, int(first[block_index + 1])) - base)
             self.blocks.append(_Block(self.expanded, shard, reader, block_index, stop, part,
                                       block_index == first_block,
-                                      reader.read_ahead and reader._worth_ahead(block_index)
+                                      reader.read_ahead and reader.worth_ahead(block_index)
                                       and not reader.keeps(block_index)))
         self.span_shards.append((self.expanded, shard))
         self.expanded += 1
@@ -152,4 +149,4 @@ class _SpansRun:
     def _fetch(self, position: int) -> bytes | memoryview:
         """On the helper thread: block ``position`` of the run, checked and decompressed."""
         block = self.blocks[position]
-        return block.reader._raw_block_ahead(block.block_index, stop=block.stop)
+        return block.reader.raw_block_ahead(block.block_index, stop=block.stop)

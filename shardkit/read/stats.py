@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 @dataclass
 class ReadStats:
     fetch_seconds: float = 0.0  # opening shards: cache downloads and waits, footer/index reads
-    io_seconds: float = 0.0  # block reads: checksummed views of mapped files, or range requests
+    io_seconds: float = 0.0  # block reads: pread of local files (RP2), or range requests
     decode_seconds: float = 0.0  # checksum, decompression and msgpack unpacking
     raw_bytes: int = 0  # decompressed bytes produced
     blocks: int = 0

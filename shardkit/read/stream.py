@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ from shardkit.plan import Plan, Window
 from shardkit.read.cached_shard import open_checked
 from shardkit.read.column_pieces import ColumnPiece, as_samples, is_run, join_pieces
 from shardkit.read.dataset import StoredDataset
+from shardkit.read.open_shards import OpenShards, ShardReaders
 from shardkit.read.options import ReadOptions
 from shardkit.read.shard_index_read import resolve_max_block_bytes
 from shardkit.read.shard_reader import SampleChunk, ShardReader
@@ -59,7 +59,7 @@ def _checksum_verifier(info: ShardInfo) -> Any:
 
 
 class ShardOpener:
-    """Open shard readers on demand, keeping the last ``keep_open`` (and their cache leases)."""
+    """Open shard readers on demand, keeping the last ``keep_open`` (and their cache leases; RP1)."""
 
     def __init__(
         self,
@@ -70,7 +70,10 @@ class ShardOpener:
         prefetch_ahead: int = 2,
         stats: ReadStats | None = None,
         options: ReadOptions = ReadOptions(),
+        open_shards: OpenShards[ShardReader] | None = None,
     ) -> None:
+        """``open_shards``: the open readers this opener shares with others of one consumer (a
+        mixture's sources, RP1); default: its own, holding ``keep_open``."""
         self.dataset = dataset
         self.options = options
         self.stats = stats if stats is not None else ReadStats()
@@ -79,7 +82,8 @@ class ShardOpener:
         self.keep_open = 1 if self.cache is not None else keep_open
         # A shard's reader and what closes it: the reader itself, or (a cached shard) a stack that
         # also gives its lease back.
-        self._open: OrderedDict[int, tuple[ShardReader, Any]] = OrderedDict()
+        self._open: OpenShards[ShardReader] = (open_shards if open_shards is not None
+                                               else OpenShards(2 * self.keep_open))
         # Once per opener, not per shard: a spread read opens ~spread times as many (P21).
         self._max_block_bytes = resolve_max_block_bytes()
         self._prefetcher: Prefetcher | None = None
@@ -88,10 +92,9 @@ class ShardOpener:
             self._prefetcher = self.cache.prefetch(dataset.store, items, max_ahead=prefetch_ahead)
 
     def reader(self, shard_index: int) -> ShardReader:
-        entry = self._open.get(shard_index)
-        if entry is not None:
-            self._open.move_to_end(shard_index)
-            return entry[0]
+        found = self._open.get(self, shard_index)
+        if found is not None:
+            return found
         info = self.dataset.manifest.shards[shard_index]
         stack = contextlib.ExitStack() if self.cache is not None else None
         started = time.perf_counter()
@@ -107,10 +110,9 @@ class ShardOpener:
         self.stats.opened(shard_index, time.perf_counter() - started)
         if stack is not None:
             stack.callback(reader.close)
-        self._open[shard_index] = (reader, stack if stack is not None else reader)
-        while len(self._open) > self.keep_open:
-            _, (_, old) = self._open.popitem(last=False)
-            old.close()
+        # A cached shard's reader holds its file and its lease (a flock): two descriptors.
+        self._open.add(self, shard_index, reader, stack if stack is not None else reader, self.keep_open,
+                       descriptors=1 if stack is None else 2)
         return reader
 
     def _source(self, shard_index: int, info: ShardInfo,
@@ -136,9 +138,7 @@ class ShardOpener:
         return source, index
 
     def close(self) -> None:
-        while self._open:
-            _, (_, stack) = self._open.popitem()
-            stack.close()
+        self._open.close_owner(self)
         if self._prefetcher is not None:
             self._prefetcher.close()
             self._prefetcher = None
@@ -154,7 +154,7 @@ class WindowSamples:
     copies: np.ndarray | None = None  # copy numbers in a weighted epoch (Window.copies)
 
 
-def read_window(opener: ShardOpener, window: Window, offsets: np.ndarray) -> Iterator[WindowSamples]:
+def read_window(opener: ShardReaders, window: Window, offsets: np.ndarray) -> Iterator[WindowSamples]:
     """The samples of one plan window in output order, in pieces.
 
     A shuffled window is decoded whole before its first sample can go out (its first output may
@@ -178,7 +178,7 @@ def read_window(opener: ShardOpener, window: Window, offsets: np.ndarray) -> Ite
 
 
 def _read_run(
-    opener: ShardOpener, window: Window, skip: int, indices: np.ndarray, padded: np.ndarray
+    opener: ShardReaders, window: Window, skip: int, indices: np.ndarray, padded: np.ndarray
 ) -> Iterator[WindowSamples]:
     wanted_end, position, emitted = skip + len(indices), 0, 0
     ranges = []

@@ -148,7 +148,7 @@ def verify_shard(dataset: StoredDataset, info: ShardInfo, quick: bool = False, b
     report = ShardReport(info.name)
     url = dataset.store.url_of(info.name)
     try:
-        source = HashingSource(open_source(dataset.store, info.name, mapped=False))
+        source = HashingSource(open_source(dataset.store, info.name))
         size = source.size()
     except StorageError as exc:
         report.fail(f"{url}: cannot read: {exc}")

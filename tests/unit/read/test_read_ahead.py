@@ -143,13 +143,13 @@ def test_stopping_early_cancels_what_the_helper_has_not_started(tmp_path) -> Non
     write_tokens(str(tmp_path), count=400)
     fetched: list[int] = []
     with open_reader(str(tmp_path)) as ahead:
-        original = ahead._raw_block_ahead
+        original = ahead.raw_block_ahead
 
         def fetch(block_index: int):
             fetched.append(block_index)
             return original(block_index)
 
-        ahead._raw_block_ahead = fetch  # type: ignore[method-assign]
+        ahead.raw_block_ahead = fetch  # type: ignore[method-assign]
         gate = threading.Event()
         read_ahead_module._task_queue().put((lambda _: gate.wait(10), 0, _Run()))  # hold the helper
         original_close = read_ahead_module.BlocksAhead.close
