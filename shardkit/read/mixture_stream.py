@@ -22,7 +22,7 @@ from shardkit.read.open_shards import MAX_SHARD_DESCRIPTORS, OpenShards
 from shardkit.read.options import ReadOptions
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.stats import ReadStats
-from shardkit.read.stream import ShardOpener, WindowSamples, read_window
+from shardkit.read.stream import ShardOpener, WindowSamples, opened_windows
 from shardkit.storage import ShardCache
 
 
@@ -87,10 +87,5 @@ def iter_mixture_consumer(opened: OpenMixture, plan: Plan, consumer: int, start:
         sizes = [0] + [len(ds.manifest.shard_sizes) for ds in opened.datasets]
         bases = np.cumsum(sizes, dtype=np.int64)
     upcoming = list(plan.shards_of(consumer, start)) if cache is not None else None
-    opener = MixtureOpener(opened, bases, cache, upcoming, stats, options)
-    offsets = plan.shard_offsets
-    try:
-        for window in plan.consumer_windows(consumer, start):
-            yield from read_window(opener, window, offsets)
-    finally:
-        opener.close()
+    return opened_windows(lambda: MixtureOpener(opened, bases, cache, upcoming, stats, options), plan, consumer,
+                          start)

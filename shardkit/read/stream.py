@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -208,7 +208,15 @@ def iter_consumer(
     # A spread plan (P18) reads about 1/spread of each shard: look as many more shards ahead, the
     # same samples of this consumer's own (bytes stay capped by the prefetcher's byte budget).
     ahead = 2 * plan.params.spread if plan.params.shuffle else 2
-    opener = ShardOpener(dataset, cache, upcoming, prefetch_ahead=ahead, stats=stats, options=options)
+    return opened_windows(lambda: ShardOpener(dataset, cache, upcoming, prefetch_ahead=ahead, stats=stats,
+                                              options=options), plan, consumer, start)
+
+
+def opened_windows(make_opener: Callable[[], Any], plan: Plan, consumer: int, start: int) -> Iterator[WindowSamples]:
+    """The samples of consumer ``consumer``'s windows from ``start``, read through the opener
+    ``make_opener()`` gives (a dataset's or a mixture's) when the stream starts; it is closed
+    when the stream ends or is dropped."""
+    opener = make_opener()
     offsets = plan.shard_offsets
     try:
         for window in plan.consumer_windows(consumer, start):

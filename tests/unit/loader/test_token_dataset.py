@@ -74,6 +74,29 @@ levels = st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 10),
                    st.lists(st.integers(0, 4), min_size=1, max_size=3))
 
 
+def consume_chain(path: str, chain: list, mode: str, tail: str, **dataset) -> tuple[Counter, object, list[dict]]:
+    """Consume ``chain``'s levels (ranks, batch size, seq_len, kills) through ShardLoader states
+    (JSON round-tripped): the pairs consumed, the last plan (None: the epoch has no batch at its
+    start on any topology, TB24) and the states saved."""
+    consumed: Counter = Counter()
+    state, plan, states = None, None, []
+    for i, (world, batch_size, seq_len, kills) in enumerate(chain):
+        tokens = sk.TokenBlocks(seq_len, mode=mode, eos_id=2)
+        last = i == len(chain) - 1
+        try:
+            pairs, state, plan = run_level(path, tokens, batch_size, world, tail, state, None if last else kills,
+                                           **dataset)
+        except PlanError as exc:  # TB24: a fresh epoch that yields no batch on any topology: at the
+            assert tail == "drop" and "yields no batch" in str(exc)  # start, or the next epoch after
+            if i == 0:  # a state with nothing left (R10)
+                return consumed, None, states
+            break
+        consumed.update(pairs)
+        state = json.loads(json.dumps(state))
+        states.append(state)
+    return consumed, plan, states
+
+
 @examples(15)
 @given(lengths=st.lists(st.integers(0, 30), min_size=1, max_size=16), mode=st.sampled_from(["concat", "pack"]),
        tail=st.sampled_from(["pad", "drop"]), chain=st.lists(levels, min_size=1, max_size=3))
@@ -82,20 +105,9 @@ def test_every_position_once_across_kills_and_elastic_resumes(tmp_path_factory, 
     where ranks, batch size and seq_len change, the (sample, position) pairs consumed plus those
     reported dropped are the epoch's, each exactly once."""
     path = write_token_dataset(str(tmp_path_factory.mktemp("ds") / "ds"), lengths)
-    consumed: Counter = Counter()
-    state, plan = None, None
-    for i, (world, batch_size, seq_len, kills) in enumerate(chain):
-        tokens = sk.TokenBlocks(seq_len, mode=mode, eos_id=2)
-        last = i == len(chain) - 1
-        try:
-            pairs, state, plan = run_level(path, tokens, batch_size, world, tail, state, None if last else kills)
-        except PlanError as exc:  # TB24: a fresh epoch that yields no batch on any topology: at the
-            assert tail == "drop" and "yields no batch" in str(exc)  # start, or the next epoch after
-            if i == 0:  # a state with nothing left (R10)
-                return
-            break
-        consumed.update(pairs)
-        state = json.loads(json.dumps(state))
+    consumed, plan, _ = consume_chain(path, chain, mode, tail)
+    if plan is None:
+        return
     assert max(consumed.values(), default=1) == 1  # never twice
     assert consumed + dropped_pairs(plan) == epoch_pairs(lengths, sk.TokenBlocks(1, mode=mode, eos_id=2))
 
@@ -118,22 +130,10 @@ def test_token_blocks_over_a_weighted_dataset_cut_its_epoch_multiset(tmp_path_fa
     weighted = {"sample_weights": w, "samples_per_epoch": size}
     reference = sk.StreamingDataset(path, batch_size=1, seed=3, tail="drop", **weighted)
     order = [int(i) for i in epoch_order(reference.plan(0, 1, 0))]  # the epoch multiset, in its order
-    consumed: Counter = Counter()
-    state, plan = None, None
-    for i, (world, batch_size, seq_len, kills) in enumerate(chain):
-        tokens = sk.TokenBlocks(seq_len, mode=mode, eos_id=2)
-        last = i == len(chain) - 1
-        try:
-            pairs, state, plan = run_level(path, tokens, batch_size, world, tail, state, None if last else kills,
-                                           **weighted)
-        except PlanError as exc:  # TB24: no batch on any topology (as in the unweighted test)
-            assert tail == "drop" and "yields no batch" in str(exc)
-            if i == 0:
-                return
-            break
-        consumed.update(pairs)
-        state = json.loads(json.dumps(state))
-        assert {"sample_weights", "tokens"} <= set(state)
+    consumed, plan, states = consume_chain(path, chain, mode, tail, **weighted)
+    if plan is None:
+        return
+    assert all({"sample_weights", "tokens"} <= set(state) for state in states)
     # a pair as often as the multiset holds its sample (Counter equality: never once more)
     assert consumed + dropped_pairs(plan) == order_pairs(order, lengths, sk.TokenBlocks(1, mode=mode, eos_id=2))
 
