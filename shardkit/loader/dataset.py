@@ -14,42 +14,39 @@ position, epoch as ints) so the training process can record what it actually rec
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from torch.utils.data import IterableDataset
 
-from shardkit.errors import PlanError, StateError
+from shardkit.errors import StateError
 from shardkit.loader.compose import Choices, as_mixture, batching, check_choices, epoch_source
-from shardkit.loader.data_parallel import as_data_parallel
 from shardkit.loader.dataset_source import DatasetSource
-from shardkit.loader.emitter import Emitter
-from shardkit.loader.env import cache_settings, offline_setting
+from shardkit.loader.emitter import consumer_emitter, consumer_topology
+from shardkit.loader.env import offline_setting
 from shardkit.loader.epoch_check import check_dataset
 from shardkit.loader.guard import check_caller
 from shardkit.loader.loader_state import BASE_KEYS, LoaderState
-from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.mixture_source import MixtureSource
 from shardkit.loader.mixture_state import SourceTally
 from shardkit.loader.sample_batching import SampleBatching
+from shardkit.loader.stream_options import StreamOptions, stream_options
 from shardkit.loader.token_batching import TokenBatching
-from shardkit.loader.topology import Topology, rank_and_world, worker_slot
+from shardkit.loader.topology import Topology, rank_and_world
 from shardkit.loader.transfer.control import Control
 from shardkit.loader.transfer.meta import META_KEY
 from shardkit.loader.transfer.packed import in_groups
-from shardkit.loader.transfer.ring import Ring, find
+from shardkit.loader.transfer.ring import Ring
 from shardkit.loader.transforms import Transform
-from shardkit.plan import Plan, PlanParams, worker_consumer
+from shardkit.plan import Plan, PlanParams
 from shardkit.plan.params import default_spread
 from shardkit.plan.rotation import StepPlan
 from shardkit.plan.token_config import TokenBlocks
 from shardkit.read import StoredDataset
-from shardkit.read.dataset import split_manifest_path
 from shardkit.read.mixture import Mixture
-from shardkit.storage import ShardCache, split_protocol
+from shardkit.storage import ShardCache
 
 __all__ = ["META_KEY", "StreamOptions", "StreamingDataset"]
 PART_HINTS = {  # what a state's part says about the dataset that saved it (refused by name)
@@ -57,19 +54,6 @@ PART_HINTS = {  # what a state's part says about the dataset that saved it (refu
     "tokens": "saved by a token-block dataset; resume it with the same tokens=sk.TokenBlocks(...)",
     "mixture": "saved by a mixture; resume it with the mixture (sk.StreamingDataset(mixture))",
 }
-
-
-@dataclass(frozen=True)
-class StreamOptions:
-    """What to read and how (everything but the plan parameters)."""
-
-    with_index: bool = False
-    cache_dir: str | None = None
-    cache_limit: int = 200 << 30
-    storage_options: dict[str, Any] | None = None
-    rank: int | None = None  # the data-parallel rank and size (data_parallel=), else read at __iter__
-    world_size: int | None = None
-    reads: bool = True  # False: a rank that needs no data (DataParallel(reads=False), P26)
 
 
 class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
@@ -138,17 +122,12 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         self.path = path if isinstance(path, str) else "<mixture>"
         self.params = PlanParams(seed=seed, batch_size=batch_size, tail=tail, shuffle=shuffle,
                                  shuffle_window=shuffle_window, interleave=interleave)
-        urls = [s.path for s in mixture.sources] if mixture is not None else [path]
-        remote = any(split_protocol(split_manifest_path(str(url)))[0] != "file" for url in urls)
-        cache_dir, limit = cache_settings(cache_dir, cache_limit, remote=remote)  # K47: loader/env.py
-        self.options = StreamOptions(with_index=with_index, cache_dir=cache_dir,
-                                     cache_limit=limit, storage_options=storage_options)
-        if data_parallel is not None:  # ints from here on: nothing unpicklable reaches a worker
-            dp = as_data_parallel(data_parallel).resolve()
-            self.options = replace(self.options, rank=dp.rank, world_size=dp.size, reads=dp.reads)
+        urls = [s.path for s in mixture.sources] if mixture is not None else [self.path]
+        self.options = stream_options(urls, with_index, cache_dir, cache_limit, storage_options, data_parallel)
         # The node cache also holds the manifest: one download per node, not per rank (K18). Its
         # own instance: the shard cache (and its counters, G10) is made where shards are read.
-        manifest_cache = ShardCache(cache_dir, limit) if cache_dir and remote else None
+        cache_dir, limit = self.options.cache_dir, self.options.cache_limit
+        manifest_cache = ShardCache(cache_dir, limit) if cache_dir and self.options.remote else None
         self.source: DatasetSource | MixtureSource = epoch_source(
             self.path, mixture, choices, storage_options, manifest_cache, offline_setting(offline))
         self.batching: SampleBatching | TokenBatching = batching(choices, self.path)
@@ -303,14 +282,6 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         return self.source.sample(index)
 
     # ---- iteration (in the consumer's process) --------------------------------------------
-    def _topology(self, payload: dict[str, Any]) -> Topology:
-        rank, world = rank_and_world(
-            self.options.rank if self.options.rank is not None else payload.get("rank"),
-            self.options.world_size if self.options.world_size is not None else payload.get("world_size"),
-        )
-        worker, num_workers = worker_slot()
-        return Topology(rank, world, worker, num_workers)
-
     def _shard_cache(self) -> ShardCache | None:
         if self.options.cache_dir is None or not self.source.needs_cache():
             return None
@@ -324,36 +295,16 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         self.source.receive(payload)  # a persistent worker: the loaded state of this iteration (L6)
         if self.batching.receive(payload) or payload.get("mixture") is not None:
             self._plans = {}
-        topology = self._topology(payload)
+        topology = consumer_topology(self.options.rank, self.options.world_size, payload)
         epoch = payload.get("epoch", self._epoch)
         plan = self.step_plan(epoch, topology.world_size, topology.num_workers, payload.get("resume"))
-        emitter, group = self._emitter(plan, topology, payload, epoch)
-        batch_size, cache = self.params.batch_size, self._shard_cache()
-        if isinstance(self.batching, TokenBatching):
-            batches = self.batching.batches(self.source, plan, emitter, cache, batch_size,  # type: ignore[arg-type]
-                                            self.options.with_index)
-        else:
-            batches = self.batching.batches(self.source, plan, emitter, cache, batch_size)  # type: ignore[arg-type]
-        return batches if group == 1 else in_groups(batches, group, emitter.position // batch_size)
-
-    def _emitter(self, plan: StepPlan, topology: Topology, payload: dict[str, Any], epoch: int) -> tuple[Emitter, int]:
-        """The emitter of the consumer of ``plan`` this worker serves, and how many batches it
-        sends at once (its group)."""
-        # Pack batches for the trip to the trainer only where ShardLoader will unpack them.
-        pack = topology.num_workers > 0 and "generation" in payload
-        group = max(int(payload.get("group", 1)), 1) if pack else 1
-        consumer = worker_consumer(plan, topology.rank, topology.worker, topology.num_workers, group)
-        if consumer >= plan.num_consumers:
-            raise PlanError(f"consumer {consumer} is outside the plan's {plan.num_consumers} consumers")
-        start = plan.start_offsets[consumer]
-        ring = find(payload.get("ring")) if pack else None  # inherited from a forking trainer
         cache = self._shard_cache()
-        stats = WorkerStats(cache=cache.stats if cache else None)
-        collate: Callable[[Any], Any] = _no_collation
-        if isinstance(self.batching, SampleBatching):
-            collate = functools.partial(self.batching.collate, self.source, pad=self.params.tail == "pad",
-                                        with_index=self.options.with_index)
-        return Emitter(collate, stats, consumer, epoch, start, pack, ring, topology.worker), group
+        collate = self.batching.collate_for(self.source, self.params.tail == "pad", self.options.with_index)
+        emitter, group = consumer_emitter(plan, topology, payload, epoch, collate, cache)
+        batch_size = self.params.batch_size
+        batches = self.batching.batches(self.source, plan, emitter, cache, batch_size,  # type: ignore[arg-type]
+                                        self.options.with_index)
+        return batches if group == 1 else in_groups(batches, group, emitter.position // batch_size)
 
     # ---- pickling for spawn-started workers -----------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -362,6 +313,3 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         state["_plans"] = {}
         return state
 
-
-def _no_collation(cut: Any) -> Any:
-    raise AssertionError("token blocks are made whole (Emitter.emit_made), never collated")

@@ -13,13 +13,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from shardkit.errors import PlanError
 from shardkit.loader.batcher import BatchCut
 from shardkit.loader.loader_stats import WorkerStats
+from shardkit.loader.topology import Topology, rank_and_world, worker_slot
 from shardkit.loader.transfer.arena import Arena, allocating, batch_arena
 from shardkit.loader.transfer.meta import META_KEY, BatchMeta
 from shardkit.loader.transfer.packed import PackedBatch, pack_batch
 from shardkit.loader.transfer.recycler import Recycler
-from shardkit.loader.transfer.ring import Ring, SlotRef
+from shardkit.loader.transfer.ring import Ring, SlotRef, find
+from shardkit.plan import worker_consumer
+from shardkit.plan.rotation import StepPlan
+from shardkit.storage import ShardCache
 
 FIRST_ARENA_BYTES = 64 << 10  # grows to what batches ask for, plus 1/8
 
@@ -64,3 +69,26 @@ class Emitter:
         if self.ring is not None and not isinstance(packed.buffer, SlotRef):
             self.stats.fresh_buffers += 1  # reported with the next batch
         return packed
+
+
+def consumer_topology(rank: int | None, world_size: int | None, payload: dict[str, Any]) -> Topology:
+    """This process's place: the dataset's data-parallel rank and size if it has them, else the
+    training process's (from the control block), and the DataLoader worker slot."""
+    rank, world = rank_and_world(rank if rank is not None else payload.get("rank"),
+                                 world_size if world_size is not None else payload.get("world_size"))
+    worker, num_workers = worker_slot()
+    return Topology(rank, world, worker, num_workers)
+
+
+def consumer_emitter(plan: StepPlan, topology: Topology, payload: dict[str, Any], epoch: int,
+                     collate: Callable[[BatchCut], Any], cache: ShardCache | None) -> tuple[Emitter, int]:
+    """The emitter of the consumer of ``plan`` this process serves, and how many batches it
+    sends at once (its group, X8)."""
+    pack = topology.num_workers > 0 and "generation" in payload  # only where ShardLoader unpacks them
+    group = max(int(payload.get("group", 1)), 1) if pack else 1
+    consumer = worker_consumer(plan, topology.rank, topology.worker, topology.num_workers, group)
+    if consumer >= plan.num_consumers:
+        raise PlanError(f"consumer {consumer} is outside the plan's {plan.num_consumers} consumers")
+    ring = find(payload.get("ring")) if pack else None  # inherited from a forking trainer
+    stats = WorkerStats(cache=cache.stats if cache else None)
+    return Emitter(collate, stats, consumer, epoch, plan.start_offsets[consumer], pack, ring, topology.worker), group

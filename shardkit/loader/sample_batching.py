@@ -9,6 +9,7 @@ their source.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -84,7 +85,7 @@ class SampleBatching:
 
     # ---- a consumer's batches (in its process) ----------------------------------------------------
     def batches(self, source: Any, plan: Plan, emitter: Emitter, cache: ShardCache | None,
-                batch_size: int) -> Iterator[Any]:
+                batch_size: int, with_index: bool) -> Iterator[Any]:
         """The consumer's batches from the emitter's position, emitted."""
         # The default collation copies every value into the batch at once, so large samples may
         # come as views of the (verified) block instead of copies (format/sample_views.py), and
@@ -98,6 +99,10 @@ class SampleBatching:
             windows = transformed(windows, self.transform, self._transform_context, plan.params.epoch,
                                   plan.params.seed)
         return map(emitter.emit, cut_batches(windows, batch_size, emitter.consumer))
+
+    def collate_for(self, source: Any, pad: bool, with_index: bool) -> Callable[[BatchCut], Any]:
+        """How the emitter collates a cut of ``source``'s samples."""
+        return functools.partial(self.collate, source, pad=pad, with_index=with_index)
 
     def collate(self, source: Any, cut: BatchCut, pad: bool, with_index: bool) -> Any:
         parts, batch = cut.parts, None

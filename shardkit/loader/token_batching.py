@@ -14,7 +14,7 @@ workers through the control block (L6).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -145,6 +145,10 @@ class TokenBatching:
         cap = PREFETCH_BYTES // max(params.batch_size * row_bytes, 1)
         return max(1, min(PREFETCH_BATCHES, PREFETCH_TOTAL // max(num_workers, 1), cap))
 
+    def collate_for(self, source: Any, pad: bool, with_index: bool) -> Callable[[Any], Any]:
+        """Token batches are made whole by the batching (``Emitter.emit_made``), never collated."""
+        return _no_collation
+
     def step_counts(self, batch: Any) -> tuple[Any, Any]:
         """What a step adds to the token counters of ``stats()`` (TB9)."""
         return batch["num_tokens"], batch["num_padding"]
@@ -181,6 +185,10 @@ class TokenBatching:
         if sources is not None:  # a mixture's per-source counts, as a sample mixture's (MX10)
             batch[SOURCES_KEY] = source.block_tally(arrays["doc_index"], arrays["token_offset"], sources)
         return batch
+
+
+def _no_collation(cut: Any) -> Any:
+    raise AssertionError("token blocks are made whole (Emitter.emit_made), never collated")
 
 
 def _tensor(values: np.ndarray) -> torch.Tensor:
