@@ -25,10 +25,11 @@ import numpy as np
 from shardkit.errors import StateError
 from shardkit.loader.audit_sink import AuditSink
 from shardkit.loader.epochs import EpochCursor
-from shardkit.loader.loader_state import LoaderState, check_loader_state
+from shardkit.loader.loader_state import LoaderState
 from shardkit.loader.replicas import gather_by_dp_rank
 from shardkit.loader.topology import Topology, rank_and_world
 from shardkit.loader.transfer.meta import BatchMeta
+from shardkit.plan import validate_state
 from shardkit.read.audit_lines import SINK_WRITER
 
 if TYPE_CHECKING:
@@ -192,7 +193,7 @@ class ConsumedBoundary:
         """Validate ``raw`` once (its shape, then each component's part, then the plan's
         fingerprint), then plan from it at the next ``iter(loader)`` — on any topology."""
         state = LoaderState.from_dict(raw)
-        check_loader_state(raw, self.streaming.load_state_part(state))
+        validate_state(state.plan, self.streaming.load_state_part(state))  # the shape was checked by from_dict
         self.streaming.set_epoch(state.epoch)
         self.resume = state.plan
         self.offsets, self.steps, self.iter_topology = {}, 0, None

@@ -89,11 +89,11 @@ def epoch_source(path: str, mixture: Mixture | None, choices: Choices, storage_o
     """The epoch source the keywords name (opens the dataset or every source of the mixture)."""
     if mixture is not None:
         return MixtureSource(mixture, open_mixture(mixture, storage_options), choices.with_source, choices.apply_mix)
-    dataset = open_dataset(path, storage_options, manifest_cache, offline)
-    weights = None if choices.sample_weights is None else _weights(dataset, choices.sample_weights)
-    total = choices.samples_per_epoch
+    total = choices.samples_per_epoch  # checked before the dataset is opened and its weights read
     if total is not None and (isinstance(total, bool) or not isinstance(total, int | np.integer) or total < 0):
         raise PlanError(f"samples_per_epoch: expected an int >= 0, got {total!r}")
+    dataset = open_dataset(path, storage_options, manifest_cache, offline)
+    weights = None if choices.sample_weights is None else _weights(dataset, choices.sample_weights)
     return DatasetSource(dataset, weights, None if total is None else int(total), choices.quality_field)
 
 

@@ -221,7 +221,9 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         if self.yields_tokens:
             raise TypeError("a token-block dataset has no sample plan; use step_plan")
         plan = self.step_plan(epoch, world_size, num_workers, resume)
-        assert isinstance(plan, Plan)
+        if not isinstance(plan, Plan):
+            raise TypeError(f"StreamingDataset({self.path!r}): its batching planned a {type(plan).__name__}, "
+                            f"not a sample plan")
         return plan
 
     def num_batches(self, epoch: int, rank: int, world_size: int, num_workers: int,
@@ -292,8 +294,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     def __iter__(self) -> Iterator[Any]:
         check_caller(f"StreamingDataset({self.path!r})")  # only ShardLoader may batch it (R11)
         payload = self.control.read() or {}
-        self.source.receive(payload)  # a persistent worker: the loaded state of this iteration (L6)
-        if self.batching.receive(payload) or payload.get("mixture") is not None:
+        changed = self.source.receive(payload)  # a persistent worker: the loaded state of this iteration (L6)
+        if self.batching.receive(payload) or changed:
             self._plans = {}
         topology = consumer_topology(self.options.rank, self.options.world_size, payload)
         epoch = payload.get("epoch", self._epoch)

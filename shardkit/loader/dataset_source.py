@@ -131,8 +131,10 @@ class DatasetSource:
     def payload(self) -> dict[str, Any]:
         return {}
 
-    def receive(self, payload: dict[str, Any]) -> None:
+    def receive(self, payload: dict[str, Any]) -> bool:
+        """A worker's iteration begins; whether its plans changed (never: one dataset is all there is)."""
         self.dataset = self.dataset.in_this_process()
+        return False
 
     # ---- samples --------------------------------------------------------------------------------
     @property

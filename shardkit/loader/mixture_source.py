@@ -177,10 +177,13 @@ class MixtureSource:
     def payload(self) -> dict[str, Any]:
         return {MIXTURE_KEY: self._started}
 
-    def receive(self, payload: dict[str, Any]) -> None:
+    def receive(self, payload: dict[str, Any]) -> bool:
+        """A worker's iteration begins with the loaded mixture state; whether its plans changed."""
         started = payload.get(MIXTURE_KEY)
-        if started is not None and started != self._started:  # a persistent worker's old copy
-            self._apply(started)
+        if started is None or started == self._started:
+            return False
+        self._apply(started)  # a persistent worker's old copy
+        return True
 
     # ---- samples --------------------------------------------------------------------------------
     @property
@@ -205,7 +208,9 @@ class MixtureSource:
 
     def decorate(self, batch: Any, cut: BatchCut, with_index: bool) -> None:
         """``_source``, ``_index`` in this mixture's numbering, and the per-source counts (X9)."""
-        assert self._tallies is not None, "decorate() before read()"
+        if self._tallies is None:
+            raise RuntimeError(f"mixture {self.spec.names}: a batch was collated before its consumer's samples "
+                               f"were read (decorate() before read())")
         counts = self._tallies.take()  # this batch's, taken whatever collate_fn made of it
         if not isinstance(batch, dict):
             return
@@ -266,7 +271,9 @@ class MixtureSource:
 
     def token_lengths(self, field: str, epoch: int) -> np.ndarray:
         """Tokens per sample in the plan's numbering of ``epoch`` (its sources one after another)."""
-        assert self._lengths is not None, "token_lengths() before for_tokens()"
+        if self._lengths is None:
+            raise RuntimeError(f"mixture {self.spec.names}: token lengths asked for before the mixture was made "
+                               f"for token blocks (token_lengths() before for_tokens())")
         parts = [np.asarray(self._lengths[i], dtype=np.int64) for i in self.order_for(epoch)]
         return np.concatenate(parts + [np.zeros(0, dtype=np.int64)])
 

@@ -188,7 +188,7 @@ class TokenBatching:
 
 
 def _no_collation(cut: Any) -> Any:
-    raise AssertionError("token blocks are made whole (Emitter.emit_made), never collated")
+    raise RuntimeError("token blocks are made whole (Emitter.emit_made), never collated from a cut of samples")
 
 
 def _tensor(values: np.ndarray) -> torch.Tensor:
