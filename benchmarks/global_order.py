@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from shardkit.plan import PlanParams, Window, build_plan
-from shardkit.plan.global_order import GlobalOrderPlan
-from shardkit.plan.global_rows import RowCursor, rows_window
-from shardkit.plan.global_state import build_global_plan
+from shardkit.plan.global_order.order import GlobalOrderPlan
+from shardkit.plan.global_order.rows import RowCursor, rows_window
+from shardkit.plan.global_order.state import build_global_plan
 from shardkit.plan.params import DEFAULT_SPREAD
 
 SHARDS, PER_SHARD, BATCH, WINDOW = 2000, 500, 32, 8192  # 1e6 samples

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from shardkit.plan import PlanParams
-from shardkit.plan.mixture import MixSource, MixSpec, ScheduleStep
-from shardkit.plan.mixture_state import mixture_plan, mixture_to_state, resume_mixture
+from shardkit.plan.mixture.spec import MixSource, MixSpec, ScheduleStep
+from shardkit.plan.mixture.state import mixture_plan, mixture_to_state, resume_mixture
 
 NUM_SOURCES, NUM_SHARDS, NUM_SAMPLES = 16, 100_000, 10**9
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from shardkit.plan.token_blocks import Block, BlockCutter, BlockOptions, epoch_pieces, num_positions
-from shardkit.plan.token_rows import TokenDocs, TokenOptions, assemble
+from shardkit.plan.tokens.blocks import Block, BlockCutter, BlockOptions, epoch_pieces, num_positions
+from shardkit.plan.tokens.rows import TokenDocs, TokenOptions, assemble
 
 
 def log_normal_lengths(num_docs: int, median: int = 600, sigma: float = 1.0, seed: int = 0) -> np.ndarray:

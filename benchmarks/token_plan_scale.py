@@ -55,17 +55,17 @@ def _table() -> np.ndarray:
 def _lengths(num_docs: int, synthetic: bool) -> Any:
     table = _table()
     if synthetic:
-        from shardkit.plan.token_lengths_source import PeriodicLengths
+        from shardkit.plan.tokens.lengths_source import PeriodicLengths
         return PeriodicLengths(num_docs, table)
     return table[np.arange(num_docs) % len(table)].astype(np.uint32)
 
 
 def _first_batch(plan: Any, consumer: int, blocks: Any) -> int:
     """Consumer ``consumer``'s documents and first batch of rows (synthetic tokens); returns its pieces."""
-    from shardkit.plan.token_blocks import BlockCutter
-    from shardkit.plan.token_rows import TokenDocs, assemble
+    from shardkit.plan.tokens.blocks import BlockCutter
+    from shardkit.plan.tokens.rows import TokenDocs, assemble
     try:
-        from shardkit.plan.token_consumer import consumer_view
+        from shardkit.plan.tokens.consumer import consumer_view
     except ImportError:  # an older tree: whole-epoch arrays
         pieces, segments, nxt = plan.level.split.consumers[consumer].pieces, plan.segments, None
     else:
@@ -86,8 +86,8 @@ def _first_batch(plan: Any, consumer: int, blocks: Any) -> int:
 
 def child(case: str, num_docs: int) -> dict[str, Any]:
     from shardkit.plan import PlanParams
-    from shardkit.plan.token_config import TokenBlocks
-    from shardkit.plan.token_plan import build_token_plan
+    from shardkit.plan.tokens.config import TokenBlocks
+    from shardkit.plan.tokens.plan import build_token_plan
     synthetic = os.path.exists(os.path.join(os.path.dirname(sys.modules["shardkit"].__file__ or ""), "plan",
                                             "token_lengths_source.py"))
     base = _peak_rss()

@@ -16,10 +16,10 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from shardkit.loader.data_parallel import DataParallel
     from shardkit.loader.transforms import SampleContext
     from shardkit.plan import sample_rng
-    from shardkit.plan.token_config import TokenBlocks
+    from shardkit.plan.tokens.config import TokenBlocks
     from shardkit.read import ShardReader, open_dataset
     from shardkit.read.field_values import field_values
-    from shardkit.read.mixture import Mixture, Source, load_mixture
+    from shardkit.read.mixture.config import Mixture, Source, load_mixture
     from shardkit.write import ShardWriter
     from shardkit.write.map import pack
 
@@ -35,12 +35,12 @@ _LAZY = {
     "Ragged": "shardkit.loader",
     "DevicePrefetcher": "shardkit.loader",
     "DataParallel": "shardkit.loader.data_parallel",  # specs/partition.md P22-P26
-    "Mixture": "shardkit.read.mixture",
+    "Mixture": "shardkit.read.mixture.config",
     "SampleContext": "shardkit.loader.transforms",
-    "Source": "shardkit.read.mixture",
-    "load_mixture": "shardkit.read.mixture",
+    "Source": "shardkit.read.mixture.config",
+    "load_mixture": "shardkit.read.mixture.config",
     "field_values": "shardkit.read.field_values",
-    "TokenBlocks": "shardkit.plan.token_config",
+    "TokenBlocks": "shardkit.plan.tokens.config",
 }
 
 __all__ = [

@@ -38,7 +38,7 @@ def write(
     arrays, other values plain Python. A row that cannot be encoded fails the job naming its
     task and row (``skip_bad=True``: skipped and listed in ``metadata["skipped"]``).
     """
-    from shardkit.write.ray_engine import write_dataset
+    from shardkit.write.ray.engine import write_dataset
 
     options = PackOptions(
         shard_size=shard_size,

@@ -19,7 +19,7 @@ from shardkit.cli.common import (
 )
 from shardkit.read import audit as samples
 from shardkit.read import audit_tokens as tokens
-from shardkit.read.mixture import is_mixture_file
+from shardkit.read.mixture.config import is_mixture_file
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

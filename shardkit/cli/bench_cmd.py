@@ -37,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     load(args)  # no or unreadable manifest: exit 2 before torch starts, as `verify` does
     from shardkit.loader.bench import BenchOptions, run_bench  # torch is imported only here
-    from shardkit.plan.token_config import TokenBlocks
+    from shardkit.plan.tokens.config import TokenBlocks
 
     tokens = None if args.tokens is None else TokenBlocks(args.tokens, field=args.token_field, mode=args.token_mode)
     options = BenchOptions(

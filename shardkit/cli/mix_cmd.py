@@ -16,11 +16,11 @@ import numpy as np
 from shardkit.cli.common import UsageError, print_json, storage_options
 from shardkit.errors import CorruptShardError, PlanError
 from shardkit.plan import PlanParams
-from shardkit.plan.mixture import MixSpec
-from shardkit.plan.mixture_state import mixture_plan
-from shardkit.plan.mixture_weights import pass_length
+from shardkit.plan.mixture.spec import MixSpec
+from shardkit.plan.mixture.state import mixture_plan
+from shardkit.plan.mixture.weights import pass_length
 from shardkit.plan.sample_weights import SampleWeights
-from shardkit.read.mixture import load_mixture, open_mixture
+from shardkit.read.mixture.config import load_mixture, open_mixture
 
 EXIT_USAGE = 2
 

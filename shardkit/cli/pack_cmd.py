@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
         options = map_options(args, options)
     if args.engine == "ray":
-        from shardkit.write.ray_engine import pack_with_ray
+        from shardkit.write.ray.engine import pack_with_ray
 
         summary = pack_with_ray(args.src, args.out, options, address=args.address, progress=not args.no_progress)
     else:

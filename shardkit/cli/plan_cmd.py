@@ -15,7 +15,7 @@ from shardkit.plan.params import DEFAULT_SPREAD, default_spread
 from shardkit.plan.quality import LabelQuality, label_quality, quality_advice
 from shardkit.read import StoredDataset
 from shardkit.read.field_values import read_label_codes
-from shardkit.read.mixture import is_mixture_file
+from shardkit.read.mixture.config import is_mixture_file
 
 _MAX_ROWS = 32
 

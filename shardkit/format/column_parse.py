@@ -9,6 +9,7 @@ Selections of samples by index (``ColumnPiece``) are the reader's: read/column_p
 from __future__ import annotations
 
 import math
+import re
 import struct
 from dataclasses import dataclass
 from itertools import repeat
@@ -22,6 +23,7 @@ from shardkit.errors import FormatError
 HEAD = struct.Struct("<I")
 OFFSETS = np.dtype("<u4")
 SCALARS = ("int", "float", "bool")
+DTYPE = re.compile(r"[<>|=][biufc][0-9]{1,2}")
 
 
 @dataclass(frozen=True)
@@ -53,9 +55,17 @@ def _offsets(block: bytes | memoryview, column: dict[str, Any], n: int, total: i
     return offsets
 
 
+def _dtype(text: Any, name: Any) -> np.dtype:
+    """A column's dtype as the writer spells it (``dtype.str`` of a numeric type, e.g. ``<i4``); anything else is
+    damage, refused before numpy parses it (numpy accepts, or warns about, far more spellings)."""
+    if type(text) is not str or DTYPE.fullmatch(text) is None:
+        raise FormatError(f"column {name!r}: dtype {text!r} is not a numeric dtype")
+    return np.dtype(text)
+
+
 def _parse(block: bytes | memoryview, column: dict[str, Any], n: int, widen: bool = True) -> Column:
     kind, name = column["kind"], column["name"]
-    dtype, as_dtype = np.dtype(column["dtype"]), np.dtype(column["as"])
+    dtype, as_dtype = _dtype(column["dtype"], name), _dtype(column["as"], name)
     start, length = column["data"]
     data = _segment(block, start, length, repr(name))
     if kind in SCALARS:

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from shardkit.errors import PlanError
 from shardkit.loader.dataset import StreamingDataset
 from shardkit.loader.shard_loader import ShardLoader
-from shardkit.plan.token_config import TokenBlocks
+from shardkit.plan.tokens.config import TokenBlocks
 
 KEEP_UP_FACTOR = 1.2
 

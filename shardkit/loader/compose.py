@@ -30,10 +30,10 @@ from shardkit.loader.sample_batching import SampleBatching
 from shardkit.loader.token_batching import TokenBatching
 from shardkit.loader.transforms import Transform
 from shardkit.plan.sample_weights import SampleWeights
-from shardkit.plan.token_config import TokenBlocks
+from shardkit.plan.tokens.config import TokenBlocks
 from shardkit.read import StoredDataset, open_dataset
 from shardkit.read.field_values import read_numeric_field
-from shardkit.read.mixture import Mixture, is_mixture_file, load_mixture, open_mixture
+from shardkit.read.mixture.config import Mixture, is_mixture_file, load_mixture, open_mixture
 from shardkit.storage import ShardCache
 
 Weights = str | np.ndarray | Sequence[float]

@@ -43,9 +43,9 @@ from shardkit.loader.transforms import Transform
 from shardkit.plan import Plan, PlanParams
 from shardkit.plan.params import default_spread
 from shardkit.plan.rotation import StepPlan
-from shardkit.plan.token_config import TokenBlocks
+from shardkit.plan.tokens.config import TokenBlocks
 from shardkit.read import StoredDataset
-from shardkit.read.mixture import Mixture
+from shardkit.read.mixture.config import Mixture
 from shardkit.storage import ShardCache
 
 __all__ = ["META_KEY", "StreamOptions", "StreamingDataset"]

@@ -25,15 +25,15 @@ from shardkit.loader.mixture_state import SourceTally
 from shardkit.plan import Plan, PlanParams, build_plan
 from shardkit.plan.quality import warn_if_poor_labels, warn_if_unshuffled
 from shardkit.plan.sample_weights import SampleWeights
-from shardkit.plan.token_plan import epoch_order
+from shardkit.plan.tokens.plan import epoch_order
 from shardkit.plan.weighted_sequence import weighted_plan
 from shardkit.read import StoredDataset
 from shardkit.read.field_values import read_label_codes
 from shardkit.read.options import ReadOptions
 from shardkit.read.random_access import RandomAccess
 from shardkit.read.stream import WindowSamples, iter_consumer
-from shardkit.read.token_docs import EpochDocuments
-from shardkit.read.token_lengths import document_lengths
+from shardkit.read.tokens.docs import EpochDocuments
+from shardkit.read.tokens.lengths import document_lengths
 from shardkit.storage import ShardCache
 
 WEIGHTS_KEY = "sample_weights"  # the loader state's part: {"fingerprint": str, "samples_per_epoch": int}

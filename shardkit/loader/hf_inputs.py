@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from shardkit.plan.token_config import TokenBlocks
-from shardkit.plan.token_rows import IGNORE_INDEX, to_hf_labels
+from shardkit.plan.tokens.config import TokenBlocks
+from shardkit.plan.tokens.rows import IGNORE_INDEX, to_hf_labels
 
 log = logging.getLogger(__name__)
 Batch = dict[str, Any]

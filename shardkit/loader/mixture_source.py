@@ -1,6 +1,6 @@
 """The epoch source of a mixture of datasets (specs/mixture.md).
 
-The plan of each epoch is the mixture plan (shardkit.plan.mixture_state): the partition, equal
+The plan of each epoch is the mixture plan (shardkit.plan.mixture.state): the partition, equal
 steps, drop/pad, the consumed boundary and same-topology/elastic resume work exactly as for one
 dataset. Batches may carry ``_source`` (int64, the source index of each sample, with
 ``with_source=True``). The loader state adds the mixture state (loader/mixture_state.py), so a
@@ -25,18 +25,18 @@ from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.mixture_state import SOURCES_KEY, BatchTallies, SourceTally, mixture_of, with_consumed
 from shardkit.loader.transfer.arena import alloc_like
 from shardkit.plan import Plan, PlanParams, shard_offsets
-from shardkit.plan.mixture_remix import EpochSource, remix, remix_description
-from shardkit.plan.mixture_state import APPLY, epoch_source, mixture_description, spec_after, spec_source
-from shardkit.plan.mixture_state_check import MIX_STATE_VERSION
+from shardkit.plan.mixture.remix import EpochSource, remix, remix_description
+from shardkit.plan.mixture.state import APPLY, epoch_source, mixture_description, spec_after, spec_source
+from shardkit.plan.mixture.state_check import MIX_STATE_VERSION
 from shardkit.plan.state import validate_state
-from shardkit.plan.token_plan import epoch_order
+from shardkit.plan.tokens.plan import epoch_order
 from shardkit.read import StoredDataset
-from shardkit.read.mixture import Mixture, OpenMixture, source_lengths
-from shardkit.read.mixture_stream import iter_mixture_consumer, source_of_indices
+from shardkit.read.mixture.config import Mixture, OpenMixture, source_lengths
+from shardkit.read.mixture.stream import iter_mixture_consumer, source_of_indices
 from shardkit.read.options import ReadOptions
 from shardkit.read.stream import WindowSamples
-from shardkit.read.token_docs import EpochDocuments
-from shardkit.read.token_mixture_docs import MixtureDocuments
+from shardkit.read.tokens.docs import EpochDocuments
+from shardkit.read.tokens.mixture_docs import MixtureDocuments
 from shardkit.storage import ShardCache
 
 MIXTURE_KEY = "mixture"

@@ -2,7 +2,7 @@
 (specs/mixture.md MX8-MX10).
 
 A mixture loader state is the loader state of one dataset plus a ``mixture`` key: the mixture
-state of ``shardkit.plan.mixture_state`` *without* its ``plan`` (the loader's own ``plan`` is
+state of ``shardkit.plan.mixture.state`` *without* its ``plan`` (the loader's own ``plan`` is
 that plan, fingerprinted with the epoch digest). ``{**state["mixture"], "plan": state["plan"]}``
 is the plan layer's mixture state, so resuming through the loader is exactly ``resume_mixture``.
 

@@ -1,5 +1,5 @@
 """Token-block batches as tensors (specs/token-blocks.md TB4); the cutting is in
-:mod:`shardkit.plan.token_blocks`; ``StreamingDataset(..., tokens=...)`` streams them
+:mod:`shardkit.plan.tokens.blocks`; ``StreamingDataset(..., tokens=...)`` streams them
 (loader/token_batching.py).
 
 ``token_batches(work, docs, options, batch_size, state)`` yields ``(batch, state)``: ``batch``
@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardkit.plan.token_blocks import Block, BlockCutter, BlockOptions
-from shardkit.plan.token_pool import ConsumerWork
-from shardkit.plan.token_rows import TokenDocs, assemble
+from shardkit.plan.tokens.blocks import Block, BlockCutter, BlockOptions
+from shardkit.plan.tokens.pool import ConsumerWork
+from shardkit.plan.tokens.rows import TokenDocs, assemble
 
 TENSOR_KEYS = ("input_ids", "labels", "position_ids", "cu_seqlens")
 

@@ -1,11 +1,11 @@
 """The batching of token blocks: a step is ``batch_size`` blocks of ``seq_len`` positions
 (specs/token-blocks.md).
 
-The step plan is a :class:`TokenPlan` (positions from per-document lengths, plan/token_plan.py)
+The step plan is a :class:`TokenPlan` (positions from per-document lengths, plan/tokens/plan.py)
 over the source's epoch order — the one-consumer plan of its elements (TB11): one dataset's
 samples, a weighted dataset's multiset (a repeated sample is two documents, SW11) or a mixture's
-mixed documents (TB15). Each consumer cuts its work into blocks (plan/token_blocks.py), reads
-the documents it needs (``source.documents``) and fills the rows (plan/token_rows.py). Through
+mixed documents (TB15). Each consumer cuts its work into blocks (plan/tokens/blocks.py), reads
+the documents it needs (``source.documents``) and fills the rows (plan/tokens/rows.py). Through
 ``ShardLoader`` the consumed boundary is the usual one, counted in blocks; the loader state's
 ``plan`` is the token plan state and ``tokens`` its token part (TB5, TB7, TB13), which reaches
 workers through the control block (L6).
@@ -29,12 +29,12 @@ from shardkit.loader.mixture_state import SOURCES_KEY
 from shardkit.loader.token_batch import batch_blocks, to_tensors
 from shardkit.loader.transfer.arena import alloc, alloc_array
 from shardkit.plan import PlanParams
-from shardkit.plan.token_blocks import Block, BlockOptions
-from shardkit.plan.token_config import IDENTITY_KEYS, TokenBlocks
-from shardkit.plan.token_consumer import consumer_view
-from shardkit.plan.token_plan import TokenPlan, build_token_plan, token_yield_problem
-from shardkit.plan.token_rows import TokenDocs, assemble
-from shardkit.plan.token_state_check import check_token_part, plan_depth
+from shardkit.plan.tokens.blocks import Block, BlockOptions
+from shardkit.plan.tokens.config import IDENTITY_KEYS, TokenBlocks
+from shardkit.plan.tokens.consumer import consumer_view
+from shardkit.plan.tokens.plan import TokenPlan, build_token_plan, token_yield_problem
+from shardkit.plan.tokens.rows import TokenDocs, assemble
+from shardkit.plan.tokens.state_check import check_token_part, plan_depth
 from shardkit.storage import ShardCache
 
 TOKENS_KEY = "tokens"  # the loader state's token part

@@ -67,7 +67,7 @@ class PlanParams:
     shuffle_window: int = 8192
     interleave: int = 1  # lanes a consumer reads at once when shuffling (specs/partition.md P13)
     spread: int = 1  # consumers a shard is split among when shuffling (P18); users get DEFAULT_SPREAD
-    order: str = "shard"  # "global": topology-invariant global batches (P27), plan/global_order.py
+    order: str = "shard"  # "global": topology-invariant global batches (P27), plan/global_order/order.py
 
     def __post_init__(self) -> None:
         for name, minimum in _INT_MINIMUMS.items():

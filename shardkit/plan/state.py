@@ -49,7 +49,7 @@ def build_plan(
     """
     if params.order != "shard":
         raise PlanError(f"plan parameter order {params.order!r}: build it with "
-                        "shardkit.plan.global_state.build_global_plan (specs/partition.md P27)")
+                        "shardkit.plan.global_order.state.build_global_plan (specs/partition.md P27)")
     sizes = checked_sizes(shard_sizes)
     if resume is None:
         return base(sizes, params)
@@ -205,7 +205,7 @@ def _check_level(state: Any, path: str) -> None:
         params = PlanParams.from_dict(state["params"])
     except PlanError as error:
         raise StateError(f"{path}.params: {error}") from error
-    if params.order != "shard":  # a global-order state has its own shape (plan/global_state.py, P31)
+    if params.order != "shard":  # a global-order state has its own shape (plan/global_order/state.py, P31)
         raise StateError(f"{path}.params.order: expected 'shard' in a state with offsets, got {params.order!r}")
     _check_offset_list(state["offsets"], params, path)
 

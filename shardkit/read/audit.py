@@ -125,8 +125,8 @@ def mixture_expectation(data: str, seed: int = 0, shuffle: bool = True,
                         storage_options: dict[str, Any] | None = None) -> tuple[int, Multiplicities, Names]:
     """:func:`mixture_multiplicities` and the names of the mixture's samples (source, index)."""
     from shardkit.plan import PlanParams  # noqa: PLC0415 - only for a mixture
-    from shardkit.plan.mixture_state import mixture_plan  # noqa: PLC0415
-    from shardkit.read.mixture import load_mixture, open_mixture  # noqa: PLC0415
+    from shardkit.plan.mixture.state import mixture_plan  # noqa: PLC0415
+    from shardkit.read.mixture.config import load_mixture, open_mixture  # noqa: PLC0415
 
     spec = open_mixture(load_mixture(data), storage_options).spec()
     sizes = [source.num_samples for source in spec.sources]

@@ -18,8 +18,8 @@ import numpy as np
 from shardkit.read.audit import NAMED, Names, mixture_expectation
 from shardkit.read.audit_lines import AuditDirError, committed_steps, run_info, run_numbers
 from shardkit.read.dataset import open_dataset
-from shardkit.read.mixture import is_mixture_file, load_mixture, open_mixture
-from shardkit.read.token_lengths import document_lengths
+from shardkit.read.mixture.config import is_mixture_file, load_mixture, open_mixture
+from shardkit.read.tokens.lengths import document_lengths
 
 Pairs = collections.Counter[tuple[int, int]]
 

@@ -14,7 +14,7 @@ import numpy as np
 from shardkit.errors import ShardkitError, StorageError
 from shardkit.format.length_index import LengthsInfo, decode_lengths
 from shardkit.read.dataset import StoredDataset
-from shardkit.read.token_lengths import shard_lengths
+from shardkit.read.tokens.lengths import shard_lengths
 
 Fail = Callable[[str, "int | None"], None]  # a report's ``fail(message, first_bad_sample)``
 

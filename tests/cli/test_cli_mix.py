@@ -10,7 +10,7 @@ import pytest
 
 import shardkit as sk
 from shardkit.cli import main
-from shardkit.read.mixture import Mixture, Source, load_mixture
+from shardkit.read.mixture.config import Mixture, Source, load_mixture
 from tests.helpers.datasets import write_dataset
 
 TOML = """

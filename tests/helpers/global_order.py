@@ -16,8 +16,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 from shardkit.plan import Plan, PlanParams, build_plan
-from shardkit.plan.global_order import GlobalOrderPlan, sequence_params, units_below
-from shardkit.plan.global_state import build_global_plan, global_plan_to_state
+from shardkit.plan.global_order.order import GlobalOrderPlan, sequence_params, units_below
+from shardkit.plan.global_order.state import build_global_plan, global_plan_to_state
 from tests.helpers.plan_strategies import consumer_samples
 
 FINGERPRINT = "xxh64:0123456789abcdef"

@@ -14,8 +14,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 from shardkit.plan import Plan, PlanParams, shard_offsets
-from shardkit.plan.mixture import MixSource, MixSpec, ScheduleStep
-from shardkit.plan.mixture_state import mixture_shard_sizes, shard_bases, source_order
+from shardkit.plan.mixture.spec import MixSource, MixSpec, ScheduleStep
+from shardkit.plan.mixture.state import mixture_shard_sizes, shard_bases, source_order
 from tests.helpers.plan_strategies import consumer_samples
 
 NAMES = ("web", "code", "books", "math", "wiki", "news")

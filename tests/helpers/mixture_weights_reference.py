@@ -20,8 +20,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 from shardkit.plan import Plan, PlanParams, shard_offsets
-from shardkit.plan.mixture import MixSource, MixSpec
-from shardkit.plan.mixture_state import (
+from shardkit.plan.mixture.spec import MixSource, MixSpec
+from shardkit.plan.mixture.state import (
     mixture_plan,
     mixture_shard_sizes,
     mixture_to_state,
@@ -30,7 +30,7 @@ from shardkit.plan.mixture_state import (
     shard_bases,
     source_order,
 )
-from shardkit.plan.mixture_weights import copy_stride, pass_length, pass_offset
+from shardkit.plan.mixture.weights import copy_stride, pass_length, pass_offset
 from shardkit.plan.sample_weights import SampleWeights
 from shardkit.plan.sequence import SampleSequence
 from tests.helpers import mixture_strategies as ms

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 import shardkit as sk
-from shardkit.plan.token_plan import epoch_order
+from shardkit.plan.tokens.plan import epoch_order
 
 Pair = tuple[int, int]  # (global sample index, position in its segment)
 

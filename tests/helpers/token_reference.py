@@ -3,7 +3,7 @@ reference (specs/token-blocks.md TB2, TB4): a concat cutter that walks the work 
 time, and rows filled one piece at a time from explicit segment slices.
 
 The library cuts concat blocks by binary search over running piece ends and joins a batch's
-rows with one ``np.concatenate`` per array (plan/token_blocks.py, plan/token_rows.py); the
+rows with one ``np.concatenate`` per array (plan/tokens/blocks.py, plan/tokens/rows.py); the
 properties in tests/unit/plan/test_token_vectorised.py check both against this.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from shardkit.plan.token_blocks import Block, Piece
-from shardkit.plan.token_rows import TokenDocs, merge_pieces
+from shardkit.plan.tokens.blocks import Block, Piece
+from shardkit.plan.tokens.rows import TokenDocs, merge_pieces
 
 
 class ConcatWalker:

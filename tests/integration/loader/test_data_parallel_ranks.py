@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import shardkit as sk
-from shardkit.plan.token_plan import epoch_order
+from shardkit.plan.tokens.plan import epoch_order
 from tests.helpers.datasets import write_dataset
 from tests.helpers.dp_ranks import TOKENS, DPJob, RankResult, run_job
 from tests.helpers.token_data import epoch_pairs, write_token_dataset

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import shardkit as sk
-from shardkit.plan.mixture import largest_remainder
+from shardkit.plan.mixture.spec import largest_remainder
 from tests.helpers.datasets import write_dataset
 from tests.helpers.resume import TOO_MANY_WORKERS
 

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 import shardkit as sk
 from shardkit.errors import StateError
 from shardkit.plan import PlanParams
-from shardkit.plan.mixture import MixSpec
-from shardkit.plan.mixture_state import resume_mixture
+from shardkit.plan.mixture.spec import MixSpec
+from shardkit.plan.mixture.state import resume_mixture
 from tests.helpers.datasets import write_dataset
 from tests.helpers.mixture_strategies import expected_multiset, source_of
 from tests.helpers.resume import TOO_MANY_WORKERS

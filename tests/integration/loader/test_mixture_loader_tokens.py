@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import shardkit as sk
-from shardkit.plan.mixture import largest_remainder
+from shardkit.plan.mixture.spec import largest_remainder
 from tests.helpers.datasets import write_dataset
 from tests.helpers.resume import TOO_MANY_WORKERS
 

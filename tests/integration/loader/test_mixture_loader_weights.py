@@ -15,7 +15,7 @@ import pytest
 import shardkit as sk
 from shardkit.errors import StateError
 from shardkit.plan import PlanParams
-from shardkit.plan.mixture import MixSpec
+from shardkit.plan.mixture.spec import MixSpec
 from tests.helpers.mixture_strategies import source_of
 from tests.helpers.mixture_weights_reference import expected_elements
 from tests.helpers.resume import TOO_MANY_WORKERS

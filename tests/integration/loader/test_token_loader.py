@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import shardkit as sk
-from shardkit.plan.token_plan import epoch_order
+from shardkit.plan.tokens.plan import epoch_order
 from tests.helpers.token_data import (
     consumed_pairs,
     dropped_pairs,

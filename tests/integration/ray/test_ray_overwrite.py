@@ -60,8 +60,8 @@ def old_dataset(ray: Any, out: Path) -> dict[str, bytes]:
 
 
 def test_task_failure_mid_overwrite_keeps_the_old_dataset(ray_cluster: Any, tmp_path: Path) -> None:
-    from shardkit.write.ray_engine import write_dataset
-    from shardkit.write.ray_rows import DatasetRows
+    from shardkit.write.ray.engine import write_dataset
+    from shardkit.write.ray.rows import DatasetRows
 
     out = tmp_path / "ds"
     before = old_dataset(ray_cluster, out)

@@ -22,7 +22,7 @@ import pytest
 
 from shardkit.errors import SourceError
 from shardkit.read import open_dataset
-from shardkit.read.token_lengths import document_lengths
+from shardkit.read.tokens.lengths import document_lengths
 from shardkit.read.verify import verify_dataset
 from shardkit.write.pack import PackOptions, pack
 from tests.integration.ray.conftest import ray_address
@@ -123,7 +123,7 @@ def make_wds(root: Path) -> Path:
 
 
 def pack_ray(src: Path, out: Path, **options: Any) -> Any:
-    from shardkit.write.ray_engine import pack_with_ray
+    from shardkit.write.ray.engine import pack_with_ray
 
     return pack_with_ray(str(src), str(out), PackOptions(**{**SMALL, **options}), progress=False)
 
@@ -218,8 +218,8 @@ def test_write_range_fixed_shape_tensors(ray_cluster: Any, tmp_path: Path) -> No
 
 def test_retried_task_and_orphans_leave_no_duplicates(ray_cluster: Any, tmp_path: Path) -> None:
     """A worker killed mid-task is retried by Ray; stale part files are deleted as orphans."""
-    from shardkit.write.ray_engine import write_dataset
-    from shardkit.write.ray_rows import DatasetRows
+    from shardkit.write.ray.engine import write_dataset
+    from shardkit.write.ray.rows import DatasetRows
 
     marker = str(tmp_path / "killed-once")
 

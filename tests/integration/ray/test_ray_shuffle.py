@@ -36,7 +36,7 @@ def in_order(path: Path) -> list[Any]:
 
 
 def pack_both(src: Path, tmp_path: Path, seed: int, **options: Any) -> tuple[Path, Path]:
-    from shardkit.write.ray_engine import pack_with_ray
+    from shardkit.write.ray.engine import pack_with_ray
 
     opts = PackOptions(**SIZES, **options, shuffle=ShuffleOptions(seed=seed))
     ray_out, local_out = tmp_path / f"ray-{seed}", tmp_path / f"local-{seed}"

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardkit.loader.token_batch import token_batches
-from shardkit.plan.token_blocks import BlockOptions, epoch_pieces, num_positions
-from shardkit.plan.token_pool import split_work
-from shardkit.plan.token_rows import TokenDocs, TokenOptions
+from shardkit.plan.tokens.blocks import BlockOptions, epoch_pieces, num_positions
+from shardkit.plan.tokens.pool import split_work
+from shardkit.plan.tokens.rows import TokenDocs, TokenOptions
 
 
 def _docs(lengths: list[int]) -> TokenDocs:

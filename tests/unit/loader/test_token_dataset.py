@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import shardkit as sk
 from shardkit.errors import PlanError, StateError
-from shardkit.plan.token_plan import epoch_order
+from shardkit.plan.tokens.plan import epoch_order
 from tests.helpers.token_data import (
     check_against_reference,
     consumed_pairs,

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 import shardkit as sk
 from shardkit.errors import PlanError, StateError
-from shardkit.plan.token_plan import epoch_order
-from shardkit.read.mixture import open_mixture
+from shardkit.plan.tokens.plan import epoch_order
+from shardkit.read.mixture.config import open_mixture
 from tests.helpers.token_data import (
     check_against_reference,
     consumed_pairs,

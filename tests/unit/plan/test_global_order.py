@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from shardkit.errors import PlanError, StateError
 from shardkit.plan import PlanParams, build_plan, plan_to_state
-from shardkit.plan.global_order import GlobalOrderPlan
-from shardkit.plan.global_state import build_global_plan, global_plan_to_state, validate_global_state
+from shardkit.plan.global_order.order import GlobalOrderPlan
+from shardkit.plan.global_order.state import build_global_plan, global_plan_to_state, validate_global_state
 from shardkit.plan.rotation import StepPlan, worker_consumer
 from tests.helpers.global_order import (
     FINGERPRINT,

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardkit.plan import PlanParams
-from shardkit.plan.global_state import build_global_plan
-from shardkit.plan.mixture import MixSpec
-from shardkit.plan.mixture_state import mixed_sequence, mixture_plan, mixture_shard_sizes
+from shardkit.plan.global_order.state import build_global_plan
+from shardkit.plan.mixture.spec import MixSpec
+from shardkit.plan.mixture.state import mixed_sequence, mixture_plan, mixture_shard_sizes
 from shardkit.plan.sample_weights import SampleWeights
 from shardkit.plan.weighted_sequence import weighted_plan, weighted_sequence
 from tests.helpers.global_order import (

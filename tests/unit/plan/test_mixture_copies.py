@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardkit.plan import PlanParams
-from shardkit.plan.mixture import MixSource, MixSpec
-from shardkit.plan.mixture_state import mixture_plan
+from shardkit.plan.mixture.spec import MixSource, MixSpec
+from shardkit.plan.mixture.state import mixture_plan
 from tests.helpers import mixture_strategies as ms
 from tests.helpers import mixture_weights_reference as ref
 

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit.plan.mixture_cuts import CHUNK, first_counts, first_counts_of
+from shardkit.plan.mixture.cuts import CHUNK, first_counts, first_counts_of
 from shardkit.plan.rng import philox_key, raw_stream
 
 WORD = (1 << 64) - 1

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from shardkit.errors import PlanError
 from shardkit.plan import PlanParams
-from shardkit.plan.mixture import MixSource, MixSpec, ScheduleStep, largest_remainder
-from shardkit.plan.mixture_prefix import Interleave
-from shardkit.plan.mixture_state import mixed_sequence, mixture_plan
+from shardkit.plan.mixture.prefix import Interleave
+from shardkit.plan.mixture.spec import MixSource, MixSpec, ScheduleStep, largest_remainder
+from shardkit.plan.mixture.state import mixed_sequence, mixture_plan
 from tests.helpers import mixture_strategies as ms
 from tests.helpers.plan_strategies import all_samples, assert_equal_steps
 

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 from shardkit.errors import PlanError
 from shardkit.plan import Plan, PlanParams
-from shardkit.plan.mixture import MixSource, MixSpec, largest_remainder
-from shardkit.plan.mixture_prefix import Interleave
-from shardkit.plan.mixture_remainder import Remainder, UntakenStream
-from shardkit.plan.mixture_sequence import MixedSequence, SourceStream
-from shardkit.plan.mixture_state import mixture_plan, mixture_to_state, resume_epoch
+from shardkit.plan.mixture.prefix import Interleave
+from shardkit.plan.mixture.remainder import Remainder, UntakenStream
+from shardkit.plan.mixture.sequence import MixedSequence, SourceStream
+from shardkit.plan.mixture.spec import MixSource, MixSpec, largest_remainder
+from shardkit.plan.mixture.state import mixture_plan, mixture_to_state, resume_epoch
 from shardkit.plan.sequence import Slice
 from tests.helpers import mixture_strategies as ms
 from tests.helpers.plan_strategies import all_samples, assert_equal_steps, kill_offsets

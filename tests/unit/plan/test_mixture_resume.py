@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from shardkit.errors import StateError
 from shardkit.plan import Plan, PlanParams
-from shardkit.plan.mixture import MixSource, MixSpec
-from shardkit.plan.mixture_state import mixture_plan, mixture_to_state, resume_mixture
+from shardkit.plan.mixture.spec import MixSource, MixSpec
+from shardkit.plan.mixture.state import mixture_plan, mixture_to_state, resume_mixture
 from tests.helpers import mixture_strategies as ms
 from tests.helpers.plan_strategies import all_samples, assert_level_steps, kill_offsets
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from shardkit.plan import PlanParams
-from shardkit.plan.mixture import MixSource, MixSpec, ScheduleStep
-from shardkit.plan.mixture_state import mixture_plan
+from shardkit.plan.mixture.spec import MixSource, MixSpec, ScheduleStep
+from shardkit.plan.mixture.state import mixture_plan
 
 SAMPLES_PER_EPOCH = 100_000
 

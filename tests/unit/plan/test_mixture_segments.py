@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from shardkit.errors import PlanError
 from shardkit.plan import Plan, PlanParams
-from shardkit.plan.mixture import MixSource, MixSpec, ScheduleStep
-from shardkit.plan.mixture_state import mixture_plan, mixture_to_state, resume_mixture
+from shardkit.plan.mixture.spec import MixSource, MixSpec, ScheduleStep
+from shardkit.plan.mixture.state import mixture_plan, mixture_to_state, resume_mixture
 from tests.helpers.mixture_strategies import dropped_ids, expected_multiset, mix_params, mix_specs, source_of
 from tests.helpers.plan_strategies import all_samples, assert_equal_steps
 

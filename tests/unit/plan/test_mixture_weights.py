@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from shardkit.errors import PlanError, StateError
 from shardkit.plan import PlanParams
-from shardkit.plan.mixture import MixSource, MixSpec
-from shardkit.plan.mixture_state import mixture_plan, mixture_to_state, resume_mixture
-from shardkit.plan.mixture_weights import pass_length, pass_multiplicities
+from shardkit.plan.mixture.spec import MixSource, MixSpec
+from shardkit.plan.mixture.state import mixture_plan, mixture_to_state, resume_mixture
+from shardkit.plan.mixture.weights import pass_length, pass_multiplicities
 from shardkit.plan.sample_weights import SampleWeights
 from tests.helpers import mixture_strategies as ms
 from tests.helpers import mixture_weights_reference as ref

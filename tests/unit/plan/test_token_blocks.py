@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardkit.errors import PlanError, StateError
-from shardkit.plan.token_blocks import Block, BlockCutter, BlockOptions, Piece, epoch_pieces, num_positions
-from shardkit.plan.token_pool import WorkSplit, block_pieces, remainder_pool, split_work
+from shardkit.plan.tokens.blocks import Block, BlockCutter, BlockOptions, Piece, epoch_pieces, num_positions
+from shardkit.plan.tokens.pool import WorkSplit, block_pieces, remainder_pool, split_work
 
 
 def _pairs(pieces: list[Piece]) -> list[tuple[int, int]]:

@@ -9,15 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardkit.plan import PlanParams
-from shardkit.plan.token_blocks import BlockCutter, BlockOptions, Piece, num_positions
-from shardkit.plan.token_config import TokenBlocks
-from shardkit.plan.token_consumer import consumer_view
-from shardkit.plan.token_index import EpochIndex, segment_lengths
-from shardkit.plan.token_lengths_source import ArrayLengths, DocArray, PeriodicLengths
-from shardkit.plan.token_pieces import Pieces
-from shardkit.plan.token_plan import build_token_plan, epoch_order, order_plan, single_params
-from shardkit.plan.token_pool import ConsumerWork, consumer_state, document_needs, remainder_pool, split_work
-from shardkit.plan.token_rows import TokenDocs, TokenOptions, assemble, next_nonempty
+from shardkit.plan.tokens.blocks import BlockCutter, BlockOptions, Piece, num_positions
+from shardkit.plan.tokens.config import TokenBlocks
+from shardkit.plan.tokens.consumer import consumer_view
+from shardkit.plan.tokens.index import EpochIndex, segment_lengths
+from shardkit.plan.tokens.lengths_source import ArrayLengths, DocArray, PeriodicLengths
+from shardkit.plan.tokens.pieces import Pieces
+from shardkit.plan.tokens.plan import build_token_plan, epoch_order, order_plan, single_params
+from shardkit.plan.tokens.pool import ConsumerWork, consumer_state, document_needs, remainder_pool, split_work
+from shardkit.plan.tokens.rows import TokenDocs, TokenOptions, assemble, next_nonempty
 
 
 @st.composite

@@ -7,10 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardkit.plan import PlanParams
-from shardkit.plan.token_blocks import BlockCutter, BlockOptions, Piece
-from shardkit.plan.token_config import TokenBlocks
-from shardkit.plan.token_pack_count import count_pack_blocks
-from shardkit.plan.token_plan import build_token_plan
+from shardkit.plan.tokens.blocks import BlockCutter, BlockOptions, Piece
+from shardkit.plan.tokens.config import TokenBlocks
+from shardkit.plan.tokens.pack_count import count_pack_blocks
+from shardkit.plan.tokens.plan import build_token_plan
 
 
 @settings(max_examples=400, deadline=None)

@@ -10,12 +10,12 @@ import tracemalloc
 import numpy as np
 
 from shardkit.plan import PlanParams
-from shardkit.plan.token_blocks import BlockCutter
-from shardkit.plan.token_config import TokenBlocks
-from shardkit.plan.token_consumer import consumer_view
-from shardkit.plan.token_lengths_source import PeriodicLengths
-from shardkit.plan.token_plan import build_token_plan
-from shardkit.plan.token_rows import TokenDocs, assemble
+from shardkit.plan.tokens.blocks import BlockCutter
+from shardkit.plan.tokens.config import TokenBlocks
+from shardkit.plan.tokens.consumer import consumer_view
+from shardkit.plan.tokens.lengths_source import PeriodicLengths
+from shardkit.plan.tokens.plan import build_token_plan
+from shardkit.plan.tokens.rows import TokenDocs, assemble
 
 NUM_DOCS, NUM_SHARDS, MIB = 10**9, 100_000, 1 << 20
 SEQ_LEN, BATCH = 2048, 8

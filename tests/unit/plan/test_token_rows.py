@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardkit.errors import PlanError
-from shardkit.plan.token_blocks import Block, BlockCutter, BlockOptions, Piece, epoch_pieces, num_positions
-from shardkit.plan.token_rows import IGNORE_INDEX, TokenDocs, TokenOptions, assemble
+from shardkit.plan.tokens.blocks import Block, BlockCutter, BlockOptions, Piece, epoch_pieces, num_positions
+from shardkit.plan.tokens.rows import IGNORE_INDEX, TokenDocs, TokenOptions, assemble
 
 BOS, EOS, PAD = 1, 2, 0
 
@@ -121,8 +121,8 @@ def test_a_loss_mask_of_the_wrong_length_names_the_document():
 def test_the_spec_worked_example_killed_and_resumed_with_a_shorter_seq_len():
     """specs/token-blocks.md worked example: the labels after an elastic resume with seq_len 2
     and 2 consumers are those of the uninterrupted run (TB7, TB8)."""
-    from shardkit.plan.token_blocks import BlockOptions, epoch_pieces, num_positions
-    from shardkit.plan.token_pool import consumer_blocks, remainder_pool, split_work
+    from shardkit.plan.tokens.blocks import BlockOptions, epoch_pieces, num_positions
+    from shardkit.plan.tokens.pool import consumer_blocks, remainder_pool, split_work
 
     docs = TokenDocs([np.array([10, 11]), np.array([], dtype=np.int64), np.array([20, 21, 22])],
                      TokenOptions(eos_id=EOS))

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardkit.errors import PlanError
-from shardkit.plan.token_blocks import Block, BlockCutter, BlockOptions, Piece, epoch_pieces, num_positions
-from shardkit.plan.token_pieces import Pieces
-from shardkit.plan.token_pool import consumer_blocks, cut_range, document_needs, remainder_pool, split_work
-from shardkit.plan.token_rows import TokenDocs, TokenOptions, assemble, next_nonempty
+from shardkit.plan.tokens.blocks import Block, BlockCutter, BlockOptions, Piece, epoch_pieces, num_positions
+from shardkit.plan.tokens.pieces import Pieces
+from shardkit.plan.tokens.pool import consumer_blocks, cut_range, document_needs, remainder_pool, split_work
+from shardkit.plan.tokens.rows import TokenDocs, TokenOptions, assemble, next_nonempty
 from tests.helpers.token_reference import ConcatWalker, reference_cut, reference_needs, reference_rows
 
 SENTINEL = 987_654  # what an output slot holds until assemble writes it

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from shardkit.plan import PlanParams, shard_offsets
-from shardkit.plan.mixture_state import mixture_plan, mixture_shard_sizes, shard_bases
-from shardkit.read.mixture import Mixture, Source, open_mixture
-from shardkit.read.mixture_stream import iter_mixture_consumer, source_of_indices
+from shardkit.plan.mixture.state import mixture_plan, mixture_shard_sizes, shard_bases
+from shardkit.read.mixture.config import Mixture, Source, open_mixture
+from shardkit.read.mixture.stream import iter_mixture_consumer, source_of_indices
 from tests.helpers.datasets import expected_sample, write_dataset
 from tests.helpers.mixture_strategies import dropped_ids, expected_multiset
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import shardkit as sk
 from shardkit.errors import PlanError
 from shardkit.read.dataset import open_dataset
-from shardkit.read.token_lengths import document_lengths, narrow_lengths
+from shardkit.read.tokens.lengths import document_lengths, narrow_lengths
 
 DTYPES = ("uint8", "int16", "uint16", "int32", "uint32", "int64")
 

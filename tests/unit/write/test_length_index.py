@@ -18,7 +18,7 @@ from shardkit.cli import main
 from shardkit.errors import CorruptShardError, EncodeError, ManifestError, NotFoundError
 from shardkit.format import MANIFEST_NAME, decode_manifest
 from shardkit.read import open_dataset
-from shardkit.read.token_lengths import document_lengths, scan_lengths
+from shardkit.read.tokens.lengths import document_lengths, scan_lengths
 from shardkit.read.verify import verify_dataset
 
 SMALL = {"shard_size": 3000, "block_size": 700}

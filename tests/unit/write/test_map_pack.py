@@ -12,7 +12,7 @@ import shardkit as sk
 from shardkit.cli import main
 from shardkit.errors import EncodeError, SourceError
 from shardkit.read import open_dataset
-from shardkit.read.token_lengths import document_lengths
+from shardkit.read.tokens.lengths import document_lengths
 from shardkit.write.pack import PackOptions
 from tests.helpers import tokenize_map
 from tests.helpers.files import read_tree
@@ -109,9 +109,9 @@ def test_tokenized_dataset_cut_into_blocks_gives_every_token_once(tmp_path, corp
     """TB2, TB5: tokens packed by the map, read back and cut (concat, EOS, seq_len 64, 3
     consumers) are each an input exactly once, with their own token value."""
     from shardkit.loader.token_batch import token_batches
-    from shardkit.plan.token_blocks import BlockOptions, epoch_pieces, num_positions
-    from shardkit.plan.token_pool import split_work
-    from shardkit.plan.token_rows import TokenDocs, TokenOptions
+    from shardkit.plan.tokens.blocks import BlockOptions, epoch_pieces, num_positions
+    from shardkit.plan.tokens.pool import split_work
+    from shardkit.plan.tokens.rows import TokenDocs, TokenOptions
 
     path, _ = corpus
     sk.pack(tokenize_map.tokenize, str(path), str(tmp_path / "ds"), options=SMALL)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import shardkit as sk
 from shardkit.errors import SourceError
 from shardkit.read import open_dataset
-from shardkit.read.token_lengths import document_lengths
+from shardkit.read.tokens.lengths import document_lengths
 from shardkit.write import ShardWriter, ShuffledWriter
 from shardkit.write.pack import PackOptions, pack
 from shardkit.write.shuffle import ShuffleOptions

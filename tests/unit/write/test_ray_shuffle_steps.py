@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit.write import ray_shuffle
-from shardkit.write.ray_rows import FileRows
-from shardkit.write.ray_shuffle import ORDINAL, EncodeBatch, key_boundaries, number, run_keys, with_ordinals
+from shardkit.write.ray import shuffle as ray_shuffle
+from shardkit.write.ray.rows import FileRows
+from shardkit.write.ray.shuffle import ORDINAL, EncodeBatch, key_boundaries, number, run_keys, with_ordinals
 from shardkit.write.shuffle import ExternalShuffle, ShuffleOptions
 
 

@@ -26,8 +26,8 @@ from shardkit.format import Manifest, SampleEncoder, SchemaBuilder, ShardInfo
 from shardkit.format.length_index import LengthsInfo
 from shardkit.storage import open_store
 from shardkit.write.output import BuildManifest
-from shardkit.write.ray_parts import PARTS_FOLDER, PartOptions, PartResult, PartWriter, shard_infos
-from shardkit.write.ray_rows import check_no_samples
+from shardkit.write.ray.parts import PARTS_FOLDER, PartOptions, PartResult, PartWriter, shard_infos
+from shardkit.write.ray.rows import check_no_samples
 from shardkit.write.sources import skip_entry
 
 log = logging.getLogger(__name__)

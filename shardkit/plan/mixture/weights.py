@@ -24,8 +24,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from shardkit.plan.mixture import MixSource
-from shardkit.plan.mixture_sequence import SourceStream, name_word
+from shardkit.plan.mixture.sequence import SourceStream, name_word
+from shardkit.plan.mixture.spec import MixSource
 from shardkit.plan.rng import philox_key
 from shardkit.plan.sample_weights import Rounding, SampleWeights
 from shardkit.plan.spans import Decoded, Span, join_decoded

@@ -25,9 +25,9 @@ import numpy as np
 from shardkit.plan.params import PlanParams
 from shardkit.plan.plan import Plan, shard_order
 from shardkit.plan.spans import shard_offsets
-from shardkit.plan.token_blocks import num_positions
-from shardkit.plan.token_lengths_source import DocArray, LengthSource
-from shardkit.plan.token_pieces import Pieces
+from shardkit.plan.tokens.blocks import num_positions
+from shardkit.plan.tokens.lengths_source import DocArray, LengthSource
+from shardkit.plan.tokens.pieces import Pieces
 
 Chunk = tuple[np.ndarray, np.ndarray]  # (global sample index, segment length) per document
 _CACHED_CHUNKS = 8

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from shardkit.errors import PlanError
-from shardkit.plan.mixture_sequence import MixedSequence, SourceStream
+from shardkit.plan.mixture.sequence import MixedSequence, SourceStream
 from shardkit.plan.sequence import SampleSequence
 from shardkit.plan.spans import Decoded, Span, join_decoded
 

@@ -28,8 +28,8 @@ from shardkit.write import inputs, sources
 from shardkit.write.lengths import combine_parts, write_length_files
 from shardkit.write.output import Output
 from shardkit.write.pack import PackOptions, PackSummary
-from shardkit.write.ray_parts import OUTPUT_NAME_FORMAT, PARTS_FOLDER, PartOptions
-from shardkit.write.ray_rows import DatasetRows, FileRows, ItemRows, encode_item
+from shardkit.write.ray.parts import OUTPUT_NAME_FORMAT, PARTS_FOLDER, PartOptions
+from shardkit.write.ray.rows import DatasetRows, FileRows, ItemRows, encode_item
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def write_dataset(ds: Any, out: str, options: PackOptions, rows: Any = None, pro
     readable until the new manifest is published, and a failure leaves no file that no
     manifest names (``output.Output``, shard-format.md W5; Y1)."""
     require_ray()
-    from shardkit.write.ray_sink import ShardkitDatasink
+    from shardkit.write.ray.sink import ShardkitDatasink
 
     started = time.perf_counter()
     order = {"shuffled": False} if order is None else order
@@ -137,7 +137,7 @@ def _clean_after_failure(output: Output) -> None:
 
 
 def _write_and_publish(ds: Any, sink: Any, output: Output, order: dict[str, Any] | None, found: Any) -> Manifest:
-    from shardkit.write.ray_sink import manifest_builder, result_shards
+    from shardkit.write.ray.sink import manifest_builder, result_shards
 
     ds.write_datasink(sink)
     url = output.store.url
@@ -153,7 +153,7 @@ def _write_and_publish(ds: Any, sink: Any, output: Output, order: dict[str, Any]
 def _write_shuffled(ds: Any, out: str, options: PackOptions, rows: Any, blocks: int,
                     progress: bool) -> RayPackSummary:
     """The local engine's key order (PS1) on Ray: encode, number, sort by key, write (Y7)."""
-    from shardkit.write.ray_shuffle import shuffled
+    from shardkit.write.ray.shuffle import shuffled
 
     shuffle = options.shuffle
     if shuffle is None:
@@ -175,7 +175,7 @@ def _write_shuffled(ds: Any, out: str, options: PackOptions, rows: Any, blocks: 
 
 
 def _sink_options(options: PackOptions) -> Any:
-    from shardkit.write.ray_sink import SinkOptions
+    from shardkit.write.ray.sink import SinkOptions
 
     parts = PartOptions(
         shard_size=max(1, parse_size(options.shard_size)),
@@ -191,7 +191,7 @@ def _source_dataset(src: str, options: PackOptions) -> tuple[Any, Any, dict[str,
     the number of blocks. Rows carry their source position when the pack shuffles (Y7)."""
     import ray.data
 
-    from shardkit.write.ray_shuffle import with_ordinals
+    from shardkit.write.ray.shuffle import with_ordinals
 
     def numbered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return rows if options.shuffle is None else with_ordinals(rows)

@@ -19,7 +19,7 @@ import numpy as np
 
 from shardkit.errors import CorruptShardError, FormatError
 from shardkit.plan import Plan
-from shardkit.plan.token_lengths_source import DocArray
+from shardkit.plan.tokens.lengths_source import DocArray
 from shardkit.read.column_pieces import ColumnPiece
 from shardkit.read.dataset import StoredDataset
 from shardkit.read.options import ReadOptions

@@ -9,7 +9,7 @@ index (P28), and rank ``r`` takes rows ``r*b:(r+1)*b``. The workers of a rank ta
 batches in *units* of ``group`` consecutive ones (``batches_per_transfer``, X8), unit ``u``
 going to worker ``u mod W``, so DataLoader's in-order round robin over workers hands the loop
 ``g = 0, 1, 2, ...`` (P30). Every consumer starts at 0: a resume is a new ``start`` (P31,
-plan/global_state.py), never per-consumer offsets.
+plan/global_order/state.py), never per-consumer offsets.
 
 Same interface as :class:`shardkit.plan.Plan` where the loader uses one (``StepPlan``,
 ``consumer_windows``, ``shards_of``, ``dropped_indices``); immutable and thread-safe.
@@ -23,7 +23,7 @@ from dataclasses import replace
 import numpy as np
 
 from shardkit.errors import PlanError
-from shardkit.plan.global_rows import RowCursor, Rows, rows_window, sorted_rows, window_rows
+from shardkit.plan.global_order.rows import RowCursor, Rows, rows_window, sorted_rows, window_rows
 from shardkit.plan.interleave import InterleavedRange
 from shardkit.plan.params import PlanParams
 from shardkit.plan.plan import shard_order

@@ -23,9 +23,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from shardkit.errors import PlanError
-from shardkit.plan.token_blocks import Block, BlockCutter, BlockOptions, Piece
-from shardkit.plan.token_pack_count import count_pack_blocks, group_bounds
-from shardkit.plan.token_pieces import Pieces
+from shardkit.plan.tokens.blocks import Block, BlockCutter, BlockOptions, Piece
+from shardkit.plan.tokens.pack_count import count_pack_blocks, group_bounds
+from shardkit.plan.tokens.pieces import Pieces
 
 
 class Pool(Protocol):

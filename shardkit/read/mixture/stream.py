@@ -1,6 +1,6 @@
 """A consumer's samples of a mixture plan: global shards -> (source, local shard) -> samples.
 
-The mixture plan (shardkit.plan.mixture_state) numbers the sources' shards one after another;
+The mixture plan (shardkit.plan.mixture.state) numbers the sources' shards one after another;
 :class:`MixtureOpener` keeps one :class:`ShardOpener` per source (its own store, cache keys by
 that dataset's fingerprint, its own prefetch list) and maps a global shard index to the right
 one. Windows decode source by source; the openers share one bound on open shards (RP1), so
@@ -16,8 +16,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from shardkit.plan import Plan
-from shardkit.plan.mixture_state import shard_bases
-from shardkit.read.mixture import OpenMixture
+from shardkit.plan.mixture.state import shard_bases
+from shardkit.read.mixture.config import OpenMixture
 from shardkit.read.open_shards import MAX_SHARD_DESCRIPTORS, OpenShards
 from shardkit.read.options import ReadOptions
 from shardkit.read.shard_reader import ShardReader

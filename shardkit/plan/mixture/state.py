@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import PlanError, StateError
-from shardkit.plan.mixture import MixSource, MixSpec, ScheduleStep
-from shardkit.plan.mixture_remix import EpochSource, later_spec, remix, remix_description
-from shardkit.plan.mixture_segments import segmented_sequence
-from shardkit.plan.mixture_sequence import SALT_MIX_ORDER, MixedSequence, name_word
-from shardkit.plan.mixture_state_check import MIX_KIND, MIX_STATE_KEYS, MIX_STATE_VERSION, WEIGHTS_KEY, check_state
-from shardkit.plan.mixture_weights import source_stream
+from shardkit.plan.mixture.remix import EpochSource, later_spec, remix, remix_description
+from shardkit.plan.mixture.segments import segmented_sequence
+from shardkit.plan.mixture.sequence import SALT_MIX_ORDER, MixedSequence, name_word
+from shardkit.plan.mixture.spec import MixSource, MixSpec, ScheduleStep
+from shardkit.plan.mixture.state_check import MIX_KIND, MIX_STATE_KEYS, MIX_STATE_VERSION, WEIGHTS_KEY, check_state
+from shardkit.plan.mixture.weights import source_stream
 from shardkit.plan.params import PlanParams
 from shardkit.plan.partition import equal_steps
 from shardkit.plan.plan import Plan

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardkit.plan.token_blocks import Piece, num_positions
-from shardkit.plan.token_index import EpochIndex
-from shardkit.plan.token_lengths_source import DocArray
-from shardkit.plan.token_pieces import Pieces
-from shardkit.plan.token_plan import TokenPlan
-from shardkit.plan.token_pool import document_needs
+from shardkit.plan.tokens.blocks import Piece, num_positions
+from shardkit.plan.tokens.index import EpochIndex
+from shardkit.plan.tokens.lengths_source import DocArray
+from shardkit.plan.tokens.pieces import Pieces
+from shardkit.plan.tokens.plan import TokenPlan
+from shardkit.plan.tokens.pool import document_needs
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,11 @@ from shardkit.errors import StateError
 from shardkit.plan.params import PlanParams
 from shardkit.plan.plan import Plan, base_plan
 from shardkit.plan.state import STATE_VERSION
-from shardkit.plan.token_blocks import BlockCutter, BlockOptions, Piece, num_positions
-from shardkit.plan.token_config import LEVEL_KEYS, TokenBlocks
-from shardkit.plan.token_index import EpochIndex, segment_lengths
-from shardkit.plan.token_lengths_source import ArrayLengths, LengthSource
-from shardkit.plan.token_pool import WorkSplit, consumer_state, remainder_pool, split_work
+from shardkit.plan.tokens.blocks import BlockCutter, BlockOptions, Piece, num_positions
+from shardkit.plan.tokens.config import LEVEL_KEYS, TokenBlocks
+from shardkit.plan.tokens.index import EpochIndex, segment_lengths
+from shardkit.plan.tokens.lengths_source import ArrayLengths, LengthSource
+from shardkit.plan.tokens.pool import WorkSplit, consumer_state, remainder_pool, split_work
 
 __all__ = ["TokenLevel", "TokenPlan", "build_token_plan", "epoch_order", "order_plan", "segment_lengths",
            "single_params", "token_yield_problem"]

@@ -33,12 +33,12 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import PlanError
-from shardkit.plan.mixture import COMPOSITIONS, UNITS, MixSource, MixSpec, ScheduleStep
+from shardkit.plan.mixture.spec import COMPOSITIONS, UNITS, MixSource, MixSpec, ScheduleStep
 from shardkit.plan.params import MAX_INT
 from shardkit.plan.sample_weights import SampleWeights
 from shardkit.read.dataset import StoredDataset, open_dataset, split_manifest_path
 from shardkit.read.field_values import read_numeric_field
-from shardkit.read.token_lengths import document_lengths
+from shardkit.read.tokens.lengths import document_lengths
 
 _TOP_KEYS = {"samples_per_epoch", "composition", "sources", "schedule", "weight_unit", "token_field"}
 _STEP_KEYS = {"first_epoch", "first_sample", "weights"}

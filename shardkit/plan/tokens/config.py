@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardkit.errors import PlanError
-from shardkit.plan.token_blocks import BlockOptions
-from shardkit.plan.token_rows import IGNORE_INDEX, LABEL_LAYOUTS, TokenOptions
+from shardkit.plan.tokens.blocks import BlockOptions
+from shardkit.plan.tokens.rows import IGNORE_INDEX, LABEL_LAYOUTS, TokenOptions
 
 IDENTITY_KEYS = ("field", "mode", "bos_id", "eos_id")  # what a position is (TB8: never changed)
 LEVEL_KEYS = ("seq_len", "long_docs", "open_blocks")  # how a level cuts (may change, TB8)

@@ -2,7 +2,7 @@
 TB3, TB6, TB27). Pure.
 
 TB6 decides a pack level's step count from every consumer's block count ``k_c``, which is the
-number of blocks :class:`~shardkit.plan.token_blocks.BlockCutter` yields on the consumer's work.
+number of blocks :class:`~shardkit.plan.tokens.blocks.BlockCutter` yields on the consumer's work.
 ``count_pack_blocks`` replays the same placement — a piece of at least ``seq_len`` positions
 gives full blocks of its own (split) or one (truncate); a shorter one goes best-fit (or
 first-fit) into at most ``open_blocks`` open blocks, a new one opened while there is room,
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from shardkit.plan.token_blocks import BlockCutter, BlockOptions, Piece
-from shardkit.plan.token_pieces import Pieces
+from shardkit.plan.tokens.blocks import BlockCutter, BlockOptions, Piece
+from shardkit.plan.tokens.pieces import Pieces
 
 
 def count_pack_blocks(pieces: Sequence[Piece] | Pieces, options: BlockOptions) -> int:

@@ -16,12 +16,12 @@ import numpy as np
 
 from shardkit.errors import FormatError
 from shardkit.plan import Plan
-from shardkit.read.mixture import OpenMixture
-from shardkit.read.mixture_stream import iter_mixture_consumer, source_of_indices
+from shardkit.read.mixture.config import OpenMixture
+from shardkit.read.mixture.stream import iter_mixture_consumer, source_of_indices
 from shardkit.read.options import ReadOptions
 from shardkit.read.stats import ReadStats
 from shardkit.read.stream import WindowSamples
-from shardkit.read.token_docs import EpochDocuments, sample_of
+from shardkit.read.tokens.docs import EpochDocuments, sample_of
 from shardkit.storage import ShardCache
 
 

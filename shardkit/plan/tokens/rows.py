@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import PlanError
-from shardkit.plan.token_blocks import Block, Piece
+from shardkit.plan.tokens.blocks import Block, Piece
 
 IGNORE_INDEX = -100
 LABEL_LAYOUTS = ("shifted", "hf")  # TB20: the target of input j at column j, or at column j + 1

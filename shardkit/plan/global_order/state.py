@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import PlanError, StateError
-from shardkit.plan.global_order import GlobalOrderPlan, dataset_sequence, sequence_params, units_below
+from shardkit.plan.global_order.order import GlobalOrderPlan, dataset_sequence, sequence_params, units_below
 from shardkit.plan.params import MAX_INT, PlanParams
 from shardkit.plan.sequence import SampleSequence
 from shardkit.plan.spans import ShardSizes

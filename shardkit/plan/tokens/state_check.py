@@ -12,7 +12,7 @@ from typing import Any
 from shardkit.errors import PlanError, StateError
 from shardkit.plan.params import MAX_CONSUMERS, MAX_INT
 from shardkit.plan.state import MAX_STATE_LEVELS
-from shardkit.plan.token_config import IDENTITY_KEYS, LEVEL_KEYS, TokenBlocks
+from shardkit.plan.tokens.config import IDENTITY_KEYS, LEVEL_KEYS, TokenBlocks
 
 CONSUMER_KEYS = ("blocks", "carry", "doc_index", "piece_index", "token_offset")
 

@@ -19,8 +19,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from shardkit.plan.mixture_cuts import first_counts
-from shardkit.plan.mixture_prefix import Interleave
+from shardkit.plan.mixture.cuts import first_counts
+from shardkit.plan.mixture.prefix import Interleave
 from shardkit.plan.rng import first_of_permutation, permutation, philox_key, raw_stream
 from shardkit.plan.sequence import EpochSequence, SampleSequence, window_bounds
 from shardkit.plan.spans import Decoded, Span, Window, join_decoded

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from shardkit.errors import PlanError, StateError
-from shardkit.plan.token_pieces import Piece, Pieces
+from shardkit.plan.tokens.pieces import Piece, Pieces
 
 __all__ = ["MODES", "Block", "BlockCutter", "BlockOptions", "Piece", "Pieces", "epoch_pieces", "num_positions"]
 
