@@ -188,7 +188,7 @@ class MixedSequence(SampleSequence):
         """Row ``j``: per source, its outputs among ``lo[j]:hi[j]`` (inside one window, each in
         another; ``bounds``: their windows' prefixes, a row each): the sources of
         :meth:`cut_outputs`, counted. ``random``: each window's Philox stream and a few passes
-        over it, no order and no list (mixture_cuts.py)."""
+        over it, no order and no list (cuts.py)."""
         if self._stratified or self._key is None:
             n = len(self._streams)
             return np.array([np.bincount(self.cut_outputs(a, b, (f, g))[0], minlength=n) for a, b, f, g

@@ -87,7 +87,7 @@ def write_dataset(ds: Any, out: str, options: PackOptions, rows: Any = None, pro
                   order: dict[str, Any] | None = None, found: Any = None) -> RayPackSummary:
     """Write the Ray dataset ``ds`` of dict rows as a shardkit dataset at ``out``; ``order`` is
     the manifest's (M9; None: the dataset's own order, ``{"shuffled": false}``). With ``found``
-    (``ray_shuffle.ShuffleSummary``), ``ds`` holds encoded samples (column ``data``) and
+    (``shuffle.ShuffleSummary``), ``ds`` holds encoded samples (column ``data``) and
     ``found`` their schema and skipped records. A dataset being replaced stays whole and
     readable until the new manifest is published, and a failure leaves no file that no
     manifest names (``output.Output``, shard-format.md W5; Y1)."""

@@ -102,7 +102,7 @@ def manifest_builder(results: list[PartResult], metadata: dict[str, Any], order:
                      url: str, found: Any = None) -> BuildManifest:
     """Check the task results (one per task, some samples) and return ``build(shards, lengths)``, the
     manifest bytes for the results' shards under the names ``Output.publish`` gives them.
-    ``found`` (a ``ray_shuffle.ShuffleSummary``): the schema and skipped records, in source
+    ``found`` (a ``shuffle.ShuffleSummary``): the schema and skipped records, in source
     order, of rows the tasks received already encoded."""
     indexes = [r.task_index for r in results]
     if len(set(indexes)) != len(indexes):  # one result per task: Ray reports successful attempts only
