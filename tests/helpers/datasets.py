@@ -16,7 +16,7 @@ empty ones are built with the format's own shard builder and spliced into the ma
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -52,6 +52,16 @@ def expected_sample(sample_id: int) -> dict[str, Any]:
         "blob": bytes([sample_id % 251]) * (sample_id % 4),
         "text": f"sample-{sample_id}",
     }
+
+
+def write_ids(root: str, num_samples: int, row: Callable[[int], dict[str, Any]] | None = None,
+              **writer_options: Any) -> str:
+    """Samples ``{"id": i}`` (or ``row(i)``) for ``i`` in ``0 … num_samples-1``, written in order with
+    ``ShardWriter(root, **writer_options)``; returns ``root``."""
+    with sk.ShardWriter(root, **writer_options) as writer:
+        for i in range(num_samples):
+            writer.write({"id": i} if row is None else row(i))
+    return root
 
 
 def write_dataset(root: str, shard_sizes: Sequence[int]) -> str:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from shardkit.plan import Plan, PlanParams, shard_offsets
 from shardkit.plan.mixture.spec import MixSource, MixSpec, ScheduleStep
 from shardkit.plan.mixture.state import mixture_shard_sizes, shard_bases, source_order
-from tests.helpers.plan_strategies import consumer_samples
+from tests.helpers.plan_strategies import consumer_samples, drawn_params
 
 NAMES = ("web", "code", "books", "math", "wiki", "news")
 
@@ -50,18 +50,7 @@ def mix_specs(draw: st.DrawFn, /, max_epoch_samples: int = 600, max_changes: int
 
 @st.composite
 def mix_params(draw: st.DrawFn, /, **fixed: object) -> PlanParams:
-    values: dict[str, object] = {
-        "seed": draw(st.integers(0, 2**20)),
-        "epoch": draw(st.integers(0, 3)),
-        "world_size": draw(st.integers(1, 5)),
-        "num_workers": draw(st.integers(0, 3)),
-        "batch_size": draw(st.integers(1, 9)),
-        "tail": draw(st.sampled_from(["drop", "pad"])),
-        "shuffle": draw(st.booleans()),
-        "shuffle_window": draw(st.sampled_from([1, 5, 16, 64, 8192])),
-    }
-    values.update(fixed)
-    return PlanParams(**values)  # type: ignore[arg-type]
+    return drawn_params(draw, (2**20, 3, 5, 3, 9), draw(st.sampled_from([1, 5, 16, 64, 8192])), fixed)
 
 
 def pass_ids(spec: MixSpec, index: int, params: PlanParams) -> np.ndarray:

@@ -42,23 +42,24 @@ def shard_sizes(draw: st.DrawFn, /, max_samples: int = MAX_SAMPLES) -> list[int]
     return [int(size) for size in sizes]
 
 
+def drawn_params(draw: st.DrawFn, top: tuple[int, int, int, int, int], window: int, fixed: dict[str, object]
+                 ) -> PlanParams:
+    """Params with seed, epoch, ranks, workers and batch drawn up to ``top`` (ranks and batch from 1), both tails,
+    shuffled or not; ``fixed`` overrides any of them."""
+    seed, epoch, ranks, workers, batch = top
+    values: dict[str, object] = dict(
+        seed=draw(st.integers(0, seed)), epoch=draw(st.integers(0, epoch)), world_size=draw(st.integers(1, ranks)),
+        num_workers=draw(st.integers(0, workers)), batch_size=draw(st.integers(1, batch)),
+        tail=draw(st.sampled_from(["drop", "pad"])), shuffle=draw(st.booleans()), shuffle_window=window)
+    return PlanParams(**{**values, **fixed})  # type: ignore[arg-type]
+
+
 @st.composite
 def plan_params(draw: st.DrawFn, /, num_samples: int, **fixed: object) -> PlanParams:
     """Params over R 1-64, W 0-8, B 1-64, both tails, epochs 0-5, windows >= N/2000."""
     smallest_window = max(1, num_samples // 2000)
     window = draw(st.sampled_from([1, 3, 64, 1000, 8192]).map(lambda w: max(w, smallest_window)))
-    values: dict[str, object] = {
-        "seed": draw(st.integers(0, 2**40)),
-        "epoch": draw(st.integers(0, 5)),
-        "world_size": draw(st.integers(1, 64)),
-        "num_workers": draw(st.integers(0, 8)),
-        "batch_size": draw(st.integers(1, 64)),
-        "tail": draw(st.sampled_from(["drop", "pad"])),
-        "shuffle": draw(st.booleans()),
-        "shuffle_window": window,
-    }
-    values.update(fixed)
-    return PlanParams(**values)  # type: ignore[arg-type]
+    return drawn_params(draw, (2**40, 5, 64, 8, 64), window, fixed)
 
 
 @st.composite

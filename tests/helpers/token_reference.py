@@ -32,12 +32,14 @@ class ConcatWalker:
 
     def _take(self, limit: int) -> Piece:
         head = self.pieces[self.piece_index]
-        start = head.start + self.offset
-        stop = min(head.stop, start + limit)
-        self.offset += stop - start
-        if head.start + self.offset == head.stop:
-            self.piece_index, self.offset = self.piece_index + 1, 0
-        return Piece(head.doc_index, start, stop)
+        left = (head.stop - head.start) - self.offset
+        taken = Piece(head.doc_index, head.start + self.offset, head.start + self.offset + min(left, limit))
+        if limit >= left:
+            self.piece_index += 1
+            self.offset = 0
+        else:
+            self.offset += limit
+        return taken
 
     def next_block(self) -> Block | None:
         used, taken = 0, []

@@ -13,6 +13,7 @@ import pytest
 import shardkit as sk
 from shardkit.cli import main
 from shardkit.read.audit import mixture_expectation, weighted_multiplicities
+from tests.helpers.datasets import write_ids
 from tests.unit.test_audit_weighted import EPOCH_SIZE, NUM_SAMPLES, SEED, dataset, write_run  # noqa: F401
 
 
@@ -85,10 +86,7 @@ def test_a_weighted_run_names_the_sample_off_its_multiplicity(
 
 def test_a_mixture_run_names_the_source_and_index(
         dataset: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
-    other = str(tmp_path / "other")
-    with sk.ShardWriter(other, shard_size=400) as writer:
-        for i in range(7):
-            writer.write({"id": i})
+    other = write_ids(str(tmp_path / "other"), 7, shard_size=400)
     mix = tmp_path / "mix.toml"
     mix.write_text(f'samples_per_epoch = 40\n[[sources]]\npath = "{dataset}"\nname = "big"\nweight = 0.5\n'
                    f'[[sources]]\npath = "{other}"\nname = "small"\nweight = 0.5\n')

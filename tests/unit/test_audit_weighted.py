@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import shardkit as sk
+from tests.helpers.datasets import write_ids
 from tests.helpers.trainer_jobs import REPO, load_audit
 
 NUM_SAMPLES, EPOCH_SIZE, SEED = 60, 90, 3
@@ -107,10 +108,7 @@ def test_the_audit_checks_a_mixture_run_with_a_weighted_source(dataset: str, tmp
     mixture epoch's count (weighted passes included): exit 0 for the planned multiset, exit 1
     for one copy too many of the weighted source."""
     tool = load_audit()
-    other = str(tmp_path / "other")
-    with sk.ShardWriter(other, shard_size=400) as writer:
-        for i in range(7):
-            writer.write({"id": i})
+    other = write_ids(str(tmp_path / "other"), 7, shard_size=400)
     mix = tmp_path / "mix.toml"
     mix.write_text(f'samples_per_epoch = 50\n[[sources]]\npath = "{dataset}"\nname = "w"\nweight = 0.8\n'
                    f'sample_weights = "weight"\n[[sources]]\npath = "{other}"\nweight = 0.2\n')

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import shardkit as sk
+from tests.helpers.datasets import write_ids
 from tests.helpers.resume import TOO_MANY_WORKERS
 
 pytestmark = pytest.mark.filterwarnings(TOO_MANY_WORKERS)
@@ -21,13 +22,7 @@ PARAMS: dict[str, Any] = {"seed": 3, "tail": "pad", "shuffle_window": 16}
 @pytest.fixture(scope="module")
 def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp("mixture_copies")
-    found = {}
-    for name, size in SIZES.items():
-        found[name] = str(folder / name)
-        with sk.ShardWriter(found[name], shard_size=300, block_size=100) as writer:
-            for i in range(size):
-                writer.write({"id": i})
-    return found
+    return {name: write_ids(str(folder / name), size, shard_size=300, block_size=100) for name, size in SIZES.items()}
 
 
 def augment(sample: dict[str, Any], ctx: sk.SampleContext) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ import shardkit as sk
 from shardkit.errors import StateError
 from shardkit.plan import PlanParams
 from shardkit.plan.mixture.spec import MixSpec
+from tests.helpers.datasets import write_ids
 from tests.helpers.mixture_strategies import source_of
 from tests.helpers.mixture_weights_reference import expected_elements
 from tests.helpers.resume import TOO_MANY_WORKERS
@@ -30,13 +32,11 @@ QUALITY = np.where(np.arange(90) % 10 == 0, 6.0, np.where(np.arange(90) % 7 == 0
 def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Two datasets of several shards; ``web`` has a ``quality`` field (heavy, zero and plain)."""
     folder = tmp_path_factory.mktemp("mixture_weights")
-    found = {}
-    for name, size in SIZES.items():
-        found[name] = str(folder / name)
-        with sk.ShardWriter(found[name], shard_size=600, block_size=200) as writer:
-            for i in range(size):
-                writer.write({"id": i, "quality": float(QUALITY[i]) if name == "web" else 1.0})
-    return found
+    def row(name: str) -> Callable[[int], dict[str, Any]]:
+        return lambda i: {"id": i, "quality": float(QUALITY[i]) if name == "web" else 1.0}
+
+    return {name: write_ids(str(folder / name), size, row(name), shard_size=600, block_size=200)
+            for name, size in SIZES.items()}
 
 
 def augment(sample: dict[str, Any], ctx: sk.SampleContext) -> dict[str, Any]:
