@@ -88,6 +88,7 @@ class BlockCutter:
         self.bins: list[list[Piece]] = []  # pack mode: the open blocks (carry)
         self.used: list[int] = []  # positions in each open block
         self._items: dict[int, list[Piece]] = {}  # the pieces as tuples, made a run of them at a time
+        self._run_lo, self._run = 0, self._items.get(0, [])  # the run last used: pieces _run_lo …
         self._ends: list[int] | None = None  # concat: positions up to the end of each piece
 
     # ---- state (TB5) -------------------------------------------------------------------
@@ -127,12 +128,16 @@ class BlockCutter:
     def _piece(self, index: int) -> Piece:
         """Piece ``index`` as a tuple: made ``_RUN`` at a time when first needed (a consumer's
         first block costs a run, not all its pieces, TB25)."""
+        at = index - self._run_lo
+        if 0 <= at < len(self._run):  # the cutter walks forward: almost always the current run
+            return self._run[at]
         run, at = divmod(index, _RUN)
         items = self._items.get(run)
         if items is None:
             if len(self._items) > 2:
                 self._items.clear()
             items = self._items[run] = list(self.pieces[run * _RUN:(run + 1) * _RUN])
+        self._run_lo, self._run = run * _RUN, items
         return items[at]
 
     def _take(self, limit: int) -> Piece:

@@ -74,23 +74,21 @@ class DocArray:
     """``values[d - lo]`` for documents ``lo … lo + len(values) - 1``, indexed by document index
     (an int or an int array). ``get(docs, fill)`` gives ``fill`` where ``docs < 0``."""
 
-    __slots__ = ("lo", "values")
+    __slots__ = ("hi", "lo", "values")
 
     def __init__(self, lo: int, values: np.ndarray) -> None:
         self.lo, self.values = int(lo), values
-
-    @property
-    def hi(self) -> int:
-        return self.lo + len(self.values)
+        self.hi = self.lo + len(values)  # values is never replaced: map() makes another array
 
     def __len__(self) -> int:
         return len(self.values)
 
     def __getitem__(self, d: Any) -> Any:
-        if isinstance(d, (int, np.integer)):
-            if not self.lo <= d < self.hi:
+        if d.__class__ is int or isinstance(d, np.integer):  # the per-segment path: one document
+            at = int(d) - self.lo
+            if not 0 <= at < self.hi - self.lo:
                 raise IndexError(f"document {int(d)} outside this consumer's documents {self.lo}…{self.hi - 1}")
-            return self.values[int(d) - self.lo]
+            return self.values[at]
         docs = np.asarray(d)
         if docs.size and (int(docs.min()) < self.lo or int(docs.max()) >= self.hi):
             raise IndexError(f"documents {int(docs.min())}…{int(docs.max())} outside this consumer's documents "
