@@ -178,7 +178,9 @@ class MixtureSource:
         return {MIXTURE_KEY: self._started}
 
     def receive(self, payload: dict[str, Any]) -> bool:
-        """A worker's iteration begins with the loaded mixture state; whether its plans changed."""
+        """A worker's iteration begins with the loaded mixture state; whether its plans changed.
+        Its datasets get stores usable in this process once, not once per stream (after a fork)."""
+        self.opened.datasets = tuple(ds.in_this_process() for ds in self.opened.datasets)
         started = payload.get(MIXTURE_KEY)
         if started is None or started == self._started:
             return False

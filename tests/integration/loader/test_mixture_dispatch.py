@@ -6,7 +6,9 @@ the loader"; its epoch source is a ``MixtureSource``, specs/partition.md §Compo
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -77,3 +79,22 @@ def test_a_mixture_is_checked_as_a_mixture_sources_smaller_than_a_batch_work(tmp
     tiny = sk.Mixture([sk.Source(root, 1.0, f"s{i}") for i, root in enumerate(roots)], samples_per_epoch=63)
     with pytest.raises(PlanError, match="63 samples"):  # an epoch smaller than a batch: still refused
         sk.StreamingDataset(tiny, batch_size=64)
+
+
+def test_a_worker_opens_each_source_store_once_not_once_per_iteration(roots: dict[str, str]) -> None:
+    """After a fork a dataset's store is reopened (async clients are not fork-safe), once per
+    process: a persistent worker's second iteration reuses the stores of its first, for one
+    dataset and for every source of a mixture."""
+    mix = sk.Mixture([sk.Source(roots["web"], 0.75), sk.Source(roots["code"], 0.25)], samples_per_epoch=40)
+    for dataset in (sk.StreamingDataset(mix, batch_size=4), sk.StreamingDataset(roots["web"], batch_size=4)):
+        source = dataset.source
+        forked = tuple(dataclasses.replace(ds, pid=-1) for ds in source.datasets)  # as opened in the parent
+        if isinstance(source, MixtureSource):
+            source.opened.datasets = forked
+        else:
+            source.dataset = forked[0]
+        source.receive(source.payload())
+        first = source.datasets
+        assert all(ds.pid == os.getpid() and ds.store is not old.store for ds, old in zip(first, forked, strict=True))
+        source.receive(source.payload())
+        assert all(a is b for a, b in zip(source.datasets, first, strict=True))
