@@ -14,8 +14,9 @@ import numpy as np
 from hypothesis import strategies as st
 
 from shardkit.plan import Plan, PlanParams, shard_offsets
+from shardkit.plan.mixture.sequence import source_order
 from shardkit.plan.mixture.spec import MixSource, MixSpec, ScheduleStep
-from shardkit.plan.mixture.state import mixture_shard_sizes, shard_bases, source_order
+from shardkit.plan.mixture.state import mixture_shard_sizes, shard_bases
 from tests.helpers.plan_strategies import consumer_samples, drawn_params
 
 NAMES = ("web", "code", "books", "math", "wiki", "news")

@@ -20,6 +20,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from shardkit.plan import Plan, PlanParams, shard_offsets
+from shardkit.plan.mixture.sequence import source_order
 from shardkit.plan.mixture.spec import MixSource, MixSpec
 from shardkit.plan.mixture.state import (
     mixture_plan,
@@ -28,7 +29,6 @@ from shardkit.plan.mixture.state import (
     resume_epoch,
     resume_mixture,
     shard_bases,
-    source_order,
 )
 from shardkit.plan.mixture.weights import copy_stride, pass_length, pass_offset
 from shardkit.plan.sample_weights import SampleWeights

@@ -28,7 +28,7 @@ import numpy as np
 
 from shardkit.errors import StateError
 from shardkit.plan.mixture.remainder import Remainder, UntakenStream
-from shardkit.plan.mixture.sequence import MixedSequence
+from shardkit.plan.mixture.sequence import MixedSequence, shard_bases_of, source_order
 from shardkit.plan.mixture.spec import MixSource, MixSpec, largest_remainder
 from shardkit.plan.mixture.weights import source_stream
 from shardkit.plan.params import PlanParams
@@ -81,7 +81,6 @@ def remix(old: EpochSource, base_state: dict[str, Any], spec: MixSpec, weights: 
     depth = old.depth + 1
 
     def base(all_sizes: np.ndarray, params: PlanParams) -> Plan:
-        from shardkit.plan.mixture.state import shard_bases_of, source_order  # noqa: PLC0415 - cycle
 
         bases = shard_bases_of(sources)
         streams = [UntakenStream(untaken, i, source_stream(s, source_order(s, params.seed, params.shuffle),

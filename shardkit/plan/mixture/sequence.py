@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +25,9 @@ from shardkit.plan.mixture.prefix import Interleave
 from shardkit.plan.rng import first_of_permutation, permutation, philox_key, raw_stream
 from shardkit.plan.sequence import EpochSequence, SampleSequence, window_bounds
 from shardkit.plan.spans import Decoded, Span, Window, join_decoded
+
+if TYPE_CHECKING:
+    from shardkit.plan.mixture.spec import MixSource
 
 SALT_MIX_ORDER = 11  # a source's shard order: (11, seed, name word)
 SALT_MIX_WINDOW = 12  # window j's permutation: (12, seed, epoch, j[, source])
@@ -287,3 +291,15 @@ def _zero_based_perm(key: tuple[int, ...], index: int, source: int, length: int)
     if length <= 1:
         return np.zeros(length, dtype=np.int64)
     return permutation(philox_key(SALT_MIX_WINDOW, *key, index, source), length)
+
+
+def shard_bases_of(sources: Sequence[MixSource]) -> np.ndarray:
+    counts = [len(source.shard_sizes) for source in sources]
+    return np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(counts, dtype=np.int64)])
+
+
+def source_order(source: MixSource, seed: int, shuffle: bool) -> np.ndarray:
+    """The fixed shard order a source's passes walk (MX2); manifest order without shuffle."""
+    if not shuffle:
+        return np.arange(len(source.shard_sizes), dtype=np.int64)
+    return permutation(philox_key(SALT_MIX_ORDER, seed, name_word(source.name)), len(source.shard_sizes))

@@ -19,14 +19,13 @@ import numpy as np
 from shardkit.errors import PlanError, StateError
 from shardkit.plan.mixture.remix import EpochSource, later_spec, remix, remix_description
 from shardkit.plan.mixture.segments import segmented_sequence
-from shardkit.plan.mixture.sequence import SALT_MIX_ORDER, MixedSequence, name_word
+from shardkit.plan.mixture.sequence import MixedSequence, shard_bases_of, source_order
 from shardkit.plan.mixture.spec import MixSource, MixSpec, ScheduleStep
 from shardkit.plan.mixture.state_check import MIX_KIND, MIX_STATE_KEYS, MIX_STATE_VERSION, WEIGHTS_KEY, check_state
 from shardkit.plan.mixture.weights import source_stream
 from shardkit.plan.params import PlanParams
 from shardkit.plan.partition import equal_steps
 from shardkit.plan.plan import Plan
-from shardkit.plan.rng import permutation, philox_key
 from shardkit.plan.sequence import SampleSequence
 from shardkit.plan.state import build_plan, plan_to_state, validate_state
 
@@ -36,21 +35,9 @@ def shard_bases(spec: MixSpec) -> np.ndarray:
     return shard_bases_of(spec.sources)
 
 
-def shard_bases_of(sources: Sequence[MixSource]) -> np.ndarray:
-    counts = [len(source.shard_sizes) for source in sources]
-    return np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(counts, dtype=np.int64)])
-
-
 def mixture_shard_sizes(spec: MixSpec) -> np.ndarray:
     """The sources' shard sizes concatenated: the plan's global shard space."""
     return np.concatenate([s.shard_sizes for s in spec.sources] + [np.zeros(0, dtype=np.int64)])
-
-
-def source_order(source: MixSource, seed: int, shuffle: bool) -> np.ndarray:
-    """The fixed shard order a source's passes walk (MX2); manifest order without shuffle."""
-    if not shuffle:
-        return np.arange(len(source.shard_sizes), dtype=np.int64)
-    return permutation(philox_key(SALT_MIX_ORDER, seed, name_word(source.name)), len(source.shard_sizes))
 
 
 def mixed_sequence(spec: MixSpec, params: PlanParams) -> SampleSequence:
