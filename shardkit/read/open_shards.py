@@ -8,7 +8,7 @@ together, and at most ``keep`` readers of any one owner (a dataset's own rule: 2
 1 leased cached one); opening one more closes the least recently used first, on the
 consumer's thread, before the new one is returned.
 
-A read-ahead run across spans (read/spans_ahead.py) reads at most ``keep`` distinct shards at
+A read-ahead run across spans (read/fetcher.py) reads at most ``keep`` distinct shards at
 a time, and every reader it still reads was returned after any other; so as long as ``limit``
 covers every owner's ``keep`` readers, the LRU never closes a shard the run still reads.
 
@@ -35,7 +35,7 @@ MAX_SHARD_DESCRIPTORS = 128
 
 
 class ShardReaders(Protocol):
-    """What reads a consumer's windows (read/stream.py ``read_window``, read/spans_ahead.py):
+    """What reads a consumer's windows (read/stream.py ``read_window``, read/fetcher.py):
     readers by shard index, at most ``keep_open`` distinct ones in use at once. ``ShardOpener``
     (one dataset) and ``MixtureOpener`` (global shard indices over sources) are two."""
 

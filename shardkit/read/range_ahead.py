@@ -1,20 +1,22 @@
-"""Blocks of a remote shard fetched by concurrent range requests ahead of their consumer (K33).
+"""Blocks of a remote shard fetched by concurrent range requests ahead of their consumer (K33):
+the ``"ranges"`` way of the block fetcher (read/fetcher.py).
 
 Without a cache dir a shard's blocks come straight from the store. One request per block, in
-order, leaves the link idle for a round trip per block; ``RangesAhead`` keeps up to
-``max_requests`` range requests in flight over the blocks a run will read next, joins adjacent
-blocks into one request up to ``coalesce_bytes`` (blocks are contiguous, I3), and stops
-fetching while ``max_bytes`` stored bytes are fetched but not yet consumed. The first request
-of a run is its first block alone, so the first batch waits for one block, not for a range.
+order, leaves the link idle for a round trip per block; the fetcher keeps up to
+``max_requests`` range requests in flight over the blocks a run reads next, joins adjacent
+blocks of one shard into one request up to ``coalesce_bytes`` (blocks are contiguous, I3), and
+stops fetching while ``max_bytes`` stored bytes are fetched but not yet consumed.
+``group_blocks`` is that grouping over one shard's run: the first block alone (the block the
+consumer is reaching, so a first batch waits for one block, not for a range), then as many as
+fit.
 
 Each block is checked against its xxh64 on the fetching thread (I5) — the error names the
 shard and the block — and raised where the consumer reaches that block, never lost.
 
 Threads: one small pool per run, made by the process that reads (so a forked DataLoader worker
-never inherits one), shut down by ``close`` (``ShardReader.sample_chunks`` calls it in
-``finally``, so an early ``break`` leaves no thread): queued requests are cancelled and running
-ones — each bounded by the store's timeouts — are waited for. Not thread-safe: one consumer
-per run.
+never inherits one) on its first request, shut down by ``close`` (the run's ``finally``, so an
+early ``break`` leaves no thread): queued requests are cancelled and running ones — each
+bounded by the store's timeouts — are waited for. Not thread-safe: one consumer per run.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from typing import Any
 
 import numpy as np
 
-Fetch = Callable[[int, int], Sequence[bytes | memoryview]]
 Sizes = Sequence[int] | np.ndarray[Any, Any]  # stored size of each block of the shard, by index
 
 
@@ -62,49 +63,49 @@ def group_blocks(sizes: Sizes, blocks: range, coalesce_bytes: int) -> list[range
 
 
 class RangesAhead:
-    """The blocks of one run, fetched ahead; ``take(i)`` in block order returns block ``i``.
+    """Range requests of one run in flight, oldest first, with the shape of ``BlocksAhead``:
+    ``submit(positions, sizes, fetch)`` starts one request whose ``fetch()`` returns the checked
+    stored bytes of the blocks at those run positions (adjacent blocks of one shard);
+    ``holds(p)`` says whether ``p`` is the next position handed back; ``take()`` returns it,
+    waiting for its request, and raises the request's error there."""
 
-    ``fetch(first, stop)`` runs on a pool thread and returns the checked stored bytes of blocks
-    ``[first, stop)``; ``sizes[i]`` is block ``i``'s stored size."""
-
-    def __init__(self, fetch: Fetch, sizes: Sizes, blocks: range, options: RangeOptions) -> None:
-        self._fetch, self._sizes, self._options = fetch, sizes, options
-        self._groups = deque(group_blocks(sizes, blocks, options.coalesce_bytes))
-        self._in_flight: deque[tuple[range, Future[Sequence[bytes | memoryview]]]] = deque()
+    def __init__(self, options: RangeOptions) -> None:
+        self.options = options
+        self._requests: deque[Future[Sequence[bytes | memoryview]]] = deque()
         self._ready: deque[bytes | memoryview] = deque()
-        self._next = blocks.start  # the block ``take`` hands out next
+        self._positions: deque[tuple[int, int]] = deque()  # (run position, stored bytes) not yet taken
         self._bytes = 0  # stored bytes requested and not yet taken
-        self._pool = ThreadPoolExecutor(max_workers=options.max_requests, thread_name_prefix="shardkit-range")
-        self._submit()
+        self._pool: ThreadPoolExecutor | None = None
 
-    def take(self, block_index: int) -> bytes | memoryview:
-        """Block ``block_index``'s checked stored bytes; its fetch error is raised here."""
-        if block_index != self._next:
-            raise ValueError(f"blocks are taken in order: expected {self._next}, got {block_index}")
+    def has_room(self, stored_bytes: int) -> bool:
+        """Room for one more request of ``stored_bytes`` (always when nothing is outstanding)."""
+        if len(self._requests) >= self.options.max_requests:
+            return False
+        return not self._bytes or self._bytes + stored_bytes <= self.options.max_bytes
+
+    def submit(self, positions: Sequence[int], sizes: Sequence[int],
+               fetch: Callable[[], Sequence[bytes | memoryview]]) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.options.max_requests,
+                                            thread_name_prefix="shardkit-range")
+        self._requests.append(self._pool.submit(fetch))
+        self._positions.extend(zip(positions, sizes, strict=True))
+        self._bytes += sum(sizes)
+
+    def holds(self, position: int) -> bool:
+        return bool(self._positions) and self._positions[0][0] == position
+
+    def take(self) -> bytes | memoryview:
+        """The oldest position's checked stored bytes; its request's error is raised here."""
         if not self._ready:
-            _, future = self._in_flight.popleft()
-            self._ready.extend(future.result())  # waits; re-raises the fetch's error
-            self._submit()
-        stored = self._ready.popleft()
-        self._next += 1
-        self._bytes -= int(self._sizes[block_index])
-        self._submit()
-        return stored
+            self._ready.extend(self._requests.popleft().result())  # waits; re-raises the fetch's error
+        self._bytes -= self._positions.popleft()[1]
+        return self._ready.popleft()
 
     def close(self) -> None:
         """Cancel what has not started, wait for running requests; no thread outlives this."""
-        self._groups.clear()
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        self._in_flight.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        self._requests.clear()
         self._ready.clear()
-
-    def _submit(self) -> None:
-        options = self._options
-        while self._groups and len(self._in_flight) < options.max_requests:
-            group = self._groups[0]
-            size = sum(int(self._sizes[i]) for i in group)
-            if self._bytes and self._bytes + size > options.max_bytes:
-                break
-            self._groups.popleft()
-            self._bytes += size
-            self._in_flight.append((group, self._pool.submit(self._fetch, group.start, group.stop)))
+        self._positions.clear()

@@ -1,8 +1,9 @@
-"""Blocks fetched ahead of their consumer by one helper thread per process.
+"""Blocks fetched ahead of their consumer by one helper thread per process: the ``"helper"`` way
+of the block fetcher (read/fetcher.py, specs/read-path.md RP5).
 
-``ShardReader.sample_chunks`` hands the next blocks of its run (up to ``AHEAD_BYTES`` of them)
-to the helper, which reads, checks (I5) and decompresses them while the consumer decodes and
-collates the current one. xxhash, zstd and file reads release the GIL, so on a spare core the
+The fetcher hands the next blocks of its run (up to ``AHEAD_BYTES`` of them) to the helper,
+which reads, checks (I5) and decompresses them while the consumer decodes and collates the
+current one. xxhash, zstd and file reads release the GIL, so on a spare core the
 check and the decompression cost the consumer nothing but two GIL hand-offs per block.
 
 Why several blocks ahead, not one: the helper needs the GIL briefly between blocks, and the
@@ -69,7 +70,7 @@ class BlocksAhead:
     """The blocks of one run that are in flight on the helper, oldest first.
 
     ``fetch(block_index)`` runs on the helper and returns the block's checked raw bytes.
-    Not thread-safe: one consumer per run. ``close`` must be called (``sample_chunks`` does, in
+    Not thread-safe: one consumer per run. ``close`` must be called (the fetcher's run does, in
     ``finally``) so that the helper is done with the reader before it is closed or reused."""
 
     def __init__(self, fetch: Callable[[int], Any], limit: int | None = None) -> None:

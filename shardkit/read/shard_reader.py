@@ -3,8 +3,9 @@
 Opening costs one suffix read (footer + index; its length is in the manifest, so exactly one
 request when the manifest entry is given: read/shard_index_read.py). Blocks are fetched,
 checked (I5) and decompressed by ``ShardBlocks`` (read/shard_blocks.py); this module turns them
-into samples. From a store (no local copy), a run of blocks is fetched ahead by concurrent range
-requests that join adjacent blocks (K33).
+into samples. Which blocks are fetched ahead, and how (a helper thread, concurrent range
+requests from a store, K33), is the block fetcher's (read/fetcher.py): the reader only says
+how its shard's blocks are fetched (``fetch_mode``, chosen once).
 
 Thread-safety: not thread-safe; use one reader per thread (the read-ahead helper thread,
 ``ReadOptions.read_ahead``, decompresses with its own zstd context).
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -25,9 +25,8 @@ from shardkit.format.column_block import LAYOUT_COLUMNS
 from shardkit.format.column_parse import parse_columns
 from shardkit.format.shard_layout import HEADER_SIZE, ShardIndex, check_header
 from shardkit.read.column_pieces import ColumnPiece, as_samples
+from shardkit.read.fetcher import HELPER, INLINE, RANGES, span_chunks
 from shardkit.read.options import ReadOptions
-from shardkit.read.range_ahead import RangesAhead
-from shardkit.read.read_ahead import BlocksAhead
 from shardkit.read.shard_blocks import ShardBlocks
 from shardkit.read.shard_index_read import check_against_manifest, read_shard_index, resolve_max_block_bytes
 from shardkit.read.sources import ByteSource
@@ -58,10 +57,13 @@ class ShardReader(ShardBlocks):
         self.max_block_bytes = resolve_max_block_bytes(max_block_bytes)
         self.stats = stats if stats is not None else ReadStats()
         self.index = index if index is not None else self._read_index()
+        self.options = options
         self.read_ahead = options.read_ahead and getattr(source, "thread_safe", False)
         self.views = options.views
         # A remote source (range requests): blocks are fetched ahead, concurrently (K33).
         self.ranges = options.ranges if getattr(source, "ranged", False) else None
+        # How the block fetcher gets this shard's blocks, chosen once (read/fetcher.py).
+        self.fetch_mode = RANGES if self.ranges is not None else HELPER if self.read_ahead else INLINE
         # The block a run stopped inside (its parsed columns, or its whole raw bytes): the next
         # window's run of this shard starts there, and is not read, checked and parsed again.
         self._kept: tuple[int, Any] | None = None
@@ -161,51 +163,10 @@ class ShardReader(ShardBlocks):
             raise CorruptShardError(f"{self.where}: sample {sample_index} does not decode: {exc}") from None
 
     def sample_chunks(self, start: int = 0, stop: int | None = None) -> Iterator[SampleChunk]:
-        """SampleChunk ``[start, stop)`` in order as one list per block, decoding only those blocks."""
-        start = max(start, 0)
+        """Samples ``[start, stop)`` in order as one chunk per block, decoding only those blocks
+        (one run of the block fetcher, read/fetcher.py)."""
         stop = self.num_samples if stop is None else min(stop, self.num_samples)
-        if start >= stop:
-            return
-        first = self.index.first_sample
-        blocks = range(self.index.block_of(start), self.index.block_of(stop - 1) + 1)
-        ahead = BlocksAhead(partial(self.raw_block_ahead, stop=stop)) if self.read_ahead and len(blocks) > 1 else None
-        ranged = (RangesAhead(self.fetch_stored_blocks, self.index.blocks["stored_size"], blocks, self.ranges)
-                  if self.ranges is not None and len(blocks) > 1 else None)
-        candidate = blocks.start + 1  # the next block to consider handing to the helper
-        try:
-            for block_index in blocks:
-                raw = None
-                if ranged is not None:
-                    waited = time.perf_counter()
-                    stored = ranged.take(block_index)
-                    self.stats.io_seconds += time.perf_counter() - waited
-                    raw = self.decode_stored_block(block_index, stored, stop=stop)
-                elif ahead is not None:
-                    candidate = self._send_ahead(ahead, max(candidate, block_index + 1), blocks.stop)
-                    if ahead.holds(block_index):
-                        waited = time.perf_counter()
-                        raw = ahead.take()
-                        self.stats.io_seconds += time.perf_counter() - waited
-                base = int(first[block_index])
-                part = (max(start - base, 0), min(stop, int(first[block_index + 1])) - base)
-                yield self.block_samples(block_index, raw, part)
-        finally:
-            if ahead is not None:  # the helper must be done with this reader before it closes
-                ahead.close()
-            if ranged is not None:  # no request of this run outlives it (K33)
-                ranged.close()
-
-    def _send_ahead(self, ahead: BlocksAhead, candidate: int, stop: int) -> int:
-        """Hand blocks ``candidate…`` to the helper while it has room; the next candidate."""
-        blocks = self.index.blocks
-        while candidate < stop:
-            raw_size = int(blocks[candidate]["raw_size"])
-            if not ahead.has_room(raw_size):
-                break
-            if self.worth_ahead(candidate):
-                ahead.submit(candidate, raw_size)
-            candidate += 1
-        return candidate
+        return span_chunks(_OwnSpans(self), [(0, max(start, 0), stop)])
 
     def keeps(self, block_index: int) -> bool:
         """Whether the block a run stopped inside, kept for the next run (P21), is ``block_index``:
@@ -234,3 +195,16 @@ class ShardReader(ShardBlocks):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _OwnSpans:
+    """One reader as the fetcher's ``Readers`` for runs over its own samples."""
+
+    keep_open = 1
+
+    def __init__(self, reader: ShardReader) -> None:
+        self._reader = reader
+        self.options, self.stats = reader.options, reader.stats
+
+    def reader(self, shard_index: int) -> ShardReader:
+        return self._reader

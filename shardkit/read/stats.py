@@ -13,7 +13,7 @@ class ReadStats:
     decode_seconds: float = 0.0  # checksum, decompression and msgpack unpacking
     raw_bytes: int = 0  # decompressed bytes produced
     blocks: int = 0
-    ahead_blocks: int = 0  # blocks a run across spans took from the read-ahead helper (spans_ahead.py)
+    ahead_blocks: int = 0  # blocks a run across spans took from the read-ahead helper (fetcher.py)
     span_starts_ahead: int = 0  # of those, a span's first block: fetched while an earlier span was read
     slowest_open_seconds: float = 0.0  # the longest single shard open (cross-rank view names it)
     slowest_shard: int = -1  # manifest index of that shard; -1: none opened yet

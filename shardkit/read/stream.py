@@ -24,12 +24,12 @@ from shardkit.plan import Plan, Window
 from shardkit.read.cached_shard import open_checked
 from shardkit.read.column_pieces import ColumnPiece, as_samples, is_run, join_pieces
 from shardkit.read.dataset import StoredDataset
+from shardkit.read.fetcher import span_chunks
 from shardkit.read.open_shards import OpenShards, ShardReaders
 from shardkit.read.options import ReadOptions
 from shardkit.read.shard_index_read import resolve_max_block_bytes
 from shardkit.read.shard_reader import SampleChunk, ShardReader
 from shardkit.read.sources import LocalFileSource, StoreSource
-from shardkit.read.spans_ahead import span_chunks
 from shardkit.read.stats import ReadStats
 from shardkit.storage import CacheItem, Prefetcher, ShardCache
 

@@ -49,7 +49,7 @@ class MixtureOpener:
 
     @property
     def keep_open(self) -> int:
-        """Shards that may be open at once in every source (a run across spans, spans_ahead.py)."""
+        """Shards that may be open at once in every source (a run across spans, fetcher.py)."""
         return self._keep_open
 
     def source_of(self, shard_index: int) -> int:

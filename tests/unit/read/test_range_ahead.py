@@ -1,8 +1,11 @@
-"""K33: how a remote run's blocks are grouped into range requests and bounded in flight."""
+"""K33, RP5, RP7: how a remote run's blocks are grouped into range requests and bounded in flight."""
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections import deque
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -21,6 +24,21 @@ def test_groups_cover_the_run_in_order_first_block_alone(sizes: list[int], coale
     assert len(groups[0]) == 1
     for group in groups[1:]:
         assert len(group) == 1 or sum(sizes[i] for i in group) <= coalesce
+
+
+def drive(ahead: RangesAhead, sizes: list[int], groups: list[range], fetch: Callable[[int, int], list[bytes]],
+          stop_after: int) -> Iterator[bytes]:
+    """Take blocks ``0 … stop_after-1`` as the block fetcher does: before each take, submit the
+    next groups while there is room (one request per group)."""
+    pending = deque(groups)
+    for index in range(stop_after):
+        while pending and ahead.has_room(sum(sizes[i] for i in pending[0])):
+            group = pending.popleft()
+            ahead.submit(list(group), [sizes[i] for i in group], functools.partial(fetch, group.start, group.stop))
+        if not ahead.holds(index):  # the consumer reached a block not requested: it goes alone
+            group = pending.popleft()
+            ahead.submit(list(group), [sizes[i] for i in group], functools.partial(fetch, group.start, group.stop))
+        yield ahead.take()
 
 
 @settings(max_examples=40, deadline=None)
@@ -44,22 +62,18 @@ def test_blocks_come_back_in_order_within_the_bounds(
         with lock:
             state["running"] += 1
             state["most"] = max(state["most"], state["running"])
-            state["requested"] += sum(sizes[first:stop])
-            outstanding = state["requested"] - state["taken"]
-            # ``take`` may start a request before the test counts the block it returned
-            assert outstanding <= max(max_bytes, sum(sizes[first:stop])) + max(sizes)
         try:
             return [bytes([i % 256]) * sizes[i] for i in range(first, stop)]
         finally:
             with lock:
                 state["running"] -= 1
 
-    ahead = RangesAhead(fetch, sizes, range(len(sizes)), options)
+    ahead = RangesAhead(options)
+    groups = group_blocks(sizes, range(len(sizes)), coalesce)
     try:
-        for index in range(min(stop_after, len(sizes))):
-            assert ahead.take(index) == bytes([index % 256]) * sizes[index]
-            with lock:
-                state["taken"] += sizes[index]
+        for index, got in enumerate(drive(ahead, sizes, groups, fetch, min(stop_after, len(sizes)))):
+            assert got == bytes([index % 256]) * sizes[index]
+            assert ahead._bytes <= max(max_bytes, *(sum(sizes[i] for i in g) for g in groups))
     finally:
         ahead.close()
     assert state["most"] <= requests
@@ -72,11 +86,12 @@ def test_a_fetch_error_is_raised_at_its_block() -> None:
             raise OSError(f"blocks {first}..{stop - 1} failed")
         return [b"x"] * (stop - first)
 
-    ahead = RangesAhead(fetch, [1] * 5, range(5), RangeOptions(max_requests=2, coalesce_bytes=1))
+    ahead = RangesAhead(RangeOptions(max_requests=2, coalesce_bytes=1))
+    blocks = drive(ahead, [1] * 5, group_blocks([1] * 5, range(5), 1), fetch, 5)
     try:
-        assert ahead.take(0) == ahead.take(1) == b"x"
+        assert next(blocks) == next(blocks) == b"x"
         with pytest.raises(OSError, match="blocks 2..2 failed"):
-            ahead.take(2)
+            next(blocks)
     finally:
         ahead.close()
 

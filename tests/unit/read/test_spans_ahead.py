@@ -1,9 +1,11 @@
-"""One read-ahead run across a consumer's spans (read/spans_ahead.py, specs/partition.md P21):
+"""One read-ahead run across a consumer's spans (read/fetcher.py, specs/partition.md P21):
 the next span's first block is already with the helper when the consumer reaches it (counted
 in ``ReadStats``, not timed), the samples are those of span-by-span reads, and the run opens no
 more shards at once than the opener keeps open (one lease for a cached dataset, P19)."""
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import pytest
@@ -14,10 +16,12 @@ import shardkit as sk
 from shardkit.plan import PlanParams, build_plan
 from shardkit.read import ReadOptions, open_dataset
 from shardkit.read.column_pieces import as_samples
+from shardkit.read.dataset import StoredDataset
+from shardkit.read.fetcher import span_chunks
 from shardkit.read.shard_blocks import ShardBlocks
-from shardkit.read.spans_ahead import span_chunks
 from shardkit.read.stats import ReadStats
 from shardkit.read.stream import ShardOpener, iter_consumer
+from shardkit.storage.memory_store import MemoryStore
 
 SHARDS, PER_SHARD = 4, 120  # at least: shards of 32 KiB of ~200-byte samples
 
@@ -60,7 +64,7 @@ def test_the_next_spans_first_block_is_fetched_ahead(tmp_path) -> None:
 
 
 def test_one_open_shard_keeps_the_run_inside_it(tmp_path) -> None:
-    """``keep_open = 1`` (a cached dataset's one lease): the run crosses into a later span only
+    """RP6: ``keep_open = 1`` (a cached dataset's one lease): the run crosses into a later span only
     of the shard being read, never into another shard's."""
     write_dataset(str(tmp_path))
     dataset = open_dataset(str(tmp_path))
@@ -109,7 +113,7 @@ def test_a_spread_consumer_reads_the_same_with_the_run_across_spans(tmp_path) ->
 
 
 def test_a_shard_that_fails_to_open_ahead_fails_where_its_span_is_reached(tmp_path) -> None:
-    """Opening the next span's shard early must not lose the samples before it: its error is
+    """RP6: opening the next span's shard early must not lose the samples before it: its error is
     raised where the consumer reaches that span, as span-by-span reads raise it."""
     write_dataset(str(tmp_path))
     dataset = open_dataset(str(tmp_path))
@@ -127,7 +131,7 @@ def test_a_shard_that_fails_to_open_ahead_fails_where_its_span_is_reached(tmp_pa
 
 
 def test_a_block_kept_from_the_run_before_is_not_fetched_again(tmp_path, monkeypatch) -> None:
-    """P21 (2) with (3): runs that follow one another (a mixture's windows, each reading a span
+    """P21 (2) with (3), RP5: runs that follow one another (a mixture's windows, each reading a span
     per source) cut their shards inside blocks; the block a run stops inside is kept by its
     reader, so the next run neither hands it to the helper nor reads it again: every block is
     read from storage once, with read-ahead as without."""
@@ -155,3 +159,73 @@ def test_a_block_kept_from_the_run_before_is_not_fetched_again(tmp_path, monkeyp
         assert got == [[first[s] + i for s, a, b in spans for i in range(a, b)] for spans in runs]
         assert len(reads) == len(set(reads)) == stats.blocks
     assert stats.span_starts_ahead > 0  # the helper did take part
+
+
+def in_memory(folder) -> StoredDataset:
+    """The dataset at ``folder`` copied into a ``MemoryStore``: a store read by range requests
+    (no local path), as a remote dataset without a cache dir is."""
+    store = MemoryStore()
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            store.write_atomic(path.relative_to(folder).as_posix(), path.read_bytes())
+    return StoredDataset(store, open_dataset(str(folder)).manifest)
+
+
+class TwoSources:
+    """Shards ``0 … n-1`` from ``local``, ``n …`` from ``remote`` (a mixture's global shard
+    space, as read/mixture/stream.py lays it out)."""
+
+    def __init__(self, local: ShardOpener, remote: ShardOpener, num_local: int) -> None:
+        self.local, self.remote, self.num_local = local, remote, num_local
+        self.options, self.stats, self.keep_open = local.options, local.stats, 2
+
+    def reader(self, shard_index: int):
+        if shard_index < self.num_local:
+            return self.local.reader(shard_index)
+        return self.remote.reader(shard_index - self.num_local)
+
+
+def test_a_remote_run_fetches_later_spans_blocks_by_concurrent_ranges(tmp_path) -> None:
+    """K33 and RP5 across spans: a remote shard read without a cache dir has its next spans' blocks
+    requested while the consumer reads the current one (before, each one-block span was one
+    request when the consumer reached it), and the samples are those of the local read."""
+    write_dataset(str(tmp_path))
+    local, remote = open_dataset(str(tmp_path)), in_memory(tmp_path)
+    spans = [(s, a, a + 5) for s in range(SHARDS) for a in (0, 40, 80)]  # each inside one block
+    first = first_ids(local)
+    stats = ReadStats()
+    opener = ShardOpener(remote, stats=stats)
+    try:
+        assert ids(opener, spans) == [first[s] + i for s, a, b in spans for i in range(a, b)]
+        assert opener.reader(0).fetch_mode == "ranges"
+    finally:
+        opener.close()
+    assert stats.ahead_blocks >= len(spans) - 2 and stats.span_starts_ahead >= len(spans) - 2
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2 * SHARDS - 1), st.integers(0, PER_SHARD), st.integers(0, PER_SHARD)),
+                max_size=10),
+       st.booleans())
+def test_one_run_over_a_local_and_a_remote_source_gives_their_samples(tmp_path_factory, raw_spans,
+                                                                      read_ahead) -> None:
+    """RP4: a mixture of a local and a remote source is read as one run, each block its own shard's
+    way (helper or inline for the local shards, ranges for the remote ones), not judged by the
+    first span's shard."""
+    folder = tmp_path_factory.mktemp("mixed")
+    write_dataset(str(folder))
+    local = open_dataset(str(folder))
+    num_local = len(local.manifest.shards)
+    spans = [(shard if shard < SHARDS else num_local + shard - SHARDS, min(a, b), max(a, b))
+             for shard, a, b in raw_spans]
+    first = first_ids(local)
+    want = [first[s if s < num_local else s - num_local] + i for s, a, b in spans for i in range(a, b)]
+    options = ReadOptions(read_ahead=read_ahead)
+    readers = TwoSources(ShardOpener(local, options=options), ShardOpener(in_memory(folder), options=options),
+                         num_local)
+    try:
+        assert ids(readers, spans) == want
+    finally:
+        readers.local.close()
+        readers.remote.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("shardkit-range")]
