@@ -248,9 +248,12 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         """The loader state's ``plan``: ``plan`` (from ``step_plan``) after ``offsets``."""
         return self.batching.plan_state(plan, offsets, self.state_fingerprint(epoch))
 
-    def extra_state(self, plan: Any, offsets: list[int]) -> dict[str, Any]:
-        """The batching's keys of a loader state at ``offsets`` (token blocks: ``tokens``)."""
-        return self.batching.state_part(plan, offsets)
+    def extra_state(self, plan: Any, offsets: list[int], known: dict[int, Any] | None = None) -> dict[str, Any]:
+        """The batching's keys of a loader state at ``offsets`` (token blocks: ``tokens``; ``known``:
+        the cutter states consumers reported there, TB28)."""
+        if known is None:
+            return self.batching.state_part(plan, offsets)
+        return self.batching.state_part(plan, offsets, known)  # type: ignore[call-arg]
 
     def load_state_part(self, state: LoaderState) -> str:
         """Check and apply the components' parts of a loader state (an unknown part is refused by

@@ -32,6 +32,7 @@ from shardkit.plan import PlanParams
 from shardkit.plan.tokens.blocks import Block, BlockOptions
 from shardkit.plan.tokens.config import IDENTITY_KEYS, TokenBlocks
 from shardkit.plan.tokens.consumer import consumer_view
+from shardkit.plan.tokens.cursor import cursor_row
 from shardkit.plan.tokens.plan import TokenPlan, build_token_plan, token_yield_problem
 from shardkit.plan.tokens.rows import TokenDocs, assemble
 from shardkit.plan.tokens.state_check import check_token_part, plan_depth
@@ -99,8 +100,9 @@ class TokenBatching:
     def plan_state(self, plan: Any, offsets: Sequence[int], fingerprint: str) -> dict[str, Any]:
         return dict(plan.to_state(list(offsets), fingerprint))
 
-    def state_part(self, plan: Any, offsets: Sequence[int]) -> dict[str, Any]:
-        return {TOKENS_KEY: plan.tokens_part(self.tokens, list(offsets), self._loaded_cuts(plan.params.epoch))}
+    def state_part(self, plan: Any, offsets: Sequence[int], known: dict[int, Any] | None = None) -> dict[str, Any]:
+        """``known``: the cutter states consumers reported at ``offsets`` (TB28), not recomputed."""
+        return {TOKENS_KEY: plan.tokens_part(self.tokens, list(offsets), self._loaded_cuts(plan.params.epoch), known)}
 
     def load_part(self, state: LoaderState, source: Any) -> None:
         if state.part(TOKENS_KEY) is None:
@@ -167,7 +169,8 @@ class TokenBatching:
         slots, sources = source.slot_arrays(plan.order, with_index)
         make = functools.partial(self._in_arena, source, rows, plan.level.options, slots, sources, with_index)
         for blocks, cutter in batch_blocks(work, plan.level.options, batch_size, plan.start_state(consumer)):
-            yield emitter.emit_made(functools.partial(make, blocks), len(blocks))
+            cursor = cursor_row({**cutter.to_dict(), "blocks": emitter.position + len(blocks)})  # TB28
+            yield emitter.emit_made(functools.partial(make, blocks), len(blocks), cursor)
             docs.release(cutter.piece_index, {p.doc_index for b in cutter.bins for p in b})
 
     def _in_arena(self, source: Any, rows: TokenDocs, options: BlockOptions, slots: dict[str, np.ndarray],

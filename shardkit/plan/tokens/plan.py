@@ -164,14 +164,22 @@ class TokenPlan:
         return {"version": STATE_VERSION, "fingerprint": fingerprint, "params": self.params.to_dict(),
                 "offsets": checked, "parent": copy.deepcopy(self.parent_state)}
 
-    def tokens_part(self, blocks: TokenBlocks, offsets: Sequence[int], saved: list[dict[str, Any]]) -> dict[str, Any]:
+    def tokens_part(self, blocks: TokenBlocks, offsets: Sequence[int], saved: list[dict[str, Any]],
+                    known: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
         """The loader state's ``tokens`` key: identity, and per level its cut and consumer
-        states (``saved``: the ancestors' levels as loaded; this level's are computed)."""
+        states (``saved``: the ancestors' levels as loaded; this level's are ``known[c]`` where
+        consumer ``c`` reported its state at its offset (TB28), else computed)."""
         if len(offsets) != self.num_consumers:
             raise StateError(f"{len(offsets)} offsets for {self.num_consumers} consumers")
-        states = [self.consumer_state(c, int(k)) for c, k in enumerate(offsets)]
+        known = known or {}
+        states = [_reported(known.get(c), int(k)) or self.consumer_state(c, int(k)) for c, k in enumerate(offsets)]
         levels = [copy.deepcopy(level) for level in saved[: len(self.cuts) - 1]]
         return {**blocks.identity(), "levels": [*levels, {**self.cuts[-1], "consumers": states}]}
+
+
+def _reported(state: dict[str, Any] | None, blocks: int) -> dict[str, Any] | None:
+    """A consumer's reported state when it is the one at ``blocks`` (TB28)."""
+    return state if state is not None and state.get("blocks") == blocks else None
 
 
 def token_yield_problem(plan: TokenPlan, where: str) -> str | None:
