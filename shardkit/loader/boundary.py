@@ -102,7 +102,7 @@ class ConsumedBoundary:
         """An iteration of ``epoch`` from plan state ``resume`` begins; returns its generation."""
         self.resume = None
         self.streaming.set_epoch(epoch)
-        plan = self.streaming.step_plan(epoch, topology.world_size, self.num_workers, resume)
+        plan = self.streaming.step_plan(epoch, topology.world_size, self.num_workers, resume, collective=True)
         self.iter_topology, self.iter_resume = topology, resume
         self.offsets = dict(enumerate(plan.start_offsets))
         self.cursors.clear()

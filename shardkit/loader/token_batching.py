@@ -33,6 +33,7 @@ from shardkit.plan.tokens.blocks import Block, BlockOptions
 from shardkit.plan.tokens.config import IDENTITY_KEYS, TokenBlocks
 from shardkit.plan.tokens.consumer import consumer_view
 from shardkit.plan.tokens.cursor import cursor_row
+from shardkit.plan.tokens.pack_count import CountShare
 from shardkit.plan.tokens.plan import TokenPlan, build_token_plan, token_yield_problem
 from shardkit.plan.tokens.rows import TokenDocs, assemble
 from shardkit.plan.tokens.state_check import check_token_part, plan_depth
@@ -43,6 +44,7 @@ TRANSFER_BATCHES = 8  # batches per DataLoader item by default (X8): a block bat
 # so DataLoader's per-item cost (queues, feeder thread, unpickling) weighed on it at 4 (benchmarks T6)
 PREFETCH_BATCHES, PREFETCH_TOTAL = 96, 1024  # batches in flight per worker / over all workers (TB19)
 PREFETCH_BYTES = 64 << 20  # per worker: the (B, L) int64 rows of the batches in flight
+KEPT_COUNTS = 4  # pack plans' counts kept for workers (TB27): the loader's plan and len()'s
 
 
 class TokenBatching:
@@ -63,23 +65,38 @@ class TokenBatching:
         self._counted: dict[str, int] = {}  # ... and those this process counted, for its workers
 
     # ---- the plan -------------------------------------------------------------------------------
-    def step_plan(self, source: Any, params: PlanParams, resume: dict[str, Any] | None) -> TokenPlan:
+    def step_plan(self, source: Any, params: PlanParams, resume: dict[str, Any] | None,
+                  share: CountShare | None = None) -> TokenPlan:
+        """``share``: pack mode, this rank's share of the count, agreed with the others (TB29);
+        a count known for this plan is agreed on as it is (every rank makes the same collective)."""
         cuts = self._loaded_cuts(params.epoch) if resume is not None else []
         key = repr((params, resume))  # pack: a worker takes its loader's count of this same plan (TB27)
-        plan = self._build(source, params, self.tokens, resume, cuts, self._pack_blocks.get(key))
+        known = self._pack_blocks.get(key, self._counted.get(key))
+        if known is not None and share is not None:
+            known = share.blocks(known, params.batch_size, params.tail)
+        plan = self._build(source, params, self.tokens, resume, cuts, known, share if known is None else None)
         if plan.level.options.mode == "pack":
-            self._counted = {key: plan.level.split.num_blocks}
+            counted = {k: v for k, v in self._counted.items() if k != key}
+            self._counted = {**dict(list(counted.items())[-(KEPT_COUNTS - 1):]), key: plan.level.split.num_blocks}
         if resume is None and not plan.level.split.num_blocks:
             self._check_yield(source, plan)
         return plan
 
+    def agree(self, plan: TokenPlan, share: CountShare) -> None:
+        """A plan already made takes part in its count's agreement as it is (TB29)."""
+        params = plan.params
+        if share.blocks(plan.level.split.num_blocks, params.batch_size, params.tail) != plan.level.split.num_blocks:
+            raise PlanError(f"{self.where}: token blocks: the ranks' pack plans disagree on the blocks per "
+                            f"consumer (this rank's: {plan.level.split.num_blocks})")
+
     def _build(self, source: Any, params: PlanParams, tokens: TokenBlocks, resume: dict[str, Any] | None,
-               cuts: list[dict[str, Any]], num_blocks: int | None = None) -> TokenPlan:
+               cuts: list[dict[str, Any]], num_blocks: int | None = None,
+               share: CountShare | None = None) -> TokenPlan:
         """The token plan over ``source``'s epoch order of ``params.epoch`` (one plain dataset's
         order is the index's own, never materialised: TB25; others give their one-consumer plan)."""
         lengths = source.token_lengths(tokens.field, params.epoch)
         return build_token_plan(source.shard_sizes(params.epoch), lengths, params, tokens, resume, cuts,
-                                order_of=source.token_order(), num_blocks=num_blocks)
+                                order_of=source.token_order(), num_blocks=num_blocks, share=share)
 
     def _check_yield(self, source: Any, plan: TokenPlan) -> None:
         """A fresh epoch with no batch (TB24, like P16): a ``PlanError`` when one consumer would

@@ -15,12 +15,30 @@ sorted list of fills and one binary search per piece), and the same count
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from shardkit.plan.tokens.blocks import BlockCutter, BlockOptions, Piece
 from shardkit.plan.tokens.pieces import Pieces
+
+
+@dataclass(frozen=True)
+class CountShare:
+    """A pack step count shared among processes (TB29): this process counts the blocks ``k_c`` of
+    ``consumers`` only, and ``agree(value, op)`` combines every process's value — the least
+    (``op="min"``, drop tail) or most (``"max"``, pad) of its counts — into the one over all
+    consumers (an all-reduce in the loader; pure here)."""
+
+    consumers: range
+    agree: Callable[[int, str], int]
+
+    def blocks(self, value: int, batch_size: int, tail: str) -> int:
+        """TB6's ``K`` from this process's ``value``, agreed with the others."""
+        if tail == "drop":
+            return self.agree(value, "min") // batch_size * batch_size
+        return -(-self.agree(value, "max") // batch_size) * batch_size
 
 
 def count_pack_blocks(pieces: Sequence[Piece] | Pieces, options: BlockOptions) -> int:

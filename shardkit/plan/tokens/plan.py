@@ -28,6 +28,7 @@ from shardkit.plan.tokens.blocks import BlockCutter, BlockOptions, Piece, num_po
 from shardkit.plan.tokens.config import LEVEL_KEYS, TokenBlocks
 from shardkit.plan.tokens.index import EpochIndex, segment_lengths
 from shardkit.plan.tokens.lengths_source import ArrayLengths, LengthSource
+from shardkit.plan.tokens.pack_count import CountShare
 from shardkit.plan.tokens.pool import WorkSplit, consumer_state, remainder_pool, split_work
 
 __all__ = ["TokenLevel", "TokenPlan", "build_token_plan", "epoch_order", "order_plan", "segment_lengths",
@@ -209,7 +210,7 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
                      blocks: TokenBlocks, resume: dict[str, Any] | None = None,
                      cuts: Sequence[dict[str, Any]] = (),
                      order_of: Callable[[PlanParams], Plan] | None = None,
-                     num_blocks: int | None = None) -> TokenPlan:
+                     num_blocks: int | None = None, share: CountShare | None = None) -> TokenPlan:
     """The token plan of ``params.epoch`` (``lengths``: tokens per sample, manifest order).
 
     ``resume``: a plan state (already validated) whose level ``i`` cut is ``cuts[i]`` (this
@@ -220,7 +221,8 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
     ``order_of(root params)``: the one-consumer plan of the epoch order (default
     :func:`order_plan` of ``shard_sizes``; a mixture's mixed sequence, TB15).
     ``num_blocks``: the current level's blocks per consumer when another process already counted
-    this same plan (pack mode, TB27: a worker gets its loader's count), else counted here.
+    this same plan (pack mode, TB27: a worker gets its loader's count), else counted here;
+    ``share``: pack mode's count of the current level shared with other processes (TB29).
     """
     chain = _chain(resume)
     # levels past the given cuts were cut with this config (a continuation of this process, R10)
@@ -242,7 +244,7 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
         _check_saved(cuts[i], states, f"tokens.levels[{i}]")
         dropped += level.split.dropped
         pool = remainder_pool(level.split.consumers, states, level.options)
-    current = _level(pool, params, blocks.level(), blocks, num_blocks)
+    current = _level(pool, params, blocks.level(), blocks, num_blocks, share)
     start = _plan_offsets(current, chain[-1]["offsets"], "state") if exact else [0] * len(current.split.consumers)
     parent = (chain[-1]["parent"] if exact else resume)
     level_cuts = [_cut(c) for c in cuts[: len(parents)]] + [blocks.level()]
@@ -257,9 +259,9 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
 
 
 def _level(pool: Any, params: PlanParams, cut: dict[str, Any], blocks: TokenBlocks,
-           num_blocks: int | None = None) -> TokenLevel:
+           num_blocks: int | None = None, share: CountShare | None = None) -> TokenLevel:
     options = blocks.block_options(_cut(cut))
-    split = split_work(pool, params.num_consumers, params.batch_size, options, params.tail, num_blocks)
+    split = split_work(pool, params.num_consumers, params.batch_size, options, params.tail, num_blocks, share)
     return TokenLevel(params, _cut(cut), split, options)
 
 
