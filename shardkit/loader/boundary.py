@@ -176,9 +176,8 @@ class ConsumedBoundary:
             offsets[consumer] = position
         offsets, steps = self._gather_boundary(offsets, steps, topology)
         received = None if self.tally is None else self._gather_received(self.tally.at(consumed), topology)
-        known = None if not self.streaming.yields_tokens else \
-            self.cursors.gather(offsets, topology, self.num_workers, self.streaming.options.reads)
-        parts = {**self.streaming.state_part(epoch, resume, received), **self.streaming.extra_state(plan, offsets, known)}
+        extra = self.streaming.extra_state(plan, offsets, self._reported(offsets, topology))
+        parts = {**self.streaming.state_part(epoch, resume, received), **extra}
         return LoaderState(epoch, steps, self.streaming.plan_state(plan, offsets, epoch), parts, audit)
 
     def _gather_boundary(self, offsets: list[int], steps: int, topology: Topology) -> tuple[list[int], int]:
@@ -189,6 +188,12 @@ class ConsumedBoundary:
         rows = gather_by_dp_rank([steps, *offsets[lo : lo + width]], topology, self.streaming.options.reads,
                                  "consumed steps and offsets")
         return [x for row in rows for x in row[1:]], rows[0][0]
+
+    def _reported(self, offsets: list[int], topology: Topology) -> dict[int, Any] | None:
+        """Token blocks: the cutter states consumers reported at ``offsets``, gathered (TB28)."""
+        if not self.streaming.yields_tokens:
+            return None
+        return self.cursors.gather(offsets, topology, self.num_workers, self.streaming.options.reads)
 
     def _gather_received(self, counts: np.ndarray, topology: Topology) -> np.ndarray:
         """The per-source counts of the data-parallel ranks summed, one replica each (MX9, P24)."""

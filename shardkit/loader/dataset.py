@@ -220,7 +220,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
             plan = self.batching.step_plan(self.source, params, resume, *([share] if share else []))
             self._plans = {key: plan}
         elif share is not None:
-            self.batching.agree(plan, share)  # type: ignore[union-attr]
+            self.batching.agree(plan, share)  # type: ignore[union-attr,arg-type]
         return plan
 
     def _count_share(self, params: PlanParams) -> CountShare | None:

@@ -43,7 +43,8 @@ class CursorBook:
         """What ``consumer`` reported at ``position``, if it did."""
         return self._rows.get(consumer, {}).get(position)
 
-    def gather(self, offsets: list[int], topology: Topology, num_workers: int, reads: bool) -> dict[int, dict[str, Any]]:
+    def gather(self, offsets: list[int], topology: Topology, num_workers: int,
+               reads: bool) -> dict[int, dict[str, Any]]:
         """Every consumer's reported state at ``offsets`` (the global boundary) that some rank
         has: this rank's consumers' rows, gathered (collective when distributed, G5)."""
         width = max(num_workers, 1)
