@@ -41,11 +41,12 @@ def _rank_main(rank: int, world: int, path: str, out: str, tail: str) -> None:
         whole = [b["input_ids"].tolist() for b in loader]
         num_blocks, first = loader.streaming.step_plan(0, world, 1).level.split.num_blocks, len(counted)
         again = sk.ShardLoader(_dataset(path, tail), num_workers=1)
-        batches = iter(again)
+        steps = len(again) if rank == 0 else None  # one rank plans first, alone: no collective there
+        batches = iter(again)  # ... and both make the same one here
         for _ in range(1 + rank):  # ranks stop at different steps; the state is collective
             next(batches)
         state = again.state_dict()
-        result = {"whole": whole, "num_blocks": num_blocks, "counted": first, "state": state}
+        result = {"whole": whole, "num_blocks": num_blocks, "counted": first, "state": state, "steps": steps}
         Path(out, f"rank-{rank}.json").write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()
@@ -55,7 +56,8 @@ def _rank_main(rank: int, world: int, path: str, out: str, tail: str) -> None:
 def test_gloo_ranks_count_their_own_consumers_and_agree_on_the_steps(tmp_path, tail):
     """TB29: 2 gloo ranks × 1 worker: each rank counts one consumer (the loader, not every
     consumer), both get the ``K`` of the plan counting both, and each rank's batches are those it
-    reads without sharing the count; TB28: the gathered state is the one computed from offsets."""
+    reads without sharing the count, also when one rank planned alone before (``len(loader)``);
+    TB28: the gathered state is the one computed from the offsets."""
     path = write_token_dataset(str(tmp_path / "ds"), LENGTHS)
     out = str(tmp_path / "out")
     os.makedirs(out)
@@ -71,6 +73,7 @@ def test_gloo_ranks_count_their_own_consumers_and_agree_on_the_steps(tmp_path, t
         ds = _dataset(path, tail)
         ds.options = replace(ds.options, rank=rank, world_size=2)
         assert result["whole"] == [b["input_ids"].tolist() for b in sk.ShardLoader(ds, num_workers=1)]
+    assert results[0]["steps"] == len(results[0]["whole"])
     state = results[0]["state"]
     assert state == results[1]["state"] and state["plan"]["offsets"] == [2, 4]
     assert state["tokens"] == reference.extra_state(plan, [2, 4])["tokens"]
