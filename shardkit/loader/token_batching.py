@@ -63,6 +63,7 @@ class TokenBatching:
         self._cuts_epoch: int | None = None  # ... which belong to this epoch's chains only
         self._pack_blocks: dict[str, int] = {}  # pack plans' blocks per consumer, counted by the loader (TB27)
         self._counted: dict[str, int] = {}  # ... and those this process counted, for its workers
+        self._checked = False  # whether this process checked the loaded levels' consumer states (TB13)
 
     # ---- the plan -------------------------------------------------------------------------------
     def step_plan(self, source: Any, params: PlanParams, resume: dict[str, Any] | None,
@@ -75,6 +76,7 @@ class TokenBatching:
         if known is not None and share is not None:
             known = share.blocks(known, params.batch_size, params.tail)
         plan = self._build(source, params, self.tokens, resume, cuts, known, share if known is None else None)
+        plan.saved_checked = self._checked and plan.saved_states is not None
         if plan.level.options.mode == "pack":
             counted = {k: v for k, v in self._counted.items() if k != key}
             self._counted = {**dict(list(counted.items())[-(KEPT_COUNTS - 1):]), key: plan.level.split.num_blocks}
@@ -133,7 +135,9 @@ class TokenBatching:
         self._cuts, self._cuts_epoch = list(part["levels"]), state.epoch
         # The saved consumer states must be the replay of their offsets (TB5): rebuild the saved
         # level exactly as it was (its own params and cut).
+        self._checked = False
         self.saved_plan(source, state.plan).check_saved()
+        self._checked = True
 
     def saved_plan(self, source: Any, resume: dict[str, Any]) -> TokenPlan:
         """The plan that saved ``resume`` (its own params and cut), at its offsets."""
@@ -151,6 +155,7 @@ class TokenBatching:
         if loaded is None or (loaded["epoch"], loaded["levels"]) == (self._cuts_epoch, self._cuts):
             return False
         self._cuts, self._cuts_epoch = loaded["levels"], loaded["epoch"]  # a persistent worker's old copy
+        self._checked = False
         return True
 
     def transfer_batches(self) -> int | None:

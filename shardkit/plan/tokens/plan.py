@@ -95,6 +95,7 @@ class TokenPlan:
     _segments: np.ndarray | None = field(default=None, repr=False)
     saved_states: list[Any] | None = field(default=None, repr=False)  # the loaded level's, if exact
     saved_path: str = ""
+    saved_checked: bool = False  # ... and this process checked them all (TB13), so they may be saved again
 
     @property
     def dropped(self) -> list[Piece]:
@@ -158,6 +159,12 @@ class TokenPlan:
         self._replays[consumer] = (blocks, cutter)
         return {**cutter.to_dict(), "blocks": blocks}
 
+    def _loaded(self, consumer: int, blocks: int) -> dict[str, Any] | None:
+        """The loaded state of ``consumer`` when it is still there (no batch since) and was checked."""
+        if self.saved_checked and self.saved_states is not None and blocks == self.start_offsets[consumer]:
+            return copy.deepcopy(self.saved_states[consumer])
+        return None
+
     def to_state(self, offsets: Sequence[int], fingerprint: str) -> dict[str, Any]:
         """The plan state (specs/resume-state.md shape) after consumer ``c`` consumed
         ``offsets[c]`` blocks."""
@@ -173,7 +180,8 @@ class TokenPlan:
         if len(offsets) != self.num_consumers:
             raise StateError(f"{len(offsets)} offsets for {self.num_consumers} consumers")
         known = known or {}
-        states = [_reported(known.get(c), int(k)) or self.consumer_state(c, int(k)) for c, k in enumerate(offsets)]
+        states = [_reported(known.get(c), int(k)) or self._loaded(c, int(k)) or self.consumer_state(c, int(k))
+                  for c, k in enumerate(offsets)]
         levels = [copy.deepcopy(level) for level in saved[: len(self.cuts) - 1]]
         return {**blocks.identity(), "levels": [*levels, {**self.cuts[-1], "consumers": states}]}
 

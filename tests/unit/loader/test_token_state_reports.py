@@ -58,3 +58,30 @@ def test_a_snapshot_behind_the_boundary_gets_its_own_states(tmp_path):
     assert state["plan"]["offsets"] == [1]
     assert state["tokens"] == _computed(loader, state)
     assert state["tokens"] != loader.state_dict()["tokens"]
+
+
+@pytest.mark.parametrize("mode", ["concat", "pack"])
+def test_a_state_saved_right_after_an_exact_resume_is_the_loaded_one(tmp_path, monkeypatch, mode):
+    """TB28, TB13: a consumer that has delivered nothing since an exact resume is where the loaded
+    state (checked when it was loaded) put it: saved again as it was, with no cutter state
+    computed, both before the iteration and after its first batch (the other consumer)."""
+    path = write_token_dataset(str(tmp_path / "ds"), LENGTHS)
+    tokens = sk.TokenBlocks(8, mode=mode, eos_id=2)
+    loader = sk.ShardLoader(sk.StreamingDataset(path, batch_size=1, tokens=tokens, tail="pad"), num_workers=2,
+                            batches_per_transfer=1)
+    batches = iter(loader)
+    for _ in range(3):
+        next(batches)
+    saved = json.loads(json.dumps(loader.state_dict()))
+    resumed = sk.ShardLoader(sk.StreamingDataset(path, batch_size=1, tokens=tokens, tail="pad"), num_workers=2,
+                             batches_per_transfer=1)
+    resumed.load_state_dict(saved)
+    calls: list[int] = []
+    original = TokenPlan.consumer_state
+    monkeypatch.setattr(TokenPlan, "consumer_state", lambda self, c, k: calls.append(c) or original(self, c, k))
+    assert resumed.state_dict()["tokens"] == saved["tokens"]
+    rest = iter(resumed)
+    next(rest)
+    state = json.loads(json.dumps(resumed.state_dict()))
+    assert calls == []
+    assert state["tokens"] == _computed(resumed, state)
