@@ -27,6 +27,7 @@ from shardkit.loader.audit_sink import AuditSink
 from shardkit.loader.epochs import EpochCursor
 from shardkit.loader.loader_state import LoaderState
 from shardkit.loader.replicas import gather_by_dp_rank
+from shardkit.loader.token_cursors import CursorBook
 from shardkit.loader.topology import Topology, rank_and_world
 from shardkit.loader.transfer.meta import BatchMeta
 from shardkit.plan import validate_state
@@ -53,6 +54,7 @@ class ConsumedBoundary:
         self.cursor = EpochCursor()  # which epoch the next iteration reads (R10)
         self.audit = audit
         self.generation = 0
+        self.cursors = CursorBook()  # token blocks: the cutter states consumers reported (TB28)
 
     def topology(self) -> Topology:
         rank, world = rank_and_world(self.streaming.options.rank, self.streaming.options.world_size)
@@ -66,6 +68,7 @@ class ConsumedBoundary:
             self.resume = None
         if epoch != self.streaming.epoch:
             self.offsets, self.steps, self.iter_topology = {}, 0, None
+            self.cursors.clear()
         self.streaming.set_epoch(epoch)
         self.cursor.chosen()
 
@@ -99,9 +102,10 @@ class ConsumedBoundary:
         """An iteration of ``epoch`` from plan state ``resume`` begins; returns its generation."""
         self.resume = None
         self.streaming.set_epoch(epoch)
-        plan = self.streaming.step_plan(epoch, topology.world_size, self.num_workers, resume)
+        plan = self.streaming.step_plan(epoch, topology.world_size, self.num_workers, resume, collective=True)
         self.iter_topology, self.iter_resume = topology, resume
         self.offsets = dict(enumerate(plan.start_offsets))
+        self.cursors.clear()
         if self.tally is not None:
             self.tally.reset(list(plan.start_offsets))
         self.steps = 0
@@ -116,6 +120,7 @@ class ConsumedBoundary:
         """The loop received ``batch`` (its ``BatchMeta`` taken out): the boundary moves (L1)."""
         if meta is not None:
             self.offsets[meta.consumer] = meta.position
+            self.cursors.record(meta)
         if self.tally is not None:
             self.tally.record(batch, meta)
         self.steps += 1
@@ -171,7 +176,8 @@ class ConsumedBoundary:
             offsets[consumer] = position
         offsets, steps = self._gather_boundary(offsets, steps, topology)
         received = None if self.tally is None else self._gather_received(self.tally.at(consumed), topology)
-        parts = {**self.streaming.state_part(epoch, resume, received), **self.streaming.extra_state(plan, offsets)}
+        extra = self.streaming.extra_state(plan, offsets, self._reported(offsets, topology))
+        parts = {**self.streaming.state_part(epoch, resume, received), **extra}
         return LoaderState(epoch, steps, self.streaming.plan_state(plan, offsets, epoch), parts, audit)
 
     def _gather_boundary(self, offsets: list[int], steps: int, topology: Topology) -> tuple[list[int], int]:
@@ -182,6 +188,12 @@ class ConsumedBoundary:
         rows = gather_by_dp_rank([steps, *offsets[lo : lo + width]], topology, self.streaming.options.reads,
                                  "consumed steps and offsets")
         return [x for row in rows for x in row[1:]], rows[0][0]
+
+    def _reported(self, offsets: list[int], topology: Topology) -> dict[int, Any] | None:
+        """Token blocks: the cutter states consumers reported at ``offsets``, gathered (TB28)."""
+        if not self.streaming.yields_tokens:
+            return None
+        return self.cursors.gather(offsets, topology, self.num_workers, self.streaming.options.reads)
 
     def _gather_received(self, counts: np.ndarray, topology: Topology) -> np.ndarray:
         """The per-source counts of the data-parallel ranks summed, one replica each (MX9, P24)."""
@@ -197,6 +209,7 @@ class ConsumedBoundary:
         self.streaming.set_epoch(state.epoch)
         self.resume = state.plan
         self.offsets, self.steps, self.iter_topology = {}, 0, None
+        self.cursors.clear()
         self.cursor.chosen()
         if self.audit is not None:  # the steps of the run the state holds (R15)
             self.audit.resumed(state.audit_step)

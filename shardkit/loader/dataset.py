@@ -33,6 +33,7 @@ from shardkit.loader.mixture_source import MixtureSource
 from shardkit.loader.mixture_state import SourceTally
 from shardkit.loader.sample_batching import SampleBatching
 from shardkit.loader.stream_options import StreamOptions, stream_options
+from shardkit.loader.token_agree import count_share
 from shardkit.loader.token_batching import TokenBatching
 from shardkit.loader.topology import Topology, rank_and_world
 from shardkit.loader.transfer.control import Control
@@ -44,6 +45,7 @@ from shardkit.plan import Plan, PlanParams
 from shardkit.plan.params import default_spread
 from shardkit.plan.rotation import StepPlan
 from shardkit.plan.tokens.config import TokenBlocks
+from shardkit.plan.tokens.pack_count import CountShare
 from shardkit.read import StoredDataset
 from shardkit.read.mixture.config import Mixture
 from shardkit.storage import ShardCache
@@ -205,16 +207,27 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
 
     # ---- plans ----------------------------------------------------------------------------------
     def step_plan(self, epoch: int, world_size: int, num_workers: int,
-                  resume: dict[str, Any] | None = None) -> StepPlan:
+                  resume: dict[str, Any] | None = None, collective: bool = False) -> StepPlan:
         """The (cached) plan ``ShardLoader`` counts steps and consumed offsets with, for a topology;
-        ``resume`` = a plan state (G6). Offsets count samples, or blocks for token blocks."""
+        ``resume`` = a plan state (G6). Offsets count samples, or blocks for token blocks.
+        ``collective``: every rank calls it here at once (``iter(loader)``), so a pack plan's
+        count may be shared among ranks (one all-reduce, TB29)."""
         params = replace(self.params, epoch=epoch, world_size=world_size, num_workers=num_workers)
         key = repr((params, resume))
         plan = self._plans.get(key)
+        share = self._count_share(params) if collective else None
         if plan is None:
-            plan = self.batching.step_plan(self.source, params, resume)
+            plan = self.batching.step_plan(self.source, params, resume, *([share] if share else []))
             self._plans = {key: plan}
+        elif share is not None:
+            self.batching.agree(plan, share)  # type: ignore[union-attr,arg-type]
         return plan
+
+    def _count_share(self, params: PlanParams) -> CountShare | None:
+        """This rank's share of a pack plan's count, when ranks share it (TB29)."""
+        if not isinstance(self.batching, TokenBatching) or self.batching.tokens.mode != "pack":
+            return None
+        return count_share(params, rank_and_world(self.options.rank, self.options.world_size)[0])
 
     def plan(self, epoch: int, world_size: int, num_workers: int, resume: dict[str, Any] | None = None) -> Plan:
         """The sample plan of ``epoch`` (batches of samples only; token blocks: ``step_plan``)."""
@@ -248,9 +261,12 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         """The loader state's ``plan``: ``plan`` (from ``step_plan``) after ``offsets``."""
         return self.batching.plan_state(plan, offsets, self.state_fingerprint(epoch))
 
-    def extra_state(self, plan: Any, offsets: list[int]) -> dict[str, Any]:
-        """The batching's keys of a loader state at ``offsets`` (token blocks: ``tokens``)."""
-        return self.batching.state_part(plan, offsets)
+    def extra_state(self, plan: Any, offsets: list[int], known: dict[int, Any] | None = None) -> dict[str, Any]:
+        """The batching's keys of a loader state at ``offsets`` (token blocks: ``tokens``; ``known``:
+        the cutter states consumers reported there, TB28)."""
+        if known is None:
+            return self.batching.state_part(plan, offsets)
+        return self.batching.state_part(plan, offsets, known)  # type: ignore[call-arg]
 
     def load_state_part(self, state: LoaderState) -> str:
         """Check and apply the components' parts of a loader state (an unknown part is refused by

@@ -47,9 +47,10 @@ class Emitter:
     def emit(self, cut: BatchCut) -> Any:
         return self.emit_made(lambda: self.collate(cut), len(cut.indices))
 
-    def emit_made(self, make: Callable[[], Any], count: int) -> Any:
+    def emit_made(self, make: Callable[[], Any], count: int, cursor: tuple[int, ...] = ()) -> Any:
         """Emit the batch ``make()`` builds (its tensors allocated in the right memory), which
-        moves the consumer's position by ``count`` (samples, or blocks for token blocks)."""
+        moves the consumer's position by ``count`` (samples, or blocks for token blocks);
+        ``cursor``: what else the consumer's state is there, as ints (token blocks, TB28)."""
         started = time.perf_counter()
         arena: Arena | None
         with batch_arena(self.capacity, self.ring, self.worker) if self.pack else allocating(self.recycler) as arena:
@@ -62,7 +63,7 @@ class Emitter:
             if arena is not None:
                 arena.discard(reusable=False)
             return batch
-        batch[META_KEY] = BatchMeta(self.consumer, self.position, self.epoch, self.stats.snapshot())
+        batch[META_KEY] = BatchMeta(self.consumer, self.position, self.epoch, self.stats.snapshot(), cursor)
         if arena is None:
             return batch
         packed: PackedBatch = pack_batch(batch, arena)

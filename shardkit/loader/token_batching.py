@@ -32,6 +32,8 @@ from shardkit.plan import PlanParams
 from shardkit.plan.tokens.blocks import Block, BlockOptions
 from shardkit.plan.tokens.config import IDENTITY_KEYS, TokenBlocks
 from shardkit.plan.tokens.consumer import consumer_view
+from shardkit.plan.tokens.cursor import cursor_row
+from shardkit.plan.tokens.pack_count import CountShare
 from shardkit.plan.tokens.plan import TokenPlan, build_token_plan, token_yield_problem
 from shardkit.plan.tokens.rows import TokenDocs, assemble
 from shardkit.plan.tokens.state_check import check_token_part, plan_depth
@@ -42,6 +44,7 @@ TRANSFER_BATCHES = 8  # batches per DataLoader item by default (X8): a block bat
 # so DataLoader's per-item cost (queues, feeder thread, unpickling) weighed on it at 4 (benchmarks T6)
 PREFETCH_BATCHES, PREFETCH_TOTAL = 96, 1024  # batches in flight per worker / over all workers (TB19)
 PREFETCH_BYTES = 64 << 20  # per worker: the (B, L) int64 rows of the batches in flight
+KEPT_COUNTS = 4  # pack plans' counts kept for workers (TB27): the loader's plan and len()'s
 
 
 class TokenBatching:
@@ -60,25 +63,42 @@ class TokenBatching:
         self._cuts_epoch: int | None = None  # ... which belong to this epoch's chains only
         self._pack_blocks: dict[str, int] = {}  # pack plans' blocks per consumer, counted by the loader (TB27)
         self._counted: dict[str, int] = {}  # ... and those this process counted, for its workers
+        self._checked = False  # whether this process checked the loaded levels' consumer states (TB13)
 
     # ---- the plan -------------------------------------------------------------------------------
-    def step_plan(self, source: Any, params: PlanParams, resume: dict[str, Any] | None) -> TokenPlan:
+    def step_plan(self, source: Any, params: PlanParams, resume: dict[str, Any] | None,
+                  share: CountShare | None = None) -> TokenPlan:
+        """``share``: pack mode, this rank's share of the count, agreed with the others (TB29);
+        a count known for this plan is agreed on as it is (every rank makes the same collective)."""
         cuts = self._loaded_cuts(params.epoch) if resume is not None else []
         key = repr((params, resume))  # pack: a worker takes its loader's count of this same plan (TB27)
-        plan = self._build(source, params, self.tokens, resume, cuts, self._pack_blocks.get(key))
+        known = self._pack_blocks.get(key, self._counted.get(key))
+        if known is not None and share is not None:
+            known = share.blocks(known, params.batch_size, params.tail)
+        plan = self._build(source, params, self.tokens, resume, cuts, known, share if known is None else None)
+        plan.saved_checked = self._checked and plan.saved_states is not None
         if plan.level.options.mode == "pack":
-            self._counted = {key: plan.level.split.num_blocks}
+            counted = {k: v for k, v in self._counted.items() if k != key}
+            self._counted = {**dict(list(counted.items())[-(KEPT_COUNTS - 1):]), key: plan.level.split.num_blocks}
         if resume is None and not plan.level.split.num_blocks:
             self._check_yield(source, plan)
         return plan
 
+    def agree(self, plan: TokenPlan, share: CountShare) -> None:
+        """A plan already made takes part in its count's agreement as it is (TB29)."""
+        params = plan.params
+        if share.blocks(plan.level.split.num_blocks, params.batch_size, params.tail) != plan.level.split.num_blocks:
+            raise PlanError(f"{self.where}: token blocks: the ranks' pack plans disagree on the blocks per "
+                            f"consumer (this rank's: {plan.level.split.num_blocks})")
+
     def _build(self, source: Any, params: PlanParams, tokens: TokenBlocks, resume: dict[str, Any] | None,
-               cuts: list[dict[str, Any]], num_blocks: int | None = None) -> TokenPlan:
+               cuts: list[dict[str, Any]], num_blocks: int | None = None,
+               share: CountShare | None = None) -> TokenPlan:
         """The token plan over ``source``'s epoch order of ``params.epoch`` (one plain dataset's
         order is the index's own, never materialised: TB25; others give their one-consumer plan)."""
         lengths = source.token_lengths(tokens.field, params.epoch)
         return build_token_plan(source.shard_sizes(params.epoch), lengths, params, tokens, resume, cuts,
-                                order_of=source.token_order(), num_blocks=num_blocks)
+                                order_of=source.token_order(), num_blocks=num_blocks, share=share)
 
     def _check_yield(self, source: Any, plan: TokenPlan) -> None:
         """A fresh epoch with no batch (TB24, like P16): a ``PlanError`` when one consumer would
@@ -99,8 +119,9 @@ class TokenBatching:
     def plan_state(self, plan: Any, offsets: Sequence[int], fingerprint: str) -> dict[str, Any]:
         return dict(plan.to_state(list(offsets), fingerprint))
 
-    def state_part(self, plan: Any, offsets: Sequence[int]) -> dict[str, Any]:
-        return {TOKENS_KEY: plan.tokens_part(self.tokens, list(offsets), self._loaded_cuts(plan.params.epoch))}
+    def state_part(self, plan: Any, offsets: Sequence[int], known: dict[int, Any] | None = None) -> dict[str, Any]:
+        """``known``: the cutter states consumers reported at ``offsets`` (TB28), not recomputed."""
+        return {TOKENS_KEY: plan.tokens_part(self.tokens, list(offsets), self._loaded_cuts(plan.params.epoch), known)}
 
     def load_part(self, state: LoaderState, source: Any) -> None:
         if state.part(TOKENS_KEY) is None:
@@ -114,7 +135,9 @@ class TokenBatching:
         self._cuts, self._cuts_epoch = list(part["levels"]), state.epoch
         # The saved consumer states must be the replay of their offsets (TB5): rebuild the saved
         # level exactly as it was (its own params and cut).
+        self._checked = False
         self.saved_plan(source, state.plan).check_saved()
+        self._checked = True
 
     def saved_plan(self, source: Any, resume: dict[str, Any]) -> TokenPlan:
         """The plan that saved ``resume`` (its own params and cut), at its offsets."""
@@ -132,6 +155,7 @@ class TokenBatching:
         if loaded is None or (loaded["epoch"], loaded["levels"]) == (self._cuts_epoch, self._cuts):
             return False
         self._cuts, self._cuts_epoch = loaded["levels"], loaded["epoch"]  # a persistent worker's old copy
+        self._checked = False
         return True
 
     def transfer_batches(self) -> int | None:
@@ -167,7 +191,8 @@ class TokenBatching:
         slots, sources = source.slot_arrays(plan.order, with_index)
         make = functools.partial(self._in_arena, source, rows, plan.level.options, slots, sources, with_index)
         for blocks, cutter in batch_blocks(work, plan.level.options, batch_size, plan.start_state(consumer)):
-            yield emitter.emit_made(functools.partial(make, blocks), len(blocks))
+            cursor = cursor_row({**cutter.to_dict(), "blocks": emitter.position + len(blocks)})  # TB28
+            yield emitter.emit_made(functools.partial(make, blocks), len(blocks), cursor)
             docs.release(cutter.piece_index, {p.doc_index for b in cutter.bins for p in b})
 
     def _in_arena(self, source: Any, rows: TokenDocs, options: BlockOptions, slots: dict[str, np.ndarray],

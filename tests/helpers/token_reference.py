@@ -149,3 +149,14 @@ def reference_needs(pieces: Sequence[Piece], positions: np.ndarray,
         if next_doc is not None and piece.stop == positions[piece.doc_index] and next_doc[piece.doc_index] >= 0:
             needs[int(next_doc[piece.doc_index])] = i
     return list(needs.items())
+
+
+def replayed_state(work: Any, options: Any, blocks: int) -> dict[str, Any]:
+    """A consumer's cutter state after ``blocks`` blocks by replaying its cutter from the start
+    (TB5): what ``state_dict()`` computed before consumers reported their states (TB28)."""
+    from shardkit.plan.tokens.blocks import BlockCutter
+
+    cutter = BlockCutter(work.pieces, options)
+    for _ in range(blocks):
+        cutter.next_block()
+    return {**cutter.to_dict(), "blocks": blocks}

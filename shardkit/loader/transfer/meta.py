@@ -11,9 +11,11 @@ META_KEY = "_shardkit"
 
 class BatchMeta(NamedTuple):
     """``consumer`` delivered its samples up to ``position`` (of its epoch ``epoch`` sequence)
-    with this batch; ``stats``: the worker's ``WorkerStats.snapshot()`` when it was made."""
+    with this batch; ``stats``: the worker's ``WorkerStats.snapshot()`` when it was made;
+    ``cursor``: a token-block consumer's cutter state at ``position`` as ints (TB28), else empty."""
 
     consumer: int
     position: int
     epoch: int
     stats: tuple[float, ...] = ()
+    cursor: tuple[int, ...] = ()

@@ -28,6 +28,7 @@ from shardkit.plan.tokens.blocks import BlockCutter, BlockOptions, Piece, num_po
 from shardkit.plan.tokens.config import LEVEL_KEYS, TokenBlocks
 from shardkit.plan.tokens.index import EpochIndex, segment_lengths
 from shardkit.plan.tokens.lengths_source import ArrayLengths, LengthSource
+from shardkit.plan.tokens.pack_count import CountShare
 from shardkit.plan.tokens.pool import WorkSplit, consumer_state, remainder_pool, split_work
 
 __all__ = ["TokenLevel", "TokenPlan", "build_token_plan", "epoch_order", "order_plan", "segment_lengths",
@@ -94,6 +95,7 @@ class TokenPlan:
     _segments: np.ndarray | None = field(default=None, repr=False)
     saved_states: list[Any] | None = field(default=None, repr=False)  # the loaded level's, if exact
     saved_path: str = ""
+    saved_checked: bool = False  # ... and this process checked them all (TB13), so they may be saved again
 
     @property
     def dropped(self) -> list[Piece]:
@@ -157,6 +159,12 @@ class TokenPlan:
         self._replays[consumer] = (blocks, cutter)
         return {**cutter.to_dict(), "blocks": blocks}
 
+    def _loaded(self, consumer: int, blocks: int) -> dict[str, Any] | None:
+        """The loaded state of ``consumer`` when it is still there (no batch since) and was checked."""
+        if self.saved_checked and self.saved_states is not None and blocks == self.start_offsets[consumer]:
+            return copy.deepcopy(self.saved_states[consumer])
+        return None
+
     def to_state(self, offsets: Sequence[int], fingerprint: str) -> dict[str, Any]:
         """The plan state (specs/resume-state.md shape) after consumer ``c`` consumed
         ``offsets[c]`` blocks."""
@@ -164,14 +172,23 @@ class TokenPlan:
         return {"version": STATE_VERSION, "fingerprint": fingerprint, "params": self.params.to_dict(),
                 "offsets": checked, "parent": copy.deepcopy(self.parent_state)}
 
-    def tokens_part(self, blocks: TokenBlocks, offsets: Sequence[int], saved: list[dict[str, Any]]) -> dict[str, Any]:
+    def tokens_part(self, blocks: TokenBlocks, offsets: Sequence[int], saved: list[dict[str, Any]],
+                    known: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
         """The loader state's ``tokens`` key: identity, and per level its cut and consumer
-        states (``saved``: the ancestors' levels as loaded; this level's are computed)."""
+        states (``saved``: the ancestors' levels as loaded; this level's are ``known[c]`` where
+        consumer ``c`` reported its state at its offset (TB28), else computed)."""
         if len(offsets) != self.num_consumers:
             raise StateError(f"{len(offsets)} offsets for {self.num_consumers} consumers")
-        states = [self.consumer_state(c, int(k)) for c, k in enumerate(offsets)]
+        known = known or {}
+        states = [_reported(known.get(c), int(k)) or self._loaded(c, int(k)) or self.consumer_state(c, int(k))
+                  for c, k in enumerate(offsets)]
         levels = [copy.deepcopy(level) for level in saved[: len(self.cuts) - 1]]
         return {**blocks.identity(), "levels": [*levels, {**self.cuts[-1], "consumers": states}]}
+
+
+def _reported(state: dict[str, Any] | None, blocks: int) -> dict[str, Any] | None:
+    """A consumer's reported state when it is the one at ``blocks`` (TB28)."""
+    return state if state is not None and state.get("blocks") == blocks else None
 
 
 def token_yield_problem(plan: TokenPlan, where: str) -> str | None:
@@ -201,7 +218,7 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
                      blocks: TokenBlocks, resume: dict[str, Any] | None = None,
                      cuts: Sequence[dict[str, Any]] = (),
                      order_of: Callable[[PlanParams], Plan] | None = None,
-                     num_blocks: int | None = None) -> TokenPlan:
+                     num_blocks: int | None = None, share: CountShare | None = None) -> TokenPlan:
     """The token plan of ``params.epoch`` (``lengths``: tokens per sample, manifest order).
 
     ``resume``: a plan state (already validated) whose level ``i`` cut is ``cuts[i]`` (this
@@ -212,7 +229,8 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
     ``order_of(root params)``: the one-consumer plan of the epoch order (default
     :func:`order_plan` of ``shard_sizes``; a mixture's mixed sequence, TB15).
     ``num_blocks``: the current level's blocks per consumer when another process already counted
-    this same plan (pack mode, TB27: a worker gets its loader's count), else counted here.
+    this same plan (pack mode, TB27: a worker gets its loader's count), else counted here;
+    ``share``: pack mode's count of the current level shared with other processes (TB29).
     """
     chain = _chain(resume)
     # levels past the given cuts were cut with this config (a continuation of this process, R10)
@@ -234,7 +252,7 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
         _check_saved(cuts[i], states, f"tokens.levels[{i}]")
         dropped += level.split.dropped
         pool = remainder_pool(level.split.consumers, states, level.options)
-    current = _level(pool, params, blocks.level(), blocks, num_blocks)
+    current = _level(pool, params, blocks.level(), blocks, num_blocks, share)
     start = _plan_offsets(current, chain[-1]["offsets"], "state") if exact else [0] * len(current.split.consumers)
     parent = (chain[-1]["parent"] if exact else resume)
     level_cuts = [_cut(c) for c in cuts[: len(parents)]] + [blocks.level()]
@@ -249,9 +267,9 @@ def build_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: np.ndarra
 
 
 def _level(pool: Any, params: PlanParams, cut: dict[str, Any], blocks: TokenBlocks,
-           num_blocks: int | None = None) -> TokenLevel:
+           num_blocks: int | None = None, share: CountShare | None = None) -> TokenLevel:
     options = blocks.block_options(_cut(cut))
-    split = split_work(pool, params.num_consumers, params.batch_size, options, params.tail, num_blocks)
+    split = split_work(pool, params.num_consumers, params.batch_size, options, params.tail, num_blocks, share)
     return TokenLevel(params, _cut(cut), split, options)
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from shardkit.errors import PlanError
 from shardkit.plan.tokens.blocks import Block, BlockCutter, BlockOptions, Piece
-from shardkit.plan.tokens.pack_count import count_pack_blocks, group_bounds
+from shardkit.plan.tokens.pack_count import CountShare, count_pack_blocks, group_bounds
 from shardkit.plan.tokens.pieces import Pieces
 
 
@@ -40,6 +40,9 @@ class Pool(Protocol):
     def locate(self, position: int) -> tuple[int, int, int]: ...
 
     def __len__(self) -> int: ...
+
+
+_NONE = (1 << 63) - 1  # the least count of no consumer
 
 
 class ConsumerWork:
@@ -128,13 +131,14 @@ def as_pool(pool: Any) -> Pool:
 
 
 def split_work(pool: Sequence[Piece] | Pool, num_consumers: int, batch_size: int, options: BlockOptions,
-               tail: str = "pad", num_blocks: int | None = None) -> WorkSplit:
+               tail: str = "pad", num_blocks: int | None = None, share: CountShare | None = None) -> WorkSplit:
     """TB6. ``num_blocks``: pack mode's step count when already known (the same split, counted
-    by another process, TB27): no consumer's blocks are counted here."""
+    by another process, TB27): no consumer's blocks are counted here. ``share``: pack mode's
+    count shared with other processes (TB29): only its consumers are counted here."""
     _check(num_consumers, batch_size, tail)
     if options.mode == "concat":
         return _split_concat(pool, num_consumers, batch_size, options.seq_len, tail)
-    return _split_pack(pool, num_consumers, batch_size, options, tail, num_blocks)
+    return _split_pack(pool, num_consumers, batch_size, options, tail, num_blocks, share)
 
 
 def _split_concat(pool: Any, c: int, b: int, seq_len: int, tail: str) -> WorkSplit:
@@ -185,9 +189,10 @@ def all_pieces(pool: Any) -> Pieces:
     return pool.materialize() if hasattr(pool, "materialize") else Pieces.of(pool)
 
 
-def _split_pack(pool: Any, c: int, b: int, options: BlockOptions, tail: str, known: int | None = None) -> WorkSplit:
-    if known is not None and hasattr(pool, "piece_start_from"):  # the stream, counted elsewhere: lazy groups
-        works = [ConsumerWork(None, known, source=functools.partial(_stream_group, pool, i, c)) for i in range(c)]
+def _split_pack(pool: Any, c: int, b: int, options: BlockOptions, tail: str, known: int | None = None,
+                share: CountShare | None = None) -> WorkSplit:
+    if (known is not None or share is not None) and hasattr(pool, "piece_start_from"):  # the stream: lazy groups
+        works = [ConsumerWork(None, known or 0, source=functools.partial(_stream_group, pool, i, c)) for i in range(c)]
     else:
         pool = all_pieces(pool)
         bounds = group_bounds(pool, c).tolist()
@@ -201,6 +206,9 @@ def _split_pack(pool: Any, c: int, b: int, options: BlockOptions, tail: str, kno
 
     if known is not None:
         num_blocks = known
+    elif share is not None:  # this process's consumers only; the least / most agreed with the others (TB29)
+        mine = [count_blocks(works[i].pieces, options) for i in share.consumers if i < c]
+        num_blocks = share.blocks((min(mine, default=_NONE) if tail == "drop" else max(mine, default=0)), b, tail)
     elif tail == "drop":
         num_blocks = min(counts()) // b * b
     else:
