@@ -95,7 +95,7 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         self._ring: Ring | None = None
         # what the loop received and what the next iteration reads (G5, R10; loader/boundary.py)
         self._boundary = ConsumedBoundary(dataset, num_workers,
-                                          AuditSink(audit_dir) if audit_dir is not None else None)
+                                          AuditSink(audit_dir) if audit_dir is not None else None, group)
 
     # ---- epochs -----------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -120,7 +120,8 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         topology = self._boundary.topology()
         if not self.streaming.options.reads:
             return 0
-        return self.streaming.num_batches(epoch, topology.rank, topology.world_size, self.num_workers)
+        return self.streaming.num_batches(epoch, topology.rank, topology.world_size, self.num_workers,
+                                         group=self.batches_per_transfer)
 
     def __len__(self) -> int:
         """Steps (batches) this rank yields: in the iteration under way, all of them; otherwise
@@ -129,7 +130,8 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         epoch, resume = self._boundary.current()
         if not self.streaming.options.reads:  # a rank that needs no data (P26)
             return 0
-        return self.streaming.num_batches(epoch, topology.rank, topology.world_size, self.num_workers, resume)
+        return self.streaming.num_batches(epoch, topology.rank, topology.world_size, self.num_workers, resume,
+                                         self.batches_per_transfer)
 
     def planned_drops(self) -> np.ndarray:
         """Global sample indices (``batch["_index"]`` values) the plan of the iteration under way

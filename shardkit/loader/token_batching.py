@@ -62,7 +62,7 @@ class TokenBatching:
         self._counted: dict[str, int] = {}  # ... and those this process counted, for its workers
 
     # ---- the plan -------------------------------------------------------------------------------
-    def step_plan(self, source: Any, params: PlanParams, resume: dict[str, Any] | None) -> TokenPlan:
+    def step_plan(self, source: Any, params: PlanParams, resume: dict[str, Any] | None, group: int = 1) -> TokenPlan:
         cuts = self._loaded_cuts(params.epoch) if resume is not None else []
         key = repr((params, resume))  # pack: a worker takes its loader's count of this same plan (TB27)
         plan = self._build(source, params, self.tokens, resume, cuts, self._pack_blocks.get(key))
@@ -96,7 +96,7 @@ class TokenBatching:
         return self._cuts if epoch == self._cuts_epoch else []
 
     # ---- the loader state's token part ------------------------------------------------------------
-    def plan_state(self, plan: Any, offsets: Sequence[int], fingerprint: str) -> dict[str, Any]:
+    def plan_state(self, plan: Any, offsets: Sequence[int], fingerprint: str, rank: int | None = None) -> dict[str, Any]:
         return dict(plan.to_state(list(offsets), fingerprint))
 
     def state_part(self, plan: Any, offsets: Sequence[int]) -> dict[str, Any]:

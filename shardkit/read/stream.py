@@ -20,7 +20,9 @@ import numpy as np
 
 from shardkit.format import ShardInfo
 from shardkit.format.shard_layout import ShardIndex
-from shardkit.plan import Plan, Window
+from shardkit.plan import Window
+from shardkit.plan.any_state import SamplePlan
+from shardkit.plan.global_order.order import GlobalOrderPlan
 from shardkit.read.cached_shard import open_checked
 from shardkit.read.column_pieces import ColumnPiece, as_samples, is_run, join_pieces
 from shardkit.read.dataset import StoredDataset
@@ -32,6 +34,8 @@ from shardkit.read.sources import LocalFileSource, StoreSource
 from shardkit.read.spans_ahead import span_chunks
 from shardkit.read.stats import ReadStats
 from shardkit.storage import CacheItem, Prefetcher, ShardCache
+
+LOOK_AHEAD_BATCHES = 16  # a global-order consumer's prefetch horizon, in batches (P35)
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +200,7 @@ def _read_run(
 
 def iter_consumer(
     dataset: StoredDataset,
-    plan: Plan,
+    plan: SamplePlan,
     consumer: int,
     start: int,
     cache: ShardCache | None = None,
@@ -204,7 +208,7 @@ def iter_consumer(
     options: ReadOptions = ReadOptions(),
 ) -> Iterator[WindowSamples]:
     """Consumer ``consumer``'s samples from position ``start`` to the end of its sequence."""
-    upcoming = list(plan.shards_of(consumer, start)) if cache is not None else None
+    upcoming = upcoming_shards(plan, consumer, start) if cache is not None else None
     # A spread plan (P18) reads about 1/spread of each shard: look as many more shards ahead, the
     # same samples of this consumer's own (bytes stay capped by the prefetcher's byte budget).
     ahead = 2 * plan.params.spread if plan.params.shuffle else 2
@@ -212,7 +216,16 @@ def iter_consumer(
                                               options=options), plan, consumer, start)
 
 
-def opened_windows(make_opener: Callable[[], Any], plan: Plan, consumer: int, start: int) -> Iterator[WindowSamples]:
+def upcoming_shards(plan: SamplePlan, consumer: int, start: int) -> list[int]:
+    """The shards a consumer's prefetcher fetches ahead of it: all of its epoch's, in first-read
+    order; for a global-order plan those of its next ``LOOK_AHEAD_BATCHES`` batches only
+    (specs/partition.md P35: listing its whole epoch would walk every window of the sequence)."""
+    if isinstance(plan, GlobalOrderPlan):
+        return list(plan.shards_ahead(consumer, start, LOOK_AHEAD_BATCHES))
+    return list(plan.shards_of(consumer, start))
+
+
+def opened_windows(make_opener: Callable[[], Any], plan: SamplePlan, consumer: int, start: int) -> Iterator[WindowSamples]:
     """The samples of consumer ``consumer``'s windows from ``start``, read through the opener
     ``make_opener()`` gives (a dataset's or a mixture's) when the stream starts; it is closed
     when the stream ends or is dropped."""

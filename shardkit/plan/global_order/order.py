@@ -208,6 +208,17 @@ class GlobalOrderPlan:
         _, first = np.unique(found, return_index=True)
         return tuple(found[np.sort(first)].tolist())
 
+    def shards_ahead(self, consumer: int, start: int = 0, batches: int = 8) -> tuple[int, ...]:
+        """Distinct shards of consumer ``c``'s next ``batches`` batches from ``start``, in first-
+        read order: a reader's look-ahead (P35), O(windows those batches take rows from), not
+        :meth:`shards_of`'s walk of the whole epoch (P34)."""
+        if isinstance(batches, bool) or not isinstance(batches, int) or batches < 0:
+            raise PlanError(f"batches: expected an int >= 0, got {batches!r}")
+        found: dict[int, None] = {}
+        for _, window in zip(range(batches), self.consumer_windows(consumer, start), strict=False):
+            found.update((span.shard_index, None) for span in window.spans)
+        return tuple(found)
+
     def dropped_indices(self) -> np.ndarray:
         """Global indices of the samples this plan drops: the sequence's tail after its last
         global batch (``tail="drop"``, P33)."""

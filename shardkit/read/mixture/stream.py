@@ -15,14 +15,14 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from shardkit.plan import Plan
+from shardkit.plan.any_state import SamplePlan
 from shardkit.plan.mixture.state import shard_bases
 from shardkit.read.mixture.config import OpenMixture
 from shardkit.read.open_shards import MAX_SHARD_DESCRIPTORS, OpenShards
 from shardkit.read.options import ReadOptions
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.stats import ReadStats
-from shardkit.read.stream import ShardOpener, WindowSamples, opened_windows
+from shardkit.read.stream import ShardOpener, WindowSamples, opened_windows, upcoming_shards
 from shardkit.storage import ShardCache
 
 
@@ -70,7 +70,7 @@ def source_of_indices(sample_bases: np.ndarray, indices: np.ndarray) -> np.ndarr
     return found
 
 
-def iter_mixture_consumer(opened: OpenMixture, plan: Plan, consumer: int, start: int,
+def iter_mixture_consumer(opened: OpenMixture, plan: SamplePlan, consumer: int, start: int,
                           cache: ShardCache | None = None, stats: ReadStats | None = None,
                           options: ReadOptions = ReadOptions(),
                           order: Sequence[int] | None = None) -> Iterator[WindowSamples]:
@@ -86,6 +86,6 @@ def iter_mixture_consumer(opened: OpenMixture, plan: Plan, consumer: int, start:
         opened = OpenMixture(opened.mixture, tuple(opened.datasets[i] for i in order), lengths, weights)
         sizes = [0] + [len(ds.manifest.shard_sizes) for ds in opened.datasets]
         bases = np.cumsum(sizes, dtype=np.int64)
-    upcoming = list(plan.shards_of(consumer, start)) if cache is not None else None
+    upcoming = upcoming_shards(plan, consumer, start) if cache is not None else None
     return opened_windows(lambda: MixtureOpener(opened, bases, cache, upcoming, stats, options), plan, consumer,
                           start)
