@@ -25,11 +25,11 @@ from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.mixture_state import SOURCES_KEY, BatchTallies, SourceTally, mixture_of, with_consumed
 from shardkit.loader.transfer.arena import alloc_like
 from shardkit.plan import Plan, PlanParams, shard_offsets
+from shardkit.plan.any_state import SamplePlan, validate_any_state
+from shardkit.plan.global_order.state import build_global_plan
 from shardkit.plan.mixture.remix import EpochSource, remix, remix_description
 from shardkit.plan.mixture.state import APPLY, epoch_source, mixture_description, spec_after, spec_source
 from shardkit.plan.mixture.state_check import MIX_STATE_VERSION
-from shardkit.plan.any_state import SamplePlan, validate_any_state
-from shardkit.plan.global_order.state import build_global_plan
 from shardkit.plan.tokens.plan import epoch_order
 from shardkit.read import StoredDataset
 from shardkit.read.mixture.config import Mixture, OpenMixture, source_lengths

@@ -25,7 +25,7 @@ from shardkit.loader.epoch_check import check_plan
 from shardkit.loader.topology import worker_slot
 from shardkit.loader.transfer.arena import alloc_like
 from shardkit.loader.transforms import Transform, takes_context, transformed
-from shardkit.plan import Plan, PlanParams, plan_to_state
+from shardkit.plan import PlanParams, plan_to_state
 from shardkit.plan.any_state import SamplePlan
 from shardkit.plan.global_order.order import GlobalOrderPlan
 from shardkit.plan.global_order.state import global_plan_to_state
@@ -65,7 +65,8 @@ class SampleBatching:
         plan: SamplePlan = source.plan(PlanParams.from_dict(resume["params"]), resume)
         return plan
 
-    def plan_state(self, plan: Any, offsets: Sequence[int], fingerprint: str, rank: int | None = None) -> dict[str, Any]:
+    def plan_state(self, plan: Any, offsets: Sequence[int], fingerprint: str,
+                   rank: int | None = None) -> dict[str, Any]:
         """The plan state after ``offsets``: per consumer, or one position in global order (P31,
         R16; ``rank``: count that rank's consumers only, its own unfinished iteration, R10)."""
         if isinstance(plan, GlobalOrderPlan):

@@ -96,7 +96,8 @@ class TokenBatching:
         return self._cuts if epoch == self._cuts_epoch else []
 
     # ---- the loader state's token part ------------------------------------------------------------
-    def plan_state(self, plan: Any, offsets: Sequence[int], fingerprint: str, rank: int | None = None) -> dict[str, Any]:
+    def plan_state(self, plan: Any, offsets: Sequence[int], fingerprint: str,
+                   rank: int | None = None) -> dict[str, Any]:
         return dict(plan.to_state(list(offsets), fingerprint))
 
     def state_part(self, plan: Any, offsets: Sequence[int]) -> dict[str, Any]:

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from shardkit.plan.params import PlanParams
 from shardkit.plan.any_state import SamplePlan
+from shardkit.plan.params import PlanParams
 from shardkit.plan.plan import Plan
 from shardkit.plan.rotation import StepPlan
 

@@ -225,7 +225,8 @@ def upcoming_shards(plan: SamplePlan, consumer: int, start: int) -> list[int]:
     return list(plan.shards_of(consumer, start))
 
 
-def opened_windows(make_opener: Callable[[], Any], plan: SamplePlan, consumer: int, start: int) -> Iterator[WindowSamples]:
+def opened_windows(make_opener: Callable[[], Any], plan: SamplePlan, consumer: int,
+                   start: int) -> Iterator[WindowSamples]:
     """The samples of consumer ``consumer``'s windows from ``start``, read through the opener
     ``make_opener()`` gives (a dataset's or a mixture's) when the stream starts; it is closed
     when the stream ends or is dropped."""
