@@ -74,6 +74,9 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         if type(batches_per_transfer) is not int or batches_per_transfer < 1:  # bool is not int here
             raise ValueError(f"batches_per_transfer must be an int >= 1, got {batches_per_transfer!r}")
         group = batches_per_transfer if num_workers > 0 else 1
+        if not in_order and num_workers > 1 and dataset.params.order == "global":  # P30, P35
+            raise ValueError("ShardLoader(in_order=False) with order='global': the ranks would train the slices of "
+                             "different global batches at one step; global order needs in-order delivery")
         wanted = max(dataset.prefetch_batches(num_workers) or DEFAULT_PREFETCH, DEFAULT_PREFETCH)  # mixtures: MX15
         default_prefetch = max(2, -(-wanted // group))
         super().__init__(

@@ -119,7 +119,7 @@ def test_the_loader_state_resumes_global_batches_on_any_rank_count(
     steps = len(reference[0])
     one = loaders(make, global_batch, 1)
     one[0].set_epoch(0)
-    done = lockstep(one, int(kill * steps))
+    done = lockstep(one, int(kill * (steps - 1)))  # a state at the epoch's end: the next test
     state = one[0].state_dict()
     assert state["plan"]["order"] == "global" and state["plan"]["position"] == len(done) * global_batch
     resumed = loaders(make, global_batch, ranks_b, state)
@@ -176,12 +176,15 @@ def test_a_malformed_or_foreign_global_state_is_refused(roots: dict[str, str]) -
 
 
 def test_what_global_order_does_not_cover_yet_is_refused_by_name(roots: dict[str, str]) -> None:
-    """P35: token blocks and apply_mix='now' in global order are a ValueError naming them."""
+    """P35: token blocks, apply_mix='now' and out-of-order delivery in global order are a
+    ValueError naming them."""
     with pytest.raises(ValueError, match="token blocks in global order are not supported yet"):
         sk.StreamingDataset(roots["plain"], batch_size=2, order="global", tokens=sk.TokenBlocks(8, field="tokens"))
     mix = sk.Mixture([sk.Source(roots["plain"], 1.0, "plain")])
     with pytest.raises(ValueError, match="apply_mix='now'.*not supported in global order"):
         sk.StreamingDataset(mix, batch_size=2, order="global", apply_mix="now")
+    with pytest.raises(ValueError, match="in_order=False.*global order needs in-order delivery"):
+        sk.ShardLoader(maker(roots, "plain")(2), num_workers=2, in_order=False)
 
 
 def test_the_step_plan_depends_on_the_group_in_global_order_only(roots: dict[str, str]) -> None:
