@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +34,6 @@ from shardkit.read.sources import LocalFileSource, StoreSource
 from shardkit.read.spans_ahead import span_chunks
 from shardkit.read.stats import ReadStats
 from shardkit.storage import CacheItem, Prefetcher, ShardCache
-
-LOOK_AHEAD_BATCHES = 16  # a global-order consumer's prefetch horizon, in batches (P35)
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +67,7 @@ class ShardOpener:
         self,
         dataset: StoredDataset,
         cache: ShardCache | None = None,
-        upcoming: list[int] | None = None,
+        upcoming: Iterable[int] | None = None,
         keep_open: int = 2,
         prefetch_ahead: int = 2,
         stats: ReadStats | None = None,
@@ -91,9 +89,11 @@ class ShardOpener:
         # Once per opener, not per shard: a spread read opens ~spread times as many (P21).
         self._max_block_bytes = resolve_max_block_bytes()
         self._prefetcher: Prefetcher | None = None
-        if self.cache is not None and upcoming:
-            items = [cache_item(dataset, i) for i in upcoming]
-            self._prefetcher = self.cache.prefetch(dataset.store, items, max_ahead=prefetch_ahead)
+        if self.cache is not None and upcoming is not None:
+            lazy = not isinstance(upcoming, list)  # a walk, not a list: taken as needed (P35)
+            items = (cache_item(dataset, i) for i in upcoming) if lazy else [cache_item(dataset, i) for i in upcoming]
+            if lazy or items:
+                self._prefetcher = self.cache.prefetch(dataset.store, items, max_ahead=prefetch_ahead, lazy=lazy)
 
     def reader(self, shard_index: int) -> ShardReader:
         found = self._open.get(self, shard_index)
@@ -216,12 +216,12 @@ def iter_consumer(
                                               options=options), plan, consumer, start)
 
 
-def upcoming_shards(plan: SamplePlan, consumer: int, start: int) -> list[int]:
-    """The shards a consumer's prefetcher fetches ahead of it: all of its epoch's, in first-read
-    order; for a global-order plan those of its next ``LOOK_AHEAD_BATCHES`` batches only
-    (specs/partition.md P35: listing its whole epoch would walk every window of the sequence)."""
+def upcoming_shards(plan: SamplePlan, consumer: int, start: int) -> Iterable[int]:
+    """The shards a consumer's prefetcher fetches ahead of it, in first-read order: a list of its
+    epoch's; for a global-order plan a lazy walk (``iter_shards``), taken as the prefetcher nears
+    it (specs/partition.md P35: listing its whole epoch would walk every window of the sequence)."""
     if isinstance(plan, GlobalOrderPlan):
-        return list(plan.shards_ahead(consumer, start, LOOK_AHEAD_BATCHES))
+        return plan.iter_shards(consumer, start)
     return list(plan.shards_of(consumer, start))
 
 

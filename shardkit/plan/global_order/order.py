@@ -208,16 +208,16 @@ class GlobalOrderPlan:
         _, first = np.unique(found, return_index=True)
         return tuple(found[np.sort(first)].tolist())
 
-    def shards_ahead(self, consumer: int, start: int = 0, batches: int = 8) -> tuple[int, ...]:
-        """Distinct shards of consumer ``c``'s next ``batches`` batches from ``start``, in first-
-        read order: a reader's look-ahead (P35), O(windows those batches take rows from), not
-        :meth:`shards_of`'s walk of the whole epoch (P34)."""
-        if isinstance(batches, bool) or not isinstance(batches, int) or batches < 0:
-            raise PlanError(f"batches: expected an int >= 0, got {batches!r}")
-        found: dict[int, None] = {}
-        for _, window in zip(range(batches), self.consumer_windows(consumer, start), strict=False):
-            found.update((span.shard_index, None) for span in window.spans)
-        return tuple(found)
+    def iter_shards(self, consumer: int, start: int = 0) -> Iterator[int]:
+        """:meth:`shards_of` as a lazy walk: each shard when the batch that first reads it is
+        reached, so a reader's look-ahead costs O(the windows it looks into), never the whole
+        epoch up front (P34, P35)."""
+        seen: set[int] = set()
+        for window in self.consumer_windows(consumer, start):
+            for span in window.spans:
+                if span.shard_index not in seen:
+                    seen.add(span.shard_index)
+                    yield span.shard_index
 
     def dropped_indices(self) -> np.ndarray:
         """Global indices of the samples this plan drops: the sequence's tail after its last

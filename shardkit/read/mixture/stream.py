@@ -11,7 +11,8 @@ Not thread-safe: one opener per consumer (DataLoader worker).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -31,7 +32,7 @@ class MixtureOpener:
     source, then the total)."""
 
     def __init__(self, opened: OpenMixture, bases: np.ndarray, cache: ShardCache | None = None,
-                 upcoming: list[int] | None = None, stats: ReadStats | None = None,
+                 upcoming: Iterable[int] | None = None, stats: ReadStats | None = None,
                  options: ReadOptions = ReadOptions()) -> None:
         self.options = options
         self.stats = stats if stats is not None else ReadStats()
@@ -39,9 +40,15 @@ class MixtureOpener:
         self._openers = []
         # One bound on open shards for all the sources together, not one per source (RP1).
         shared: OpenShards[ShardReader] = OpenShards(MAX_SHARD_DESCRIPTORS)
+        lazy = upcoming is not None and not isinstance(upcoming, list)  # one walk for every source (P35)
+        walks = itertools.tee(upcoming, len(opened.datasets)) if lazy and upcoming is not None else None
         for i, dataset in enumerate(opened.datasets):
             lo, hi = int(bases[i]), int(bases[i + 1])
-            mine = None if upcoming is None else [s - lo for s in upcoming if lo <= s < hi]
+            mine: Iterable[int] | None = None
+            if walks is not None:
+                mine = _in_source(walks[i], lo, hi)
+            elif upcoming is not None:
+                mine = [s - lo for s in upcoming if lo <= s < hi]
             self._openers.append(ShardOpener(dataset.in_this_process(), cache, mine, stats=self.stats,
                                              options=options, open_shards=shared))
         # Asked at every span a read-ahead run expands: once here, not once per source per span.
@@ -62,6 +69,11 @@ class MixtureOpener:
     def close(self) -> None:
         for opener in self._openers:
             opener.close()
+
+
+def _in_source(walk: Iterable[int], lo: int, hi: int) -> Iterator[int]:
+    """The shards of one source (global shard indices ``lo:hi``) of a lazy walk, as its own."""
+    return (shard - lo for shard in walk if lo <= shard < hi)
 
 
 def source_of_indices(sample_bases: np.ndarray, indices: np.ndarray) -> np.ndarray:

@@ -6,7 +6,9 @@ and DataLoader workers: tests/integration/loader/test_global_order_ranks.py."""
 from __future__ import annotations
 
 import collections
+import itertools
 import json
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +20,7 @@ from hypothesis import strategies as st
 import shardkit as sk
 from shardkit.errors import StateError
 from shardkit.plan.global_order.order import GlobalOrderPlan
-from shardkit.read.stream import LOOK_AHEAD_BATCHES, upcoming_shards
+from shardkit.read.stream import upcoming_shards
 from tests.helpers.datasets import write_dataset
 
 SIZES = (23, 0, 17, 31, 9)  # 80 samples
@@ -200,17 +202,46 @@ def test_the_step_plan_depends_on_the_group_in_global_order_only(roots: dict[str
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.integers(1, 4), st.integers(0, 3), st.integers(0, 5), st.data())
-def test_a_global_reader_looks_ahead_a_few_batches_not_its_epoch(
+def test_a_global_reader_walks_its_shards_lazily(
         roots: dict[str, str], world: int, workers: int, ahead: int, data: st.DataObject) -> None:
-    """P34, P35: ``shards_ahead(c, s, n)`` is the first-read-order prefix of ``shards_of(c, s)``
-    that the next ``n`` batches read; a reader's prefetch list is that, for LOOK_AHEAD_BATCHES."""
+    """P34, P35: ``iter_shards(c, s)`` yields ``shards_of(c, s)`` one at a time, its first ``k``
+    shards after walking only the windows that first read them; a reader's prefetch list is that
+    walk, not the whole epoch's list."""
     plan = maker(roots, "plain")(3).step_plan(0, world, workers, None, 2)
     assert isinstance(plan, GlobalOrderPlan)
     consumer = data.draw(st.integers(0, plan.num_consumers - 1))
     start = data.draw(st.integers(0, plan.num_batches(consumer))) * plan.params.batch_size
     whole = plan.shards_of(consumer, start)
-    near = plan.shards_ahead(consumer, start, ahead)
-    assert whole[:len(near)] == near
-    windows = list(plan.consumer_windows(consumer, start))[:ahead]
-    assert set(near) == {span.shard_index for w in windows for span in w.spans}
-    assert upcoming_shards(plan, consumer, start) == list(plan.shards_ahead(consumer, start, LOOK_AHEAD_BATCHES))
+    assert tuple(plan.iter_shards(consumer, start)) == whole
+    near = tuple(itertools.islice(plan.iter_shards(consumer, start), ahead))
+    assert near == whole[:ahead]
+    upcoming = upcoming_shards(plan, consumer, start)
+    assert not isinstance(upcoming, list | tuple) and tuple(upcoming) == whole
+
+
+def memory_dataset(count: int) -> str:
+    url = f"memory://global-{uuid.uuid4().hex}"
+    with sk.ShardWriter(url, shard_size="4KiB", block_size="1KiB") as writer:
+        for index in range(count):
+            writer.write({"id": index, "text": f"sample {index} " * 4})
+    return url
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_a_remote_dataset_in_global_order_prefetches_through_the_node_cache(tmp_path: Any, mixed: bool) -> None:
+    """P35 through a node cache (K10): the same global batches as range reads without one, every
+    shard fetched once by the lazy look-ahead or the reader (a mixture's sources share one walk)."""
+    urls = [memory_dataset(120), memory_dataset(50)] if mixed else [memory_dataset(150)]
+    path: Any = sk.Mixture([sk.Source(u, 1.0, f"s{i}") for i, u in enumerate(urls)]) if mixed else urls[0]
+
+    def run(cache_dir: Any) -> tuple[list[Batch], sk.StreamingDataset]:
+        ds = sk.StreamingDataset(path, batch_size=4, order="global", shuffle_window=16, with_index=True,
+                                 cache_dir=cache_dir, data_parallel=(1, 2))
+        return [record(b) for b in sk.ShardLoader(ds)], ds
+
+    cached, ds = run(str(tmp_path / "cache"))
+    plain, _ = run(False)
+    assert cached == plain and len(cached) > 5
+    stats = ds._shard_cache().stats  # noqa: SLF001 - the job's own cache counters
+    shards = sum(len(sk.StreamingDataset(u, batch_size=1).dataset.manifest.shards) for u in urls)
+    assert stats is not None and 0 < stats.misses <= shards
