@@ -30,7 +30,7 @@ from shardkit.loader.replicas import gather_by_dp_rank
 from shardkit.loader.token_cursors import CursorBook
 from shardkit.loader.topology import Topology, rank_and_world
 from shardkit.loader.transfer.meta import BatchMeta
-from shardkit.plan import validate_state
+from shardkit.plan.any_state import validate_any_state
 from shardkit.read.audit_lines import SINK_WRITER
 
 if TYPE_CHECKING:
@@ -43,8 +43,10 @@ Snapshot = tuple[dict[int, int], int]  # consumed offsets per consumer, steps
 class ConsumedBoundary:
     """The consumed boundary of one ``ShardLoader`` over ``streaming`` with ``num_workers``."""
 
-    def __init__(self, streaming: StreamingDataset, num_workers: int, audit: AuditSink | None) -> None:
+    def __init__(self, streaming: StreamingDataset, num_workers: int, audit: AuditSink | None,
+                 group: int = 1) -> None:
         self.streaming, self.num_workers = streaming, num_workers
+        self.group = group  # batches per DataLoader item (X8): global order deals its batches by it (P30)
         self.offsets: dict[int, int] = {}  # consumer -> position received by the loop (L1)
         self.steps = 0
         self.iter_topology: Topology | None = None  # the iteration under way's topology and plan state
@@ -87,9 +89,13 @@ class ConsumedBoundary:
         if self.iter_topology is None or topology != self.iter_topology:
             log.warning("the topology changed since the unfinished iteration; epoch %d restarts", self.streaming.epoch)
             return None
-        plan = self.streaming.step_plan(self.streaming.epoch, topology.world_size, self.num_workers, self.iter_resume)
+        plan = self._plan(self.streaming.epoch, topology, self.iter_resume)
         offsets = [self.offsets.get(c, start) for c, start in enumerate(plan.start_offsets)]
-        return self.streaming.plan_state(plan, offsets, self.streaming.epoch)
+        return self.streaming.plan_state(plan, offsets, self.streaming.epoch, topology.rank)
+
+    def _plan(self, epoch: int, topology: Topology, resume: dict[str, Any] | None, collective: bool = False) -> Any:
+        return self.streaming.step_plan(epoch, topology.world_size, self.num_workers, resume, self.group,
+                                        collective=collective)
 
     def current(self) -> tuple[int, dict[str, Any] | None]:
         """The epoch and plan state of the iteration under way, else of the next one."""
@@ -102,7 +108,7 @@ class ConsumedBoundary:
         """An iteration of ``epoch`` from plan state ``resume`` begins; returns its generation."""
         self.resume = None
         self.streaming.set_epoch(epoch)
-        plan = self.streaming.step_plan(epoch, topology.world_size, self.num_workers, resume, collective=True)
+        plan = self._plan(epoch, topology, resume, collective=True)
         self.iter_topology, self.iter_resume = topology, resume
         self.offsets = dict(enumerate(plan.start_offsets))
         self.cursors.clear()
@@ -133,7 +139,7 @@ class ConsumedBoundary:
     def planned_drops(self) -> np.ndarray:
         topology = self.topology()
         epoch, resume = self.current()
-        plan = self.streaming.step_plan(epoch, topology.world_size, self.num_workers, resume)
+        plan = self._plan(epoch, topology, resume)
         dropped = getattr(plan, "dropped_indices", None)
         if dropped is None:
             raise TypeError("planned_drops() is for sample plans; token blocks account for every "
@@ -170,7 +176,7 @@ class ConsumedBoundary:
         topology = self.iter_topology or self.topology()
         resume = self.iter_resume if self.iter_topology else self.resume
         epoch = self.streaming.epoch
-        plan = self.streaming.step_plan(epoch, topology.world_size, self.num_workers, resume)
+        plan = self._plan(epoch, topology, resume)
         offsets = list(plan.start_offsets)
         for consumer, position in consumed.items():
             offsets[consumer] = position
@@ -205,7 +211,7 @@ class ConsumedBoundary:
         """Validate ``raw`` once (its shape, then each component's part, then the plan's
         fingerprint), then plan from it at the next ``iter(loader)`` — on any topology."""
         state = LoaderState.from_dict(raw)
-        validate_state(state.plan, self.streaming.load_state_part(state))  # the shape was checked by from_dict
+        validate_any_state(state.plan, self.streaming.load_state_part(state))  # the shape was checked by from_dict
         self.streaming.set_epoch(state.epoch)
         self.resume = state.plan
         self.offsets, self.steps, self.iter_topology = {}, 0, None

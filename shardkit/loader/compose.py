@@ -12,7 +12,8 @@ any of those, ``tokens=``          (the same)                  ``TokenBatching``
 
 Every cell of the table works; what a combination cannot mean is refused here, by name:
 ``sample_weights=`` on a mixture (its sources weigh their own samples, SW10), ``with_source=``
-and ``apply_mix=`` outside a mixture, ``transform``/``collate_fn`` with token blocks.
+and ``apply_mix=`` outside a mixture, ``transform``/``collate_fn`` with token blocks, and (not
+built yet) token blocks or ``apply_mix="now"`` in ``order="global"`` (specs/partition.md P35).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class Choices:
     transform: Transform | None = None
     collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None
     quality_field: str | None = None
+    order: str = "shard"
 
 
 def as_mixture(path: Any) -> Mixture | None:
@@ -78,6 +80,13 @@ def check_choices(mixture: Mixture | None, choices: Choices) -> None:
     if choices.samples_per_epoch is not None and choices.sample_weights is None:
         raise TypeError("samples_per_epoch= sizes a weighted epoch: give sample_weights= too (a mixture "
                         "sets its epoch size in the Mixture)")
+    if choices.order == "global":  # P35: what global order does not cover yet, refused by name
+        if choices.tokens is not None:
+            raise ValueError("StreamingDataset(order='global', tokens=...): token blocks in global order are not "
+                             "supported yet (specs/token-blocks.md); use order='shard' with tokens=")
+        if choices.apply_mix != "next_epoch":
+            raise ValueError("StreamingDataset(order='global', apply_mix='now'): re-mixing the rest of a started "
+                             "epoch is not supported in global order yet; new weights take effect at the next epoch")
     if choices.tokens is not None:
         for name in ("transform", "collate_fn"):
             if getattr(choices, name):

@@ -24,7 +24,7 @@ from torch.utils.data import IterableDataset
 from shardkit.errors import StateError
 from shardkit.loader.compose import Choices, as_mixture, batching, check_choices, epoch_source
 from shardkit.loader.dataset_source import DatasetSource
-from shardkit.loader.emitter import consumer_emitter, consumer_topology
+from shardkit.loader.emitter import consumer_emitter, consumer_topology, payload_group
 from shardkit.loader.env import offline_setting
 from shardkit.loader.epoch_check import check_dataset
 from shardkit.loader.guard import check_caller
@@ -42,6 +42,8 @@ from shardkit.loader.transfer.packed import in_groups
 from shardkit.loader.transfer.ring import Ring
 from shardkit.loader.transforms import Transform
 from shardkit.plan import Plan, PlanParams
+from shardkit.plan.any_state import SamplePlan, check_state_order
+from shardkit.plan.global_order.order import GlobalOrderPlan
 from shardkit.plan.params import default_spread
 from shardkit.plan.rotation import StepPlan
 from shardkit.plan.tokens.config import TokenBlocks
@@ -79,6 +81,9 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     ``spread``: when shuffling, each shard is split among about this many consumers, so a window
     mixes that many times more shards; by default 12 for a dataset not shuffled at pack time and
     1 for one that was, and for a mixture (specs/partition.md P18-P19).
+    ``order="global"``: every step's global batch (``world_size × batch_size`` samples) is the
+    same on any number of ranks and workers, resumable across them (P27-P35; opt-in: it reads
+    more sparsely, P32); not with ``tokens=`` yet.
     ``quality_field``: a label field whose distinct values per local batch the training process
     measures against a uniform shuffle's when it plans the first epoch, as ``shardkit plan
     --quality FIELD`` does (one read of every sample's field), logging once when poor (P20).
@@ -102,6 +107,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         shuffle_window: int = 8192,
         interleave: int = 1,
         spread: int | None = None,
+        order: str = "shard",
         with_index: bool = False,
         cache_dir: str | bool | None = None,  # None: $SHARDKIT_CACHE_DIR or ~/.cache/shardkit; False: none
         cache_limit: int | str | None = None,  # None: $SHARDKIT_CACHE_LIMIT or 200GiB (loader/env.py)
@@ -119,11 +125,11 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     ) -> None:
         mixture = as_mixture(path)
         choices = Choices(tokens, sample_weights, samples_per_epoch, with_source, apply_mix, transform,
-                          collate_fn, quality_field)
+                          collate_fn, quality_field, order)
         check_choices(mixture, choices)
         self.path = path if isinstance(path, str) else "<mixture>"
         self.params = PlanParams(seed=seed, batch_size=batch_size, tail=tail, shuffle=shuffle,
-                                 shuffle_window=shuffle_window, interleave=interleave)
+                                 shuffle_window=shuffle_window, interleave=interleave, order=order)
         urls = [s.path for s in mixture.sources] if mixture is not None else [self.path]
         self.options = stream_options(urls, with_index, cache_dir, cache_limit, storage_options, data_parallel)
         # The node cache also holds the manifest: one download per node, not per rank (K18). Its
@@ -133,7 +139,9 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         self.source: DatasetSource | MixtureSource = epoch_source(
             self.path, mixture, choices, storage_options, manifest_cache, offline_setting(offline))
         self.batching: SampleBatching | TokenBatching = batching(choices, self.path)
-        if spread is None:  # P19: spread only what was not shuffled at pack time; a mixture interleaves itself
+        if order == "global":  # one sequence, not one per consumer: spread does not apply (P29)
+            spread = 1
+        elif spread is None:  # P19: spread only what was not shuffled at pack time; a mixture interleaves itself
             spread = default_spread(self.dataset.manifest.order) if mixture is None else 1
         self.params = replace(self.params, spread=spread)
         if tokens is None:  # a batch of token blocks may come from fewer documents
@@ -207,17 +215,19 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
 
     # ---- plans ----------------------------------------------------------------------------------
     def step_plan(self, epoch: int, world_size: int, num_workers: int,
-                  resume: dict[str, Any] | None = None, collective: bool = False) -> StepPlan:
+                  resume: dict[str, Any] | None = None, group: int = 1, collective: bool = False) -> StepPlan:
         """The (cached) plan ``ShardLoader`` counts steps and consumed offsets with, for a topology;
         ``resume`` = a plan state (G6). Offsets count samples, or blocks for token blocks.
+        ``group``: batches per DataLoader item (X8), which deal global order's batches (P30).
         ``collective``: every rank calls it here at once (``iter(loader)``), so a pack plan's
         count may be shared among ranks (one all-reduce, TB29)."""
         params = replace(self.params, epoch=epoch, world_size=world_size, num_workers=num_workers)
-        key = repr((params, resume))
+        group = group if params.order == "global" and num_workers > 0 else 1  # P35: part of the key
+        key = repr((params, resume, group))
         plan = self._plans.get(key)
         share = self._count_share(params) if collective else None
         if plan is None:
-            plan = self.batching.step_plan(self.source, params, resume, *([share] if share else []))
+            plan = self.batching.step_plan(self.source, params, resume, group, *([share] if share else []))
             self._plans = {key: plan}
         elif share is not None:
             self.batching.agree(plan, share)  # type: ignore[union-attr,arg-type]
@@ -229,20 +239,22 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
             return None
         return count_share(params, rank_and_world(self.options.rank, self.options.world_size)[0])
 
-    def plan(self, epoch: int, world_size: int, num_workers: int, resume: dict[str, Any] | None = None) -> Plan:
-        """The sample plan of ``epoch`` (batches of samples only; token blocks: ``step_plan``)."""
+    def plan(self, epoch: int, world_size: int, num_workers: int, resume: dict[str, Any] | None = None,
+             group: int = 1) -> SamplePlan:
+        """The sample plan of ``epoch`` (batches of samples only; token blocks: ``step_plan``);
+        a ``GlobalOrderPlan`` in ``order="global"``."""
         if self.yields_tokens:
             raise TypeError("a token-block dataset has no sample plan; use step_plan")
-        plan = self.step_plan(epoch, world_size, num_workers, resume)
-        if not isinstance(plan, Plan):
+        plan = self.step_plan(epoch, world_size, num_workers, resume, group)
+        if not isinstance(plan, Plan | GlobalOrderPlan):
             raise TypeError(f"StreamingDataset({self.path!r}): its batching planned a {type(plan).__name__}, "
                             f"not a sample plan")
         return plan
 
     def num_batches(self, epoch: int, rank: int, world_size: int, num_workers: int,
-                    resume: dict[str, Any] | None = None) -> int:
+                    resume: dict[str, Any] | None = None, group: int = 1) -> int:
         """Batches rank ``rank`` still yields this epoch (all ranks get the same number)."""
-        plan = self.step_plan(epoch, world_size, num_workers, resume)
+        plan = self.step_plan(epoch, world_size, num_workers, resume, group)
         batch = self.params.batch_size
         width = max(num_workers, 1)
         consumers = range(rank * width, (rank + 1) * width)
@@ -257,9 +269,10 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         """The keys a loader state adds for the source and the batching at ``offsets``."""
         return self.source.state_part(epoch, resume, received)
 
-    def plan_state(self, plan: Any, offsets: list[int], epoch: int) -> dict[str, Any]:
-        """The loader state's ``plan``: ``plan`` (from ``step_plan``) after ``offsets``."""
-        return self.batching.plan_state(plan, offsets, self.state_fingerprint(epoch))
+    def plan_state(self, plan: Any, offsets: list[int], epoch: int, rank: int | None = None) -> dict[str, Any]:
+        """The loader state's ``plan``: ``plan`` (from ``step_plan``) after ``offsets``; ``rank``:
+        only that rank's offsets are known (its own unfinished iteration, R10)."""
+        return self.batching.plan_state(plan, offsets, self.state_fingerprint(epoch), rank)
 
     def extra_state(self, plan: Any, offsets: list[int], known: dict[int, Any] | None = None) -> dict[str, Any]:
         """The batching's keys of a loader state at ``offsets`` (token blocks: ``tokens``; ``known``:
@@ -275,6 +288,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         for key in sorted(set(state.parts) - known):
             hint = PART_HINTS.get(key, "saved by another kind of dataset or a newer shardkit")
             raise StateError(f"loader state: it has a {key!r} part this dataset does not read ({hint})")
+        check_state_order(state.plan, self.params.order, "loader state")  # R17: naming both orders
         self._plans = {}
         fingerprint = self.source.load_part(state)
         self.batching.load_part(state, self.source)
@@ -315,7 +329,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
             self._plans = {}
         topology = consumer_topology(self.options.rank, self.options.world_size, payload)
         epoch = payload.get("epoch", self._epoch)
-        plan = self.step_plan(epoch, topology.world_size, topology.num_workers, payload.get("resume"))
+        plan = self.step_plan(epoch, topology.world_size, topology.num_workers, payload.get("resume"),
+                              payload_group(topology, payload))
         cache = self._shard_cache()
         collate = self.batching.collate_for(self.source, self.params.tail == "pad", self.options.with_index)
         emitter, group = consumer_emitter(plan, topology, payload, epoch, collate, cache)

@@ -23,10 +23,12 @@ from shardkit.loader.loader_state import LoaderState
 from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.mixture_state import SourceTally
 from shardkit.plan import Plan, PlanParams, build_plan
+from shardkit.plan.any_state import SamplePlan
+from shardkit.plan.global_order.state import build_global_plan
 from shardkit.plan.quality import warn_if_poor_labels, warn_if_unshuffled
 from shardkit.plan.sample_weights import SampleWeights
 from shardkit.plan.tokens.plan import epoch_order
-from shardkit.plan.weighted_sequence import weighted_plan
+from shardkit.plan.weighted_sequence import weighted_plan, weighted_sequence
 from shardkit.read import StoredDataset
 from shardkit.read.field_values import read_label_codes
 from shardkit.read.options import ReadOptions
@@ -79,7 +81,15 @@ class DatasetSource:
             return self.fingerprint
         return f"{self.fingerprint}+weights:{self.weights.fingerprint}:{self._total}"
 
-    def plan(self, params: PlanParams, resume: dict[str, Any] | None = None) -> Plan:
+    def plan(self, params: PlanParams, resume: dict[str, Any] | None = None, group: int = 1) -> SamplePlan:
+        """The epoch's plan; in global order the one-process sequence cut into global batches
+        (a weighted epoch's weighted sequence, P29, P35)."""
+        if params.order == "global":
+            if self.weights is None:
+                return build_global_plan(self.dataset.manifest.shard_sizes, params, resume, group)
+            weights, total = self.weights, self._total
+            return build_global_plan(weights.shard_sizes, params, resume, group,
+                                     lambda _, fixed: weighted_sequence(weights, total, fixed))
         if self.weights is None:
             return build_plan(self.dataset.manifest.shard_sizes, params, resume)
         return weighted_plan(self.weights, self._total, params, resume)
@@ -145,7 +155,7 @@ class DatasetSource:
     def needs_cache(self) -> bool:
         return self.dataset.store.worth_caching
 
-    def read(self, plan: Plan, consumer: int, start: int, cache: ShardCache | None, stats: WorkerStats,
+    def read(self, plan: SamplePlan, consumer: int, start: int, cache: ShardCache | None, stats: WorkerStats,
              options: ReadOptions, batch_size: int) -> Iterator[WindowSamples]:
         """Consumer ``consumer``'s samples from ``start``, in plan order."""
         return iter_consumer(self.dataset, plan, consumer, start, cache, stats.read, options)

@@ -81,12 +81,19 @@ def consumer_topology(rank: int | None, world_size: int | None, payload: dict[st
     return Topology(rank, world, worker, num_workers)
 
 
+def payload_group(topology: Topology, payload: dict[str, Any]) -> int:
+    """Batches a worker sends as one DataLoader item (X8): the loader's group, in a worker whose
+    batches ``ShardLoader`` unpacks; 1 elsewhere."""
+    pack = topology.num_workers > 0 and "generation" in payload
+    return max(int(payload.get("group", 1)), 1) if pack else 1
+
+
 def consumer_emitter(plan: StepPlan, topology: Topology, payload: dict[str, Any], epoch: int,
                      collate: Callable[[BatchCut], Any], cache: ShardCache | None) -> tuple[Emitter, int]:
     """The emitter of the consumer of ``plan`` this process serves, and how many batches it
     sends at once (its group, X8)."""
     pack = topology.num_workers > 0 and "generation" in payload  # only where ShardLoader unpacks them
-    group = max(int(payload.get("group", 1)), 1) if pack else 1
+    group = payload_group(topology, payload)
     consumer = worker_consumer(plan, topology.rank, topology.worker, topology.num_workers, group)
     if consumer >= plan.num_consumers:
         raise PlanError(f"consumer {consumer} is outside the plan's {plan.num_consumers} consumers")

@@ -15,12 +15,13 @@ import logging
 
 from shardkit.errors import PlanError
 from shardkit.loader.topology import worker_slot
-from shardkit.plan import Plan, PlanParams, check_epoch_yield
+from shardkit.plan import PlanParams, check_epoch_yield
+from shardkit.plan.any_state import SamplePlan
 
 log = logging.getLogger("shardkit.loader")
 
 
-def check_plan(plan: Plan) -> None:
+def check_plan(plan: SamplePlan) -> None:
     """Log once (training process only) when ``plan``'s fresh epoch yields no batch or drops a
     large share."""
     problem = check_epoch_yield(plan.num_source_samples, plan.params, plan.level)

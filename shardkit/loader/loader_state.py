@@ -2,7 +2,8 @@
 docs/guarantees.md; specs/resume-state.md §Loader)::
 
     {"version": 1, "kind": "shardkit.loader", "epoch": int, "steps": int,
-     "plan": <plan state: fingerprint, params, offsets per consumer, parent>,
+     "plan": <plan state: fingerprint, params, offsets per consumer, parent; or, in global
+              order, fingerprint, params, sequence, position (R16)>,
      <the parts of the dataset's components: "sample_weights", "mixture", "tokens">,
      "audit_step": int (with an audit sink, R15)}
 
@@ -21,9 +22,8 @@ from typing import Any
 
 from shardkit.errors import StateError
 from shardkit.loader.audit_sink import AUDIT_STEP_KEY
-from shardkit.plan import validate_state
+from shardkit.plan.any_state import check_any_state_shape, validate_any_state
 from shardkit.plan.params import MAX_INT
-from shardkit.plan.state import check_state_shape
 
 LOADER_STATE_VERSION = 1
 LOADER_STATE_KIND = "shardkit.loader"
@@ -75,9 +75,9 @@ def check_loader_state(state: Any, fingerprint: str | None) -> None:
     steps = state.get("steps", 0)
     if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= MAX_INT:
         raise StateError(f"loader state: 'steps' must be an int in 0..2**63-1, got {steps!r:.40}")
-    check_state_shape(state["plan"])  # every level's types, ranges and caps, before any part is read (R14)
-    params = state["plan"]["params"]
+    check_any_state_shape(state["plan"])  # every level's types, ranges and caps, before any part is read (R14)
+    params = state["plan"]["params"]  # a global-order state's params share its sequence's epoch (R16)
     if fingerprint is not None:
-        validate_state(state["plan"], fingerprint)  # also refuses a malformed plan
+        validate_any_state(state["plan"], fingerprint)  # also refuses a malformed plan
     if params.get("epoch") != state["epoch"]:
         raise StateError("loader state: 'epoch' and plan params disagree")

@@ -25,10 +25,11 @@ from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.mixture_state import SOURCES_KEY, BatchTallies, SourceTally, mixture_of, with_consumed
 from shardkit.loader.transfer.arena import alloc_like
 from shardkit.plan import Plan, PlanParams, shard_offsets
+from shardkit.plan.any_state import SamplePlan, validate_any_state
+from shardkit.plan.global_order.state import build_global_plan
 from shardkit.plan.mixture.remix import EpochSource, remix, remix_description
 from shardkit.plan.mixture.state import APPLY, epoch_source, mixture_description, spec_after, spec_source
 from shardkit.plan.mixture.state_check import MIX_STATE_VERSION
-from shardkit.plan.state import validate_state
 from shardkit.plan.tokens.plan import epoch_order
 from shardkit.read import StoredDataset
 from shardkit.read.mixture.config import Mixture, OpenMixture, source_lengths
@@ -96,11 +97,16 @@ class MixtureSource:
             return self._saved[2]
         return tuple(range(len(self.spec.sources)))
 
-    def plan(self, params: PlanParams, resume: dict[str, Any] | None = None) -> Plan:
+    def plan(self, params: PlanParams, resume: dict[str, Any] | None = None, group: int = 1) -> SamplePlan:
+        """The mixture plan of the epoch; in global order its one-process mixed sequence cut
+        into global batches (P29, P35)."""
         started = self._started if self._started is not None and self._started["epoch"] == params.epoch else {}
         if resume is not None and "remix" in started and resume == started["remix"]["base"]["plan"]:
             resume = None  # the loaded epoch's rest was re-planned under a new mix: it starts afresh (MX12)
-        return self.source_for(params.epoch).plan(params, resume)
+        source = self.source_for(params.epoch)
+        if params.order == "global":
+            return build_global_plan(source.shard_sizes, params, resume, group, source.sequence)
+        return source.plan(params, resume)
 
     def shard_sizes(self, epoch: int) -> np.ndarray:
         return self.source_for(epoch).shard_sizes
@@ -152,7 +158,7 @@ class MixtureSource:
                              f"{mixture_state.get('epoch')!r}")
         current = self.opened.spec()
         loaded = epoch_source(current, mixture_state)  # refuses a changed source by name (MX7)
-        validate_state(mixture_state["plan"], loaded.digest)
+        validate_any_state(mixture_state["plan"], loaded.digest)
         started = {k: v for k, v in mixture_state.items() if k != "plan"}
         epoch = int(mixture_state["epoch"])
         weights = dict(zip(current.names, current.weights(epoch), strict=True))
@@ -195,7 +201,7 @@ class MixtureSource:
     def needs_cache(self) -> bool:
         return any(ds.store.worth_caching for ds in self.opened.datasets)
 
-    def read(self, plan: Plan, consumer: int, start: int, cache: ShardCache | None, stats: WorkerStats,
+    def read(self, plan: SamplePlan, consumer: int, start: int, cache: ShardCache | None, stats: WorkerStats,
              options: ReadOptions, batch_size: int) -> Iterator[WindowSamples]:
         self._order = self.order_for(plan.params.epoch)
         self._bases = self._sample_bases_of(self._order)

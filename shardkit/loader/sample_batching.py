@@ -25,7 +25,10 @@ from shardkit.loader.epoch_check import check_plan
 from shardkit.loader.topology import worker_slot
 from shardkit.loader.transfer.arena import alloc_like
 from shardkit.loader.transforms import Transform, takes_context, transformed
-from shardkit.plan import Plan, PlanParams, plan_to_state
+from shardkit.plan import PlanParams, plan_to_state
+from shardkit.plan.any_state import SamplePlan
+from shardkit.plan.global_order.order import GlobalOrderPlan
+from shardkit.plan.global_order.state import global_plan_to_state
 from shardkit.read.column_pieces import ColumnPiece, as_samples
 from shardkit.read.options import ReadOptions
 from shardkit.storage import ShardCache
@@ -46,19 +49,28 @@ class SampleBatching:
         self.collate_fn = collate_fn or collate_samples
 
     # ---- the plan and the state -----------------------------------------------------------------
-    def step_plan(self, source: Any, params: PlanParams, resume: dict[str, Any] | None) -> Plan:
-        plan: Plan = source.plan(params, resume)
+    def step_plan(self, source: Any, params: PlanParams, resume: dict[str, Any] | None,
+                  group: int = 1) -> SamplePlan:
+        """The source's sample plan; ``group`` (batches per DataLoader item) deals a global-order
+        plan's batches to the workers (P30)."""
+        plan: SamplePlan = source.plan(params, resume, group)
         check_plan(plan)  # no batch for this topology, or a large drop: logged once (P16, P17)
-        if worker_slot() == (0, 0):  # P20: in the training process
+        if worker_slot() == (0, 0) and params.order == "shard":  # P20 judges the default order's batches (P35)
             source.warn_quality(plan)
         return plan
 
-    def saved_plan(self, source: Any, resume: dict[str, Any]) -> Plan:
-        """The plan that saved ``resume``, at its offsets (its own topology and batch size)."""
-        plan: Plan = source.plan(PlanParams.from_dict(resume["params"]), resume)
+    def saved_plan(self, source: Any, resume: dict[str, Any]) -> SamplePlan:
+        """The plan that saved ``resume``, at its offsets (its own topology and batch size; a
+        global-order one from its position, R16)."""
+        plan: SamplePlan = source.plan(PlanParams.from_dict(resume["params"]), resume)
         return plan
 
-    def plan_state(self, plan: Any, offsets: Sequence[int], fingerprint: str) -> dict[str, Any]:
+    def plan_state(self, plan: Any, offsets: Sequence[int], fingerprint: str,
+                   rank: int | None = None) -> dict[str, Any]:
+        """The plan state after ``offsets``: per consumer, or one position in global order (P31,
+        R16; ``rank``: count that rank's consumers only, its own unfinished iteration, R10)."""
+        if isinstance(plan, GlobalOrderPlan):
+            return global_plan_to_state(plan, list(offsets), fingerprint, rank)
         return plan_to_state(plan, list(offsets), fingerprint)
 
     def state_part(self, plan: Any, offsets: Sequence[int]) -> dict[str, Any]:
@@ -84,7 +96,7 @@ class SampleBatching:
         return None
 
     # ---- a consumer's batches (in its process) ----------------------------------------------------
-    def batches(self, source: Any, plan: Plan, emitter: Emitter, cache: ShardCache | None,
+    def batches(self, source: Any, plan: SamplePlan, emitter: Emitter, cache: ShardCache | None,
                 batch_size: int, with_index: bool) -> Iterator[Any]:
         """The consumer's batches from the emitter's position, emitted."""
         # The default collation copies every value into the batch at once, so large samples may

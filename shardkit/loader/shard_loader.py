@@ -74,6 +74,9 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         if type(batches_per_transfer) is not int or batches_per_transfer < 1:  # bool is not int here
             raise ValueError(f"batches_per_transfer must be an int >= 1, got {batches_per_transfer!r}")
         group = batches_per_transfer if num_workers > 0 else 1
+        if not in_order and num_workers > 1 and dataset.params.order == "global":  # P30, P35
+            raise ValueError("ShardLoader(in_order=False) with order='global': the ranks would train the slices of "
+                             "different global batches at one step; global order needs in-order delivery")
         wanted = max(dataset.prefetch_batches(num_workers) or DEFAULT_PREFETCH, DEFAULT_PREFETCH)  # mixtures: MX15
         default_prefetch = max(2, -(-wanted // group))
         super().__init__(
@@ -95,7 +98,7 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         self._ring: Ring | None = None
         # what the loop received and what the next iteration reads (G5, R10; loader/boundary.py)
         self._boundary = ConsumedBoundary(dataset, num_workers,
-                                          AuditSink(audit_dir) if audit_dir is not None else None)
+                                          AuditSink(audit_dir) if audit_dir is not None else None, group)
 
     # ---- epochs -----------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -120,7 +123,8 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         topology = self._boundary.topology()
         if not self.streaming.options.reads:
             return 0
-        return self.streaming.num_batches(epoch, topology.rank, topology.world_size, self.num_workers)
+        return self.streaming.num_batches(epoch, topology.rank, topology.world_size, self.num_workers,
+                                         group=self.batches_per_transfer)
 
     def __len__(self) -> int:
         """Steps (batches) this rank yields: in the iteration under way, all of them; otherwise
@@ -129,7 +133,8 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         epoch, resume = self._boundary.current()
         if not self.streaming.options.reads:  # a rank that needs no data (P26)
             return 0
-        return self.streaming.num_batches(epoch, topology.rank, topology.world_size, self.num_workers, resume)
+        return self.streaming.num_batches(epoch, topology.rank, topology.world_size, self.num_workers, resume,
+                                         self.batches_per_transfer)
 
     def planned_drops(self) -> np.ndarray:
         """Global sample indices (``batch["_index"]`` values) the plan of the iteration under way

@@ -66,10 +66,11 @@ class TokenBatching:
         self._checked = False  # whether this process checked the loaded levels' consumer states (TB13)
 
     # ---- the plan -------------------------------------------------------------------------------
-    def step_plan(self, source: Any, params: PlanParams, resume: dict[str, Any] | None,
+    def step_plan(self, source: Any, params: PlanParams, resume: dict[str, Any] | None, group: int = 1,
                   share: CountShare | None = None) -> TokenPlan:
-        """``share``: pack mode, this rank's share of the count, agreed with the others (TB29);
-        a count known for this plan is agreed on as it is (every rank makes the same collective)."""
+        """``group`` is not used (token blocks have no global order yet, P35). ``share``: pack
+        mode, this rank's share of the count, agreed with the others (TB29); a count known for
+        this plan is agreed on as it is (every rank makes the same collective)."""
         cuts = self._loaded_cuts(params.epoch) if resume is not None else []
         key = repr((params, resume))  # pack: a worker takes its loader's count of this same plan (TB27)
         known = self._pack_blocks.get(key, self._counted.get(key))
@@ -116,7 +117,8 @@ class TokenBatching:
         return self._cuts if epoch == self._cuts_epoch else []
 
     # ---- the loader state's token part ------------------------------------------------------------
-    def plan_state(self, plan: Any, offsets: Sequence[int], fingerprint: str) -> dict[str, Any]:
+    def plan_state(self, plan: Any, offsets: Sequence[int], fingerprint: str,
+                   rank: int | None = None) -> dict[str, Any]:
         return dict(plan.to_state(list(offsets), fingerprint))
 
     def state_part(self, plan: Any, offsets: Sequence[int], known: dict[int, Any] | None = None) -> dict[str, Any]:

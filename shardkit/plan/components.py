@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from shardkit.plan.any_state import SamplePlan
 from shardkit.plan.params import PlanParams
 from shardkit.plan.plan import Plan
 from shardkit.plan.rotation import StepPlan
@@ -41,7 +42,10 @@ class EpochSource(Protocol):
         """The fingerprint a plan state of ``epoch`` carries (checked at load, R8)."""
         ...
 
-    def plan(self, params: PlanParams, resume: dict[str, Any] | None = None) -> Plan: ...
+    def plan(self, params: PlanParams, resume: dict[str, Any] | None = None, group: int = 1) -> SamplePlan:
+        """``params.order == "global"``: a ``GlobalOrderPlan`` whose workers take units of
+        ``group`` global batches (P30, P35); the default order ignores ``group``."""
+        ...
 
     def order_plan(self, params: PlanParams) -> Plan: ...
 
@@ -71,10 +75,13 @@ class Batching(Protocol):
     @property
     def part_keys(self) -> frozenset[str]: ...
 
-    def step_plan(self, source: Any, params: PlanParams, resume: dict[str, Any] | None) -> StepPlan: ...
+    def step_plan(self, source: Any, params: PlanParams, resume: dict[str, Any] | None,
+                  group: int = 1) -> StepPlan: ...
 
-    def plan_state(self, plan: Any, offsets: Sequence[int], fingerprint: str) -> dict[str, Any]:
-        """The loader state's ``plan``: ``plan`` after ``offsets``."""
+    def plan_state(self, plan: Any, offsets: Sequence[int], fingerprint: str,
+                   rank: int | None = None) -> dict[str, Any]:
+        """The loader state's ``plan``: ``plan`` after ``offsets`` (``rank``: only that rank's
+        offsets are known, R10; a global-order state needs to know, P31)."""
         ...
 
     def state_part(self, plan: Any, offsets: Sequence[int]) -> dict[str, Any]: ...

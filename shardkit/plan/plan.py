@@ -86,6 +86,12 @@ class Plan:
         return shard_offsets(self._shard_sizes)
 
     @property
+    def source(self) -> SampleSequence:
+        """The sequence this level partitions (level 0: the epoch's; global order cuts a
+        mixture's or a weighted epoch's one-process sequence, specs/partition.md P29)."""
+        return self._source
+
+    @property
     def num_source_samples(self) -> int:
         """Samples this level partitions: N at level 0, the remainder M at level > 0."""
         return len(self._source)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,9 @@ import numpy as np
 
 from shardkit.format import ShardInfo
 from shardkit.format.shard_layout import ShardIndex
-from shardkit.plan import Plan, Window
+from shardkit.plan import Window
+from shardkit.plan.any_state import SamplePlan
+from shardkit.plan.global_order.order import GlobalOrderPlan
 from shardkit.read.cached_shard import open_checked
 from shardkit.read.column_pieces import ColumnPiece, as_samples, is_run, join_pieces
 from shardkit.read.dataset import StoredDataset
@@ -65,7 +67,7 @@ class ShardOpener:
         self,
         dataset: StoredDataset,
         cache: ShardCache | None = None,
-        upcoming: list[int] | None = None,
+        upcoming: Iterable[int] | None = None,
         keep_open: int = 2,
         prefetch_ahead: int = 2,
         stats: ReadStats | None = None,
@@ -87,9 +89,11 @@ class ShardOpener:
         # Once per opener, not per shard: a spread read opens ~spread times as many (P21).
         self._max_block_bytes = resolve_max_block_bytes()
         self._prefetcher: Prefetcher | None = None
-        if self.cache is not None and upcoming:
-            items = [cache_item(dataset, i) for i in upcoming]
-            self._prefetcher = self.cache.prefetch(dataset.store, items, max_ahead=prefetch_ahead)
+        if self.cache is not None and upcoming is not None:
+            lazy = not isinstance(upcoming, list)  # a walk, not a list: taken as needed (P35)
+            items = (cache_item(dataset, i) for i in upcoming) if lazy else [cache_item(dataset, i) for i in upcoming]
+            if lazy or items:
+                self._prefetcher = self.cache.prefetch(dataset.store, items, max_ahead=prefetch_ahead, lazy=lazy)
 
     def reader(self, shard_index: int) -> ShardReader:
         found = self._open.get(self, shard_index)
@@ -196,7 +200,7 @@ def _read_run(
 
 def iter_consumer(
     dataset: StoredDataset,
-    plan: Plan,
+    plan: SamplePlan,
     consumer: int,
     start: int,
     cache: ShardCache | None = None,
@@ -204,7 +208,7 @@ def iter_consumer(
     options: ReadOptions = ReadOptions(),
 ) -> Iterator[WindowSamples]:
     """Consumer ``consumer``'s samples from position ``start`` to the end of its sequence."""
-    upcoming = list(plan.shards_of(consumer, start)) if cache is not None else None
+    upcoming = upcoming_shards(plan, consumer, start) if cache is not None else None
     # A spread plan (P18) reads about 1/spread of each shard: look as many more shards ahead, the
     # same samples of this consumer's own (bytes stay capped by the prefetcher's byte budget).
     ahead = 2 * plan.params.spread if plan.params.shuffle else 2
@@ -212,7 +216,17 @@ def iter_consumer(
                                               options=options), plan, consumer, start)
 
 
-def opened_windows(make_opener: Callable[[], Any], plan: Plan, consumer: int, start: int) -> Iterator[WindowSamples]:
+def upcoming_shards(plan: SamplePlan, consumer: int, start: int) -> Iterable[int]:
+    """The shards a consumer's prefetcher fetches ahead of it, in first-read order: a list of its
+    epoch's; for a global-order plan a lazy walk (``iter_shards``), taken as the prefetcher nears
+    it (specs/partition.md P35: listing its whole epoch would walk every window of the sequence)."""
+    if isinstance(plan, GlobalOrderPlan):
+        return plan.iter_shards(consumer, start)
+    return list(plan.shards_of(consumer, start))
+
+
+def opened_windows(make_opener: Callable[[], Any], plan: SamplePlan, consumer: int,
+                   start: int) -> Iterator[WindowSamples]:
     """The samples of consumer ``consumer``'s windows from ``start``, read through the opener
     ``make_opener()`` gives (a dataset's or a mixture's) when the stream starts; it is closed
     when the stream ends or is dropped."""

@@ -156,12 +156,13 @@ class ShardCache:
         return st is not None and st.st_size == item.num_bytes
 
     def prefetch(self, store: Store, items: Iterable[CacheItem], *, max_ahead: int = 2,
-                 max_bytes: int | None = None, num_threads: int = 2) -> Prefetcher:
-        """A ``Prefetcher`` downloading ``items`` ahead of the consumer (see prefetch.py)."""
+                 max_bytes: int | None = None, num_threads: int = 2, lazy: bool = False) -> Prefetcher:
+        """A ``Prefetcher`` downloading ``items`` ahead of the consumer (see prefetch.py; ``lazy``:
+        ``items`` is walked only as far as needed)."""
         from shardkit.storage.prefetch import Prefetcher
 
         return Prefetcher(self, store, items, max_ahead=max_ahead, max_bytes=max_bytes,
-                          num_threads=num_threads)
+                          num_threads=num_threads, lazy=lazy)
 
     # ---- lease protocol ------------------------------------------------------------------
     def _lease(self, store: Store, name: str, entry: Entry, key: str, num_bytes: int,

@@ -42,14 +42,20 @@ class Prefetcher:
     """Background downloads ahead of one consumer, bounded by count and bytes, cancellable."""
 
     def __init__(self, cache: ShardCache, store: Store, items: Iterable[CacheItem], *,
-                 max_ahead: int = 2, max_bytes: int | None = None, num_threads: int = 2) -> None:
+                 max_ahead: int = 2, max_bytes: int | None = None, num_threads: int = 2,
+                 lazy: bool = False) -> None:
+        """``lazy``: ``items`` is a walk taken only as far as the window ahead needs (a consumer
+        whose list would cost its whole epoch to make, specs/partition.md P35); the node's
+        evictors then see none of it (K32 publishes a list known in advance)."""
         if max_ahead < 0 or num_threads < 1:
             raise ValueError(f"max_ahead must be >= 0 and num_threads >= 1, "
                              f"got {max_ahead} and {num_threads}")
         self.cache, self.store = cache, store
         self.max_ahead = max_ahead
         self.max_bytes = cache.limit_bytes // 2 if max_bytes is None else max_bytes
-        self._pending: collections.deque[CacheItem] = collections.deque(items)
+        self._more: Iterator[CacheItem] | None = iter(items) if lazy else None
+        self._pending: collections.deque[CacheItem] = collections.deque(() if lazy else items)
+        self._listed: set[str] = set()  # keys the lazy walk gave so far
         # The node's evictors read this consumer's order and position (K30–K32).
         self._uses = UsePublisher(cache.root, [entry_name(i.key) for i in self._pending], max_ahead)
         self._ahead: collections.OrderedDict[str, tuple[CacheItem, Future[None]]] = (
@@ -84,6 +90,7 @@ class Prefetcher:
         self._cancel.set()
         with self._lock:
             self._pending.clear()
+            self._more = None
             ahead = list(self._ahead.values())
             self._ahead.clear()
         for item, future in ahead:
@@ -111,13 +118,28 @@ class Prefetcher:
         return future
 
     def _drop_pending_through(self, key: str) -> None:
+        if self._more is not None and key not in self._listed:  # reached before the walk listed it
+            while self._pull() is not None and self._pending[-1].key != key:
+                pass
         if any(item.key == key for item in self._pending):
             while self._pending and self._pending.popleft().key != key:
                 pass
 
+    def _pull(self) -> CacheItem | None:
+        """The lazy walk's next item not listed yet, appended to the pending ones (None: none)."""
+        if self._more is None:
+            return None
+        for item in self._more:
+            if item.key not in self._listed:
+                self._listed.add(item.key)
+                self._pending.append(item)
+                return item
+        self._more = None
+        return None
+
     def _schedule(self) -> None:
         with self._lock:
-            while self._pending and not self._cancel.is_set():
+            while (self._pending or self._pull() is not None) and not self._cancel.is_set():
                 ahead_bytes = sum(item.num_bytes for item, _ in self._ahead.values())
                 nxt = self._pending[0]
                 if len(self._ahead) >= self.max_ahead:

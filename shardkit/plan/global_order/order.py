@@ -208,6 +208,17 @@ class GlobalOrderPlan:
         _, first = np.unique(found, return_index=True)
         return tuple(found[np.sort(first)].tolist())
 
+    def iter_shards(self, consumer: int, start: int = 0) -> Iterator[int]:
+        """:meth:`shards_of` as a lazy walk: each shard when the batch that first reads it is
+        reached, so a reader's look-ahead costs O(the windows it looks into), never the whole
+        epoch up front (P34, P35)."""
+        seen: set[int] = set()
+        for window in self.consumer_windows(consumer, start):
+            for span in window.spans:
+                if span.shard_index not in seen:
+                    seen.add(span.shard_index)
+                    yield span.shard_index
+
     def dropped_indices(self) -> np.ndarray:
         """Global indices of the samples this plan drops: the sequence's tail after its last
         global batch (``tail="drop"``, P33)."""

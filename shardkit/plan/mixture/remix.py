@@ -33,6 +33,7 @@ from shardkit.plan.mixture.spec import MixSource, MixSpec, largest_remainder
 from shardkit.plan.mixture.weights import source_stream
 from shardkit.plan.params import PlanParams
 from shardkit.plan.plan import Plan
+from shardkit.plan.sequence import SampleSequence
 from shardkit.plan.state import build_plan
 
 REMIX_KEY_WORD = -(1 << 20)  # window keys (seed, epoch, REMIX_KEY_WORD - depth): no other key has it
@@ -57,6 +58,10 @@ class EpochSource:
 
     def plan(self, params: PlanParams, resume: dict[str, Any] | None = None) -> Plan:
         return build_plan(self.shard_sizes, params, resume, base=self.base)
+
+    def sequence(self, shard_sizes: np.ndarray, params: PlanParams) -> SampleSequence:
+        """The epoch's mixed sequence under ``params`` (what global order cuts, P29)."""
+        return self.base(shard_sizes, params).source
 
 
 def remix(old: EpochSource, base_state: dict[str, Any], spec: MixSpec, weights: dict[str, float],

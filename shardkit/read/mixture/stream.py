@@ -11,18 +11,19 @@ Not thread-safe: one opener per consumer (DataLoader worker).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from shardkit.plan import Plan
+from shardkit.plan.any_state import SamplePlan
 from shardkit.plan.mixture.state import shard_bases
 from shardkit.read.mixture.config import OpenMixture
 from shardkit.read.open_shards import MAX_SHARD_DESCRIPTORS, OpenShards
 from shardkit.read.options import ReadOptions
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.stats import ReadStats
-from shardkit.read.stream import ShardOpener, WindowSamples, opened_windows
+from shardkit.read.stream import ShardOpener, WindowSamples, opened_windows, upcoming_shards
 from shardkit.storage import ShardCache
 
 
@@ -31,7 +32,7 @@ class MixtureOpener:
     source, then the total)."""
 
     def __init__(self, opened: OpenMixture, bases: np.ndarray, cache: ShardCache | None = None,
-                 upcoming: list[int] | None = None, stats: ReadStats | None = None,
+                 upcoming: Iterable[int] | None = None, stats: ReadStats | None = None,
                  options: ReadOptions = ReadOptions()) -> None:
         self.options = options
         self.stats = stats if stats is not None else ReadStats()
@@ -39,9 +40,15 @@ class MixtureOpener:
         self._openers = []
         # One bound on open shards for all the sources together, not one per source (RP1).
         shared: OpenShards[ShardReader] = OpenShards(MAX_SHARD_DESCRIPTORS)
+        lazy = upcoming is not None and not isinstance(upcoming, list)  # one walk for every source (P35)
+        walks = itertools.tee(upcoming, len(opened.datasets)) if lazy and upcoming is not None else None
         for i, dataset in enumerate(opened.datasets):
             lo, hi = int(bases[i]), int(bases[i + 1])
-            mine = None if upcoming is None else [s - lo for s in upcoming if lo <= s < hi]
+            mine: Iterable[int] | None = None
+            if walks is not None:
+                mine = _in_source(walks[i], lo, hi)
+            elif upcoming is not None:
+                mine = [s - lo for s in upcoming if lo <= s < hi]
             self._openers.append(ShardOpener(dataset.in_this_process(), cache, mine, stats=self.stats,
                                              options=options, open_shards=shared))
         # Asked at every span a read-ahead run expands: once here, not once per source per span.
@@ -64,13 +71,18 @@ class MixtureOpener:
             opener.close()
 
 
+def _in_source(walk: Iterable[int], lo: int, hi: int) -> Iterator[int]:
+    """The shards of one source (global shard indices ``lo:hi``) of a lazy walk, as its own."""
+    return (shard - lo for shard in walk if lo <= shard < hi)
+
+
 def source_of_indices(sample_bases: np.ndarray, indices: np.ndarray) -> np.ndarray:
     """Source of each global sample index (``sample_bases``: first global sample of each source)."""
     found: np.ndarray = np.searchsorted(sample_bases, indices, side="right") - 1
     return found
 
 
-def iter_mixture_consumer(opened: OpenMixture, plan: Plan, consumer: int, start: int,
+def iter_mixture_consumer(opened: OpenMixture, plan: SamplePlan, consumer: int, start: int,
                           cache: ShardCache | None = None, stats: ReadStats | None = None,
                           options: ReadOptions = ReadOptions(),
                           order: Sequence[int] | None = None) -> Iterator[WindowSamples]:
@@ -86,6 +98,6 @@ def iter_mixture_consumer(opened: OpenMixture, plan: Plan, consumer: int, start:
         opened = OpenMixture(opened.mixture, tuple(opened.datasets[i] for i in order), lengths, weights)
         sizes = [0] + [len(ds.manifest.shard_sizes) for ds in opened.datasets]
         bases = np.cumsum(sizes, dtype=np.int64)
-    upcoming = list(plan.shards_of(consumer, start)) if cache is not None else None
+    upcoming = upcoming_shards(plan, consumer, start) if cache is not None else None
     return opened_windows(lambda: MixtureOpener(opened, bases, cache, upcoming, stats, options), plan, consumer,
                           start)

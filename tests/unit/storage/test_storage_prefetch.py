@@ -61,3 +61,24 @@ def test_prefetch_is_bounded_by_bytes(remote: Store, tmp_path: object) -> None:
         prefetcher.close()
     assert len([f for f in os.listdir(cache.root) if f.endswith(".data")]) <= 2
     assert not [f for f in os.listdir(cache.root) if ".tmp-" in f]
+
+
+def test_a_lazy_prefetch_walks_its_items_only_as_far_as_the_window_ahead(remote: Store, tmp_path: object) -> None:
+    """K10 with ``lazy=True`` (specs/partition.md P35): the walk is taken a few items ahead of the
+    consumer, never whole up front; repeats in it are listed once; an entry the consumer reaches
+    before the walk listed it moves the walk there; every entry downloads once."""
+    cache = ShardCache(str(tmp_path), 100 * SIZE, FAST)
+    walked: list[int] = []
+
+    def walk():  # type: ignore[no-untyped-def]
+        for index in [0, 1, 0, 2, 3, 4, 5]:
+            walked.append(index)
+            yield CacheItem(f"s/{index}", f"fp/{index}", SIZE)
+
+    with cache.prefetch(remote, walk(), max_ahead=1, lazy=True) as prefetcher:
+        assert walked == [0, 1]  # one ahead, one pending: not the whole walk
+        for index in (0, 1, 0, 4, 5):  # 2 and 3 skipped: reaching 4 walks through them
+            with prefetcher.open(CacheItem(f"s/{index}", f"fp/{index}", SIZE)) as path:
+                assert read_file(path) == bytes([index]) * SIZE
+        assert walked == [0, 1, 0, 2, 3, 4, 5]
+    assert cache.stats.misses <= 6
