@@ -27,6 +27,7 @@ from shardkit.loader.audit_sink import AuditSink
 from shardkit.loader.epochs import EpochCursor
 from shardkit.loader.loader_state import LoaderState
 from shardkit.loader.replicas import gather_by_dp_rank
+from shardkit.loader.resume_check import ResumeCheck, head_row, next_part, plan_head, read_next_part, report, unit_of
 from shardkit.loader.topology import Topology, rank_and_world
 from shardkit.loader.transfer.meta import BatchMeta
 from shardkit.plan import validate_state
@@ -42,7 +43,8 @@ Snapshot = tuple[dict[int, int], int]  # consumed offsets per consumer, steps
 class ConsumedBoundary:
     """The consumed boundary of one ``ShardLoader`` over ``streaming`` with ``num_workers``."""
 
-    def __init__(self, streaming: StreamingDataset, num_workers: int, audit: AuditSink | None) -> None:
+    def __init__(self, streaming: StreamingDataset, num_workers: int, audit: AuditSink | None,
+                 resume_check: str = "raise") -> None:
         self.streaming, self.num_workers = streaming, num_workers
         self.offsets: dict[int, int] = {}  # consumer -> position received by the loop (L1)
         self.steps = 0
@@ -53,6 +55,10 @@ class ConsumedBoundary:
         self.cursor = EpochCursor()  # which epoch the next iteration reads (R10)
         self.audit = audit
         self.generation = 0
+        self.check_mode = resume_check  # R19-R22: "raise", "warn" or "off"
+        self.check: ResumeCheck | None = None  # armed by load(), until each consumer's first batch
+        self.expecting = False  # expect_resume(): the next iteration must continue a loaded state
+        self.loaded = False  # a state was loaded since the last iteration started
 
     def topology(self) -> Topology:
         rank, world = rank_and_world(self.streaming.options.rank, self.streaming.options.world_size)
@@ -64,6 +70,8 @@ class ConsumedBoundary:
             if not self.cursor.advances(self.streaming.epoch):  # a finished epoch's state: no loss
                 log.warning("set_epoch(%d) drops the loaded state of epoch %d", epoch, self.streaming.epoch)
             self.resume = None
+        if self.check is not None and self.check.started and epoch != self.streaming.epoch:
+            self.check = None  # the loaded state was continued; leaving its epoch is the caller's choice
         if epoch != self.streaming.epoch:
             self.offsets, self.steps, self.iter_topology = {}, 0, None
         self.streaming.set_epoch(epoch)
@@ -110,10 +118,34 @@ class ConsumedBoundary:
         if self.audit is not None:  # collective: every process, readers or not
             self.audit.start(topology.rank, topology.world_size, self.streaming.options.reads,
                              self._audit_info(topology))
+        self._begin_check(topology, epoch, resume)
         return self.generation
+
+    def _begin_check(self, topology: Topology, epoch: int, resume: dict[str, Any] | None) -> None:
+        """R21: a resume the caller announced (``expect_resume``) needs a loaded state; R19: the
+        loaded state's expectations for this rank's consumers (computed once)."""
+        if self.expecting and not self.loaded and self.check_mode != "off":
+            self.expecting = False
+            report(self.check_mode, f"resume check (R21): expect_resume() was called, but no state was loaded "
+                                    f"with load_state_dict() before this iteration; epoch {epoch} is read from "
+                                    f"{'its start' if resume is None else 'the unfinished iteration'}")
+        self.expecting = self.loaded = False
+        if self.check is not None and self.streaming.options.reads:
+            self.check.begin(self.streaming, topology, self.num_workers, resume)
+            if self.check.done():
+                self.check = None
+
+    def ended(self, generation: int) -> None:
+        """Iteration ``generation`` ran to its end (R10); a pending check ends with it (R19)."""
+        self.cursor.ended(generation)
+        check, self.check = self.check, None
+        if check is not None and check.pending is not None:
+            check.ended()
 
     def received(self, batch: Any, meta: BatchMeta | None) -> None:
         """The loop received ``batch`` (its ``BatchMeta`` taken out): the boundary moves (L1)."""
+        if self.check is not None and (meta is None or self.check.delivered(meta)):
+            self.check = None  # R22: from here on one ``is None`` test per batch
         if meta is not None:
             self.offsets[meta.consumer] = meta.position
         if self.tally is not None:
@@ -169,19 +201,31 @@ class ConsumedBoundary:
         offsets = list(plan.start_offsets)
         for consumer, position in consumed.items():
             offsets[consumer] = position
-        offsets, steps = self._gather_boundary(offsets, steps, topology)
+        heads = self._heads(plan, offsets, topology)
+        offsets, steps, rows = self._gather_boundary(offsets, steps, topology, heads)
         received = None if self.tally is None else self._gather_received(self.tally.at(consumed), topology)
         parts = {**self.streaming.state_part(epoch, resume, received), **self.streaming.extra_state(plan, offsets)}
-        return LoaderState(epoch, steps, self.streaming.plan_state(plan, offsets, epoch), parts, audit)
+        return LoaderState(epoch, steps, self.streaming.plan_state(plan, offsets, epoch), parts, audit,
+                           next=next_part(rows, unit_of(self.streaming)))
 
-    def _gather_boundary(self, offsets: list[int], steps: int, topology: Topology) -> tuple[list[int], int]:
-        """Every data-parallel rank's offsets for its own consumers, combined, and data-parallel
-        rank 0's steps (all_gather over every process, replicas checked: P24; no pickling)."""
+    def _heads(self, plan: Any, offsets: list[int], topology: Topology) -> list[int]:
+        """This rank's consumers' next heads at ``offsets``, from the plan (R18), as gather ints."""
+        width = max(self.num_workers, 1)
+        mine = range(topology.rank * width, (topology.rank + 1) * width)
+        if not self.streaming.options.reads:
+            return head_row([()] * width)
+        return head_row([plan_head(plan, c, offsets[c]) for c in mine])
+
+    def _gather_boundary(self, offsets: list[int], steps: int, topology: Topology,
+                         heads: list[int]) -> tuple[list[int], int, list[list[int]]]:
+        """Every data-parallel rank's offsets for its own consumers, combined, data-parallel rank
+        0's steps, and each rank's ``heads`` (one all_gather over every process, replicas checked:
+        P24; no pickling)."""
         width = max(self.num_workers, 1)
         lo = topology.rank * width
-        rows = gather_by_dp_rank([steps, *offsets[lo : lo + width]], topology, self.streaming.options.reads,
+        rows = gather_by_dp_rank([steps, *offsets[lo : lo + width], *heads], topology, self.streaming.options.reads,
                                  "consumed steps and offsets")
-        return [x for row in rows for x in row[1:]], rows[0][0]
+        return [x for row in rows for x in row[1 : 1 + width]], rows[0][0], [row[1 + width :] for row in rows]
 
     def _gather_received(self, counts: np.ndarray, topology: Topology) -> np.ndarray:
         """The per-source counts of the data-parallel ranks summed, one replica each (MX9, P24)."""
@@ -194,14 +238,19 @@ class ConsumedBoundary:
         fingerprint), then plan from it at the next ``iter(loader)`` — on any topology."""
         state = LoaderState.from_dict(raw)
         validate_state(state.plan, self.streaming.load_state_part(state))  # the shape was checked by from_dict
+        unit = unit_of(self.streaming)
+        promise = read_next_part(state.next, state.plan, unit)  # R18; None in a version-1 state (R23)
         self.streaming.set_epoch(state.epoch)
         self.resume = state.plan
         self.offsets, self.steps, self.iter_topology = {}, 0, None
         self.cursor.chosen()
         if self.audit is not None:  # the steps of the run the state holds (R15)
             self.audit.resumed(state.audit_step)
+        self.loaded, self.check = True, None
         if self._nothing_left(self.resume):  # saved at the end of its epoch: the next one follows (R10)
             self.cursor.restored_ended(self.streaming.epoch)
+        elif self.check_mode != "off":
+            self.check = ResumeCheck(self.check_mode, self.resume, state.epoch, promise, unit)
 
     def _nothing_left(self, resume: dict[str, Any]) -> bool:
         """Whether the plan that saved ``resume`` had no batch left for any consumer: its epoch

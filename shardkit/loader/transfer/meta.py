@@ -11,9 +11,11 @@ META_KEY = "_shardkit"
 
 class BatchMeta(NamedTuple):
     """``consumer`` delivered its samples up to ``position`` (of its epoch ``epoch`` sequence)
-    with this batch; ``stats``: the worker's ``WorkerStats.snapshot()`` when it was made."""
+    with this batch; ``stats``: the worker's ``WorkerStats.snapshot()`` when it was made; ``head``:
+    on the consumer's first batch of an iteration, its head (loader/resume_check.py), else ()."""
 
     consumer: int
     position: int
     epoch: int
     stats: tuple[float, ...] = ()
+    head: tuple[int, ...] = ()  # only on a consumer's first batch of an iteration: what it holds (R19)
