@@ -65,13 +65,13 @@ class ConsumedBoundary:
         return Topology(rank, world, 0, self.num_workers)
 
     # ---- epochs (R10) -----------------------------------------------------------------------------
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: int, drop_loaded: bool = False) -> None:
+        if self.check is not None and epoch != self.streaming.epoch and (self.check.started or drop_loaded):
+            self.check = None  # the loaded state was continued, or the caller drops it on purpose (R21)
         if self.resume is not None and epoch != self.streaming.epoch:
             if not self.cursor.advances(self.streaming.epoch):  # a finished epoch's state: no loss
                 log.warning("set_epoch(%d) drops the loaded state of epoch %d", epoch, self.streaming.epoch)
             self.resume = None
-        if self.check is not None and self.check.started and epoch != self.streaming.epoch:
-            self.check = None  # the loaded state was continued; leaving its epoch is the caller's choice
         if epoch != self.streaming.epoch:
             self.offsets, self.steps, self.iter_topology = {}, 0, None
         self.streaming.set_epoch(epoch)

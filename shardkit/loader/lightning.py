@@ -79,8 +79,9 @@ class TrainedBoundaryLoader:
             )
         epoch = int(trainer.current_epoch)
         # Always: a pending resume of this epoch is kept, and a state saved at this epoch's end
-        # then yields nothing rather than advancing to the next epoch on its own (R10).
-        self.loader.set_epoch(epoch)
+        # then yields nothing rather than advancing to the next epoch on its own (R10). The trainer's
+        # epoch wins over a loaded state of another one (e.g. one left by limit_train_batches): R21.
+        self.loader.set_epoch(epoch, drop_loaded=True)
 
     def _record(self, batches: Iterator[Any]) -> Iterator[Any]:
         for batch in batches:

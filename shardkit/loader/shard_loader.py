@@ -105,10 +105,12 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
                                           AuditSink(audit_dir) if audit_dir is not None else None, resume_check)
 
     # ---- epochs -----------------------------------------------------------------------------
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: int, *, drop_loaded: bool = False) -> None:
         """Select the epoch of the next ``iter(loader)``, read from its start; without it, epochs
-        advance by themselves (R10). A pending resume of another epoch is dropped."""
-        self._boundary.set_epoch(epoch)
+        advance by themselves (R10). A pending resume of another epoch is dropped: then the first
+        batch fails the resume check (R21) unless ``drop_loaded=True`` says the drop is meant (a
+        trainer whose own epoch count wins)."""
+        self._boundary.set_epoch(epoch, drop_loaded)
 
     @property
     def epoch(self) -> int:
