@@ -268,7 +268,8 @@ def test_warn_and_off(caplog: pytest.LogCaptureFixture) -> None:
 
 
 @pytest.mark.parametrize("edit", [lambda n: n.pop("unit"), lambda n: n.update(version=2),
-                                  lambda n: n.update(consumers=[[1]] * 5), lambda n: n["consumers"].__setitem__(0, [True]),
+                                  lambda n: n.update(consumers=[[1]] * 5),
+                                  lambda n: n["consumers"].__setitem__(0, [True]),
                                   lambda n: n["consumers"].__setitem__(0, list(range(9))),
                                   lambda n: n.update(unit="tokens")])
 def test_a_malformed_digest_is_refused_at_load(edit: Any) -> None:
