@@ -297,3 +297,32 @@ def test_an_edited_token_promise_is_caught() -> None:
     state["next"]["consumers"][0][1] += 1
     message = first_batch_error(state, maker(path, 2, tokens=sk.TokenBlocks(8)))
     assert "consumer 0 (rank 0, worker 0) delivered tokens [" in message
+
+
+def test_an_iteration_that_restarted_from_zero_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """R21: whatever path loses the loaded state (here the boundary hands the iteration no plan
+    state, as an epoch restarted from its start), the expectation is the loaded state's."""
+    path = dataset((5, 0, 7, 3, 8))
+    state = saved(path)
+    loader = maker(path, 2)(0, 1)
+    loader.load_state_dict(state)
+    monkeypatch.setattr(loader._boundary, "next_iteration", lambda: (0, None))
+    with pytest.raises(ResumeMismatchError, match=r"consumer 0 \(rank 0, worker 0\) delivered samples"):
+        next(iter(loader))
+
+
+@pytest.mark.parametrize("steps", [0, 2])
+def test_new_weights_now_on_the_same_topology_are_no_alarm(tmp_path: Any, steps: int) -> None:
+    """R21: ``apply_mix="now"`` re-cuts the loaded epoch's rest (MX12), also when nothing was
+    consumed yet: the state's promise is not used, the re-plan is."""
+    paths = [write_dataset(str(tmp_path / f"s{i}"), sizes) for i, sizes in enumerate([(6, 5), (4, 0, 7), (9,)])]
+
+    def make(weights: list[float]) -> Any:
+        mix = sk.Mixture([sk.Source(p, w, f"s{i}") for i, (p, w) in enumerate(zip(paths, weights, strict=True))],
+                         samples_per_epoch=40)
+        return maker(mix, 2, apply_mix="now")
+
+    first = Ranks(make([0.5, 0.3, 0.2]), 1)
+    first.run(steps)
+    state = first.state()
+    Ranks(make([0.1, 0.1, 0.8]), 1, state).run(None)
