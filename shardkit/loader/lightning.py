@@ -130,11 +130,5 @@ class ShardkitCallback(_callback_base()):  # type: ignore[misc]
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self.trainer = trainer
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        """A fit resumed from ``ckpt_path`` has restored the loader state by now (Lightning loads
-        dataloader states before this hook): the first iteration must continue it (R21)."""
-        if getattr(trainer, "ckpt_path", None):
-            self.tracked.loader.expect_resume()
-
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         self.tracked.received += 1
