@@ -58,7 +58,7 @@ class ConsumedBoundary:
         self.check_mode = resume_check  # R19-R22: "raise", "warn" or "off"
         self.check: ResumeCheck | None = None  # armed by load(), until each consumer's first batch
         self.expecting = False  # expect_resume(): the next iteration must continue a loaded state
-        self.loaded = False  # a state was loaded since the last iteration started
+        self.loaded = False  # a state was ever given to load()
 
     def topology(self) -> Topology:
         rank, world = rank_and_world(self.streaming.options.rank, self.streaming.options.world_size)
@@ -126,10 +126,10 @@ class ConsumedBoundary:
         loaded state's expectations for this rank's consumers (computed once)."""
         if self.expecting and not self.loaded and self.check_mode != "off":
             self.expecting = False
-            report(self.check_mode, f"resume check (R21): expect_resume() was called, but no state was loaded "
-                                    f"with load_state_dict() before this iteration; epoch {epoch} is read from "
+            report(self.check_mode, f"resume check (R21): expect_resume() was called, but no state was ever loaded "
+                                    f"with load_state_dict(); epoch {epoch} is read from "
                                     f"{'its start' if resume is None else 'the unfinished iteration'}")
-        self.expecting = self.loaded = False
+        self.expecting = False
         if self.check is not None and self.streaming.options.reads:
             self.check.begin(self.streaming, topology, self.num_workers, resume)
             if self.check.done():

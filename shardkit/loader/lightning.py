@@ -130,5 +130,12 @@ class ShardkitCallback(_callback_base()):  # type: ignore[misc]
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self.trainer = trainer
 
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        """Lightning restores the dataloader states of a checkpoint before this hook, exactly when
+        its fit loop is restarting (an unfinished epoch, or step-based training): then the loader
+        must have been given a state (R21; an epoch-end checkpoint restores none)."""
+        if getattr(getattr(trainer, "fit_loop", None), "restarting", False):
+            self.tracked.loader.expect_resume()
+
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         self.tracked.received += 1

@@ -169,9 +169,10 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         self._boundary.load(state)
 
     def expect_resume(self) -> None:
-        """The caller resumed (a trainer restored a checkpoint): the next ``iter(loader)`` must
-        continue a state given to ``load_state_dict`` — before or after this call — else it
-        raises ``ResumeMismatchError`` (or warns, as ``resume_check`` says; R21)."""
+        """The caller resumed (a trainer restored a checkpoint): by the next ``iter(loader)`` this
+        loader must have been given a state by ``load_state_dict`` (before or after this call),
+        else that ``iter`` raises ``ResumeMismatchError`` (or warns, as ``resume_check`` says; R21).
+        Whether the state was then continued is the first-batch check's (R19)."""
         self._boundary.expecting = True
 
     def audit_resumed(self, step: int) -> None:
