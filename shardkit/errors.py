@@ -69,6 +69,12 @@ class StateError(ShardkitError, ValueError):
     """A resume state that is malformed, from a newer version, or for another dataset."""
 
 
+class ResumeMismatchError(StateError):
+    """The first batch a consumer delivered after ``load_state_dict`` is not the one the loaded
+    state says comes next (specs/resume-state.md R18-R23); the message names the consumer (rank,
+    worker, global id) and the expected and delivered ids."""
+
+
 class LoaderUsageError(ShardkitError, TypeError):
     """A dataset iterated in a way that would break its guarantees (e.g. not by ``ShardLoader``)."""
 

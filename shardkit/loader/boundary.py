@@ -27,6 +27,7 @@ from shardkit.loader.audit_sink import AuditSink
 from shardkit.loader.epochs import EpochCursor
 from shardkit.loader.loader_state import LoaderState
 from shardkit.loader.replicas import gather_by_dp_rank
+from shardkit.loader.resume_check import ResumeCheck, head_row, next_part, plan_head, read_next_part, report, unit_of
 from shardkit.loader.token_cursors import CursorBook
 from shardkit.loader.topology import Topology, rank_and_world
 from shardkit.loader.transfer.meta import BatchMeta
@@ -44,7 +45,7 @@ class ConsumedBoundary:
     """The consumed boundary of one ``ShardLoader`` over ``streaming`` with ``num_workers``."""
 
     def __init__(self, streaming: StreamingDataset, num_workers: int, audit: AuditSink | None,
-                 group: int = 1) -> None:
+                 group: int = 1, resume_check: str = "raise") -> None:
         self.streaming, self.num_workers = streaming, num_workers
         self.group = group  # batches per DataLoader item (X8): global order deals its batches by it (P30)
         self.offsets: dict[int, int] = {}  # consumer -> position received by the loop (L1)
@@ -57,13 +58,19 @@ class ConsumedBoundary:
         self.audit = audit
         self.generation = 0
         self.cursors = CursorBook()  # token blocks: the cutter states consumers reported (TB28)
+        self.check_mode = resume_check  # R19-R22: "raise", "warn" or "off"
+        self.check: ResumeCheck | None = None  # armed by load(), until each consumer's first batch
+        self.expecting = False  # expect_resume(): the next iteration must continue a loaded state
+        self.loaded = False  # a state was ever given to load()
 
     def topology(self) -> Topology:
         rank, world = rank_and_world(self.streaming.options.rank, self.streaming.options.world_size)
         return Topology(rank, world, 0, self.num_workers)
 
     # ---- epochs (R10) -----------------------------------------------------------------------------
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: int, drop_loaded: bool = False) -> None:
+        if self.check is not None and epoch != self.streaming.epoch and (self.check.started or drop_loaded):
+            self.check = None  # the loaded state was continued, or the caller drops it on purpose (R21)
         if self.resume is not None and epoch != self.streaming.epoch:
             if not self.cursor.advances(self.streaming.epoch):  # a finished epoch's state: no loss
                 log.warning("set_epoch(%d) drops the loaded state of epoch %d", epoch, self.streaming.epoch)
@@ -120,10 +127,34 @@ class ConsumedBoundary:
         if self.audit is not None:  # collective: every process, readers or not
             self.audit.start(topology.rank, topology.world_size, self.streaming.options.reads,
                              self._audit_info(topology))
+        self._begin_check(topology, epoch, resume)
         return self.generation
+
+    def _begin_check(self, topology: Topology, epoch: int, resume: dict[str, Any] | None) -> None:
+        """R21: a resume the caller announced (``expect_resume``) needs a loaded state; R19: the
+        loaded state's expectations for this rank's consumers (computed once)."""
+        if self.expecting and not self.loaded and self.check_mode != "off":
+            self.expecting = False
+            report(self.check_mode, f"resume check (R21): expect_resume() was called, but no state was ever loaded "
+                                    f"with load_state_dict(); epoch {epoch} is read from "
+                                    f"{'its start' if resume is None else 'the unfinished iteration'}")
+        self.expecting = False
+        if self.check is not None and self.streaming.options.reads:
+            self.check.begin(self.streaming, topology, self.num_workers, resume)
+            if self.check.done():
+                self.check = None
+
+    def ended(self, generation: int) -> None:
+        """Iteration ``generation`` ran to its end (R10); a pending check ends with it (R19)."""
+        self.cursor.ended(generation)
+        check, self.check = self.check, None
+        if check is not None and check.pending is not None:
+            check.ended()
 
     def received(self, batch: Any, meta: BatchMeta | None) -> None:
         """The loop received ``batch`` (its ``BatchMeta`` taken out): the boundary moves (L1)."""
+        if self.check is not None and (meta is None or self.check.delivered(meta)):
+            self.check = None  # R22: from here on one ``is None`` test per batch
         if meta is not None:
             self.offsets[meta.consumer] = meta.position
             self.cursors.record(meta)
@@ -180,20 +211,32 @@ class ConsumedBoundary:
         offsets = list(plan.start_offsets)
         for consumer, position in consumed.items():
             offsets[consumer] = position
-        offsets, steps = self._gather_boundary(offsets, steps, topology)
+        heads = self._heads(plan, offsets, topology)
+        offsets, steps, rows = self._gather_boundary(offsets, steps, topology, heads)
         received = None if self.tally is None else self._gather_received(self.tally.at(consumed), topology)
         extra = self.streaming.extra_state(plan, offsets, self._reported(offsets, topology))
         parts = {**self.streaming.state_part(epoch, resume, received), **extra}
-        return LoaderState(epoch, steps, self.streaming.plan_state(plan, offsets, epoch), parts, audit)
+        return LoaderState(epoch, steps, self.streaming.plan_state(plan, offsets, epoch), parts, audit,
+                           next=next_part(rows, unit_of(self.streaming)))
 
-    def _gather_boundary(self, offsets: list[int], steps: int, topology: Topology) -> tuple[list[int], int]:
-        """Every data-parallel rank's offsets for its own consumers, combined, and data-parallel
-        rank 0's steps (all_gather over every process, replicas checked: P24; no pickling)."""
+    def _heads(self, plan: Any, offsets: list[int], topology: Topology) -> list[int]:
+        """This rank's consumers' next heads at ``offsets``, from the plan (R18), as gather ints."""
+        width = max(self.num_workers, 1)
+        mine = range(topology.rank * width, (topology.rank + 1) * width)
+        if not self.streaming.options.reads:
+            return head_row([()] * width)
+        return head_row([plan_head(plan, c, offsets[c], self.cursors.state(c, offsets[c])) for c in mine])
+
+    def _gather_boundary(self, offsets: list[int], steps: int, topology: Topology,
+                         heads: list[int]) -> tuple[list[int], int, list[list[int]]]:
+        """Every data-parallel rank's offsets for its own consumers, combined, data-parallel rank
+        0's steps, and each rank's ``heads`` (one all_gather over every process, replicas checked:
+        P24; no pickling)."""
         width = max(self.num_workers, 1)
         lo = topology.rank * width
-        rows = gather_by_dp_rank([steps, *offsets[lo : lo + width]], topology, self.streaming.options.reads,
+        rows = gather_by_dp_rank([steps, *offsets[lo : lo + width], *heads], topology, self.streaming.options.reads,
                                  "consumed steps and offsets")
-        return [x for row in rows for x in row[1:]], rows[0][0]
+        return [x for row in rows for x in row[1 : 1 + width]], rows[0][0], [row[1 + width :] for row in rows]
 
     def _reported(self, offsets: list[int], topology: Topology) -> dict[int, Any] | None:
         """Token blocks: the cutter states consumers reported at ``offsets``, gathered (TB28)."""
@@ -212,6 +255,8 @@ class ConsumedBoundary:
         fingerprint), then plan from it at the next ``iter(loader)`` — on any topology."""
         state = LoaderState.from_dict(raw)
         validate_any_state(state.plan, self.streaming.load_state_part(state))  # the shape was checked by from_dict
+        unit = unit_of(self.streaming)
+        promise = read_next_part(state.next, state.plan, unit)  # R18; None in a version-1 state (R23)
         self.streaming.set_epoch(state.epoch)
         self.resume = state.plan
         self.offsets, self.steps, self.iter_topology = {}, 0, None
@@ -219,8 +264,11 @@ class ConsumedBoundary:
         self.cursor.chosen()
         if self.audit is not None:  # the steps of the run the state holds (R15)
             self.audit.resumed(state.audit_step)
+        self.loaded, self.check = True, None
         if self._nothing_left(self.resume):  # saved at the end of its epoch: the next one follows (R10)
             self.cursor.restored_ended(self.streaming.epoch)
+        elif self.check_mode != "off":
+            self.check = ResumeCheck(self.check_mode, self.resume, state.epoch, promise, unit)
 
     def _nothing_left(self, resume: dict[str, Any]) -> bool:
         """Whether the plan that saved ``resume`` had no batch left for any consumer: its epoch

@@ -9,13 +9,15 @@ buffer for the trip (X7).
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from shardkit.errors import PlanError
 from shardkit.loader.batcher import BatchCut
 from shardkit.loader.loader_stats import WorkerStats
+from shardkit.loader.resume_check import cut_head
 from shardkit.loader.topology import Topology, rank_and_world, worker_slot
 from shardkit.loader.transfer.arena import Arena, allocating, batch_arena
 from shardkit.loader.transfer.meta import META_KEY, BatchMeta
@@ -43,9 +45,23 @@ class Emitter:
         self.pack, self.ring, self.worker = pack, ring, worker
         self.capacity = FIRST_ARENA_BYTES
         self.recycler = Recycler()
+        self.head: tuple[int, ...] = ()  # set for the first batch only (R19)
 
     def emit(self, cut: BatchCut) -> Any:
         return self.emit_made(lambda: self.collate(cut), len(cut.indices))
+
+    def emit_cuts(self, cuts: Iterator[BatchCut]) -> Iterator[Any]:
+        """Every cut of ``cuts`` emitted; the first one's ``BatchMeta`` names its head (R19), the
+        rest are ``map(emit, ...)`` with nothing added per batch (R22)."""
+        return itertools.chain(self._first(cuts), map(self.emit, cuts))
+
+    def _first(self, cuts: Iterator[BatchCut]) -> Iterator[Any]:
+        for cut in cuts:
+            self.head = cut_head(cut.indices)
+            batch = self.emit(cut)
+            self.head = ()
+            yield batch
+            return
 
     def emit_made(self, make: Callable[[], Any], count: int, cursor: tuple[int, ...] = ()) -> Any:
         """Emit the batch ``make()`` builds (its tensors allocated in the right memory), which
@@ -63,7 +79,8 @@ class Emitter:
             if arena is not None:
                 arena.discard(reusable=False)
             return batch
-        batch[META_KEY] = BatchMeta(self.consumer, self.position, self.epoch, self.stats.snapshot(), cursor)
+        batch[META_KEY] = BatchMeta(self.consumer, self.position, self.epoch, self.stats.snapshot(), cursor,
+                                    self.head)
         if arena is None:
             return batch
         packed: PackedBatch = pack_batch(batch, arena)

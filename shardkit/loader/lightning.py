@@ -79,8 +79,9 @@ class TrainedBoundaryLoader:
             )
         epoch = int(trainer.current_epoch)
         # Always: a pending resume of this epoch is kept, and a state saved at this epoch's end
-        # then yields nothing rather than advancing to the next epoch on its own (R10).
-        self.loader.set_epoch(epoch)
+        # then yields nothing rather than advancing to the next epoch on its own (R10). The trainer's
+        # epoch wins over a loaded state of another one (e.g. one left by limit_train_batches): R21.
+        self.loader.set_epoch(epoch, drop_loaded=True)
 
     def _record(self, batches: Iterator[Any]) -> Iterator[Any]:
         for batch in batches:
@@ -128,6 +129,13 @@ class ShardkitCallback(_callback_base()):  # type: ignore[misc]
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self.trainer = trainer
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        """Lightning restores the dataloader states of a checkpoint before this hook, exactly when
+        its fit loop is restarting (an unfinished epoch, or step-based training): then the loader
+        must have been given a state (R21; an epoch-end checkpoint restores none)."""
+        if getattr(getattr(trainer, "fit_loop", None), "restarting", False):
+            self.tracked.loader.expect_resume()
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         self.tracked.received += 1

@@ -1,17 +1,19 @@
 """The loader state of a ``ShardLoader`` as one typed, frozen object (G5, G6 in
 docs/guarantees.md; specs/resume-state.md §Loader)::
 
-    {"version": 1, "kind": "shardkit.loader", "epoch": int, "steps": int,
+    {"version": 2, "kind": "shardkit.loader", "epoch": int, "steps": int,
      "plan": <plan state: fingerprint, params, offsets per consumer, parent; or, in global
               order, fingerprint, params, sequence, position (R16)>,
      <the parts of the dataset's components: "sample_weights", "mixture", "tokens">,
-     "audit_step": int (with an audit sink, R15)}
+     "audit_step": int (with an audit sink, R15),
+     "next": what each consumer's next batch holds (version 2, R18; loader/resume_check.py)}
 
 ``LoaderState.from_dict`` checks the shape once (L5, R14: every level of the plan, before any
 part is read); each component then checks its own part (``EpochSource.load_part``,
 ``Batching.load_part``), and a part no component reads is refused by name
 (``StreamingDataset.load_state_part``). ``to_dict`` is what ``state_dict()`` returns: JSON
-types only, the same keys a state of earlier versions of this package had, so saved states load.
+types only, the same keys a state of earlier versions of this package had (plus ``next`` since
+version 2), so saved states load: a version-1 state is one without ``next`` (R23).
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from shardkit.loader.audit_sink import AUDIT_STEP_KEY
 from shardkit.plan.any_state import check_any_state_shape, validate_any_state
 from shardkit.plan.params import MAX_INT
 
-LOADER_STATE_VERSION = 1
+LOADER_STATE_VERSION = 2  # 2: the optional "next" digest (R18); 1 reads as 2 without it (R23)
 LOADER_STATE_KIND = "shardkit.loader"
-BASE_KEYS = frozenset({"version", "kind", "epoch", "steps", "plan", AUDIT_STEP_KEY})
+NEXT_KEY = "next"
+BASE_KEYS = frozenset({"version", "kind", "epoch", "steps", "plan", AUDIT_STEP_KEY, NEXT_KEY})
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class LoaderState:
     parts: dict[str, Any] = field(default_factory=dict)
     audit_step: int | None = None
     version: int = LOADER_STATE_VERSION
+    next: dict[str, Any] | None = None  # the consumers' next heads (R18), None in a version-1 state
 
     @classmethod
     def from_dict(cls, state: Any) -> LoaderState:
@@ -50,7 +54,7 @@ class LoaderState:
         audit = state.get(AUDIT_STEP_KEY)
         parts = {key: value for key, value in state.items() if key not in BASE_KEYS}
         return cls(int(state["epoch"]), int(state.get("steps", 0)), dict(state["plan"]), parts, audit,
-                   int(state["version"]))
+                   int(state["version"]), state.get(NEXT_KEY))
 
     def part(self, key: str) -> Any:
         """A component's part, or None when the state has none."""
@@ -58,8 +62,9 @@ class LoaderState:
 
     def to_dict(self) -> dict[str, Any]:
         audit = {} if self.audit_step is None else {AUDIT_STEP_KEY: self.audit_step}
+        digest = {} if self.next is None else {NEXT_KEY: self.next}
         return {"version": self.version, "kind": LOADER_STATE_KIND, "epoch": self.epoch, "steps": self.steps,
-                "plan": self.plan, **self.parts, **audit}
+                "plan": self.plan, **self.parts, **audit, **digest}
 
 
 def check_loader_state(state: Any, fingerprint: str | None) -> None:

@@ -110,7 +110,7 @@ class SampleBatching:
                 windows = map(separate_copies, windows)
             windows = transformed(windows, self.transform, self._transform_context, plan.params.epoch,
                                   plan.params.seed)
-        return map(emitter.emit, cut_batches(windows, batch_size, emitter.consumer))
+        return emitter.emit_cuts(cut_batches(windows, batch_size, emitter.consumer))
 
     def collate_for(self, source: Any, pad: bool, with_index: bool) -> Callable[[BatchCut], Any]:
         """How the emitter collates a cut of ``source``'s samples."""

@@ -24,6 +24,7 @@ from shardkit.loader.guard import passthrough
 from shardkit.loader.loader_state import LOADER_STATE_KIND, LOADER_STATE_VERSION, check_loader_state
 from shardkit.loader.loader_stats import LoaderStats
 from shardkit.loader.rank_stats import gather_rank_stats
+from shardkit.loader.resume_check import MODES
 from shardkit.loader.transfer.meta import META_KEY, BatchMeta
 from shardkit.loader.transfer.packed import BatchGroup, PackedBatch
 from shardkit.loader.transfer.ring import Ring
@@ -50,6 +51,7 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         log_every: int | None = None,
         batches_per_transfer: int | None = None,
         audit_dir: str | os.PathLike[str] | None = None,
+        resume_check: str = "raise",
     ) -> None:
         """Arguments as for ``torch.utils.data.DataLoader``, plus:
 
@@ -63,7 +65,12 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         ``DEFAULT_BATCHES_PER_TRANSFER``.
         ``audit_dir``: write what each rank trained there, for ``shardkit audit`` (needs
         ``with_index=True``; loader/audit_sink.py, specs/resume-state.md R15).
+        ``resume_check``: after ``load_state_dict``, the first batch of each consumer is checked
+        against what the state says comes next (R18-R22): ``"raise"`` a ``ResumeMismatchError``,
+        ``"warn"`` (a logged warning) or ``"off"``.
         """
+        if resume_check not in MODES:
+            raise ValueError(f"resume_check must be one of {list(MODES)}, got {resume_check!r}")
         if not isinstance(dataset, StreamingDataset):
             raise TypeError(f"ShardLoader needs a StreamingDataset, got {type(dataset).__name__}")
         if audit_dir is not None and not dataset.options.with_index:
@@ -98,13 +105,16 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         self._ring: Ring | None = None
         # what the loop received and what the next iteration reads (G5, R10; loader/boundary.py)
         self._boundary = ConsumedBoundary(dataset, num_workers,
-                                          AuditSink(audit_dir) if audit_dir is not None else None, group)
+                                          AuditSink(audit_dir) if audit_dir is not None else None, group,
+                                          resume_check)
 
     # ---- epochs -----------------------------------------------------------------------------
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: int, *, drop_loaded: bool = False) -> None:
         """Select the epoch of the next ``iter(loader)``, read from its start; without it, epochs
-        advance by themselves (R10). A pending resume of another epoch is dropped."""
-        self._boundary.set_epoch(epoch)
+        advance by themselves (R10). A pending resume of another epoch is dropped: then the first
+        batch fails the resume check (R21) unless ``drop_loaded=True`` says the drop is meant (a
+        trainer whose own epoch count wins)."""
+        self._boundary.set_epoch(epoch, drop_loaded)
 
     @property
     def epoch(self) -> int:
@@ -164,6 +174,13 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         """Resume at the saved consumed boundary at the next ``iter(loader)`` — on any topology."""
         self._boundary.load(state)
 
+    def expect_resume(self) -> None:
+        """The caller resumed (a trainer restored a checkpoint): by the next ``iter(loader)`` this
+        loader must have been given a state by ``load_state_dict`` (before or after this call),
+        else that ``iter`` raises ``ResumeMismatchError`` (or warns, as ``resume_check`` says; R21).
+        Whether the state was then continued is the first-batch check's (R19)."""
+        self._boundary.expecting = True
+
     def audit_resumed(self, step: int) -> None:
         """With ``audit_dir=``: this launch resumed after ``step`` steps of the run (the trainer's
         count), for a state saved without ``audit_dir`` (R15); a state saved with it says so itself."""
@@ -216,7 +233,7 @@ class ShardLoader(DataLoader):  # type: ignore[type-arg,unused-ignore]
         """``_batches`` of iteration ``generation``, telling the epoch cursor how it ended (R10)."""
         try:
             yield from self._batches(batches, ring)
-            self._boundary.cursor.ended(generation)
+            self._boundary.ended(generation)
         finally:
             self._boundary.cursor.closed(generation)
 

@@ -26,6 +26,7 @@ from shardkit.loader.emitter import Emitter
 from shardkit.loader.epoch_check import log_once
 from shardkit.loader.loader_state import LoaderState
 from shardkit.loader.mixture_state import SOURCES_KEY
+from shardkit.loader.resume_check import block_head
 from shardkit.loader.token_batch import batch_blocks, to_tensors
 from shardkit.loader.transfer.arena import alloc, alloc_array
 from shardkit.plan import PlanParams
@@ -192,9 +193,14 @@ class TokenBatching:
                                       docs.masks if self.tokens.loss_mask_field is not None else None, view.next_doc)
         slots, sources = source.slot_arrays(plan.order, with_index)
         make = functools.partial(self._in_arena, source, rows, plan.level.options, slots, sources, with_index)
-        for blocks, cutter in batch_blocks(work, plan.level.options, batch_size, plan.start_state(consumer)):
+        cut = batch_blocks(work, plan.level.options, batch_size, plan.start_state(consumer))
+        for n, (blocks, cutter) in enumerate(cut):
+            if n == 0:  # the first batch's BatchMeta names its head (R19); one int test after it (R22)
+                emitter.head = block_head(blocks)
             cursor = cursor_row({**cutter.to_dict(), "blocks": emitter.position + len(blocks)})  # TB28
             yield emitter.emit_made(functools.partial(make, blocks), len(blocks), cursor)
+            if n == 0:
+                emitter.head = ()
             docs.release(cutter.piece_index, {p.doc_index for b in cutter.bins for p in b})
 
     def _in_arena(self, source: Any, rows: TokenDocs, options: BlockOptions, slots: dict[str, np.ndarray],

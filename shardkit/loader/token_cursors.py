@@ -43,6 +43,11 @@ class CursorBook:
         """What ``consumer`` reported at ``position``, if it did."""
         return self._rows.get(consumer, {}).get(position)
 
+    def state(self, consumer: int, position: int) -> dict[str, Any] | None:
+        """The cutter state ``consumer`` reported at ``position``, if it did (TB28)."""
+        row = self.at(consumer, position)
+        return None if row is None else cursor_state(row)
+
     def gather(self, offsets: list[int], topology: Topology, num_workers: int,
                reads: bool) -> dict[int, dict[str, Any]]:
         """Every consumer's reported state at ``offsets`` (the global boundary) that some rank

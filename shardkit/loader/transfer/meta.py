@@ -12,10 +12,13 @@ META_KEY = "_shardkit"
 class BatchMeta(NamedTuple):
     """``consumer`` delivered its samples up to ``position`` (of its epoch ``epoch`` sequence)
     with this batch; ``stats``: the worker's ``WorkerStats.snapshot()`` when it was made;
-    ``cursor``: a token-block consumer's cutter state at ``position`` as ints (TB28), else empty."""
+    ``cursor``: a token-block consumer's cutter state at ``position`` as ints (TB28), else empty;
+    ``head``: on the consumer's first batch of an iteration, its head (loader/resume_check.py),
+    else ()."""
 
     consumer: int
     position: int
     epoch: int
     stats: tuple[float, ...] = ()
     cursor: tuple[int, ...] = ()
+    head: tuple[int, ...] = ()  # only on a consumer's first batch of an iteration: what it holds (R19)

@@ -159,6 +159,11 @@ class TokenPlan:
         self._replays[consumer] = (blocks, cutter)
         return {**cutter.to_dict(), "blocks": blocks}
 
+    def state_at(self, consumer: int, blocks: int, reported: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Consumer ``consumer``'s cutter state after ``blocks`` blocks: the one it ``reported``
+        there (TB28), the loaded one while it is still there, else computed (``consumer_state``)."""
+        return _reported(reported, blocks) or self._loaded(consumer, blocks) or self.consumer_state(consumer, blocks)
+
     def _loaded(self, consumer: int, blocks: int) -> dict[str, Any] | None:
         """The loaded state of ``consumer`` when it is still there (no batch since) and was checked."""
         if self.saved_checked and self.saved_states is not None and blocks == self.start_offsets[consumer]:
@@ -180,8 +185,7 @@ class TokenPlan:
         if len(offsets) != self.num_consumers:
             raise StateError(f"{len(offsets)} offsets for {self.num_consumers} consumers")
         known = known or {}
-        states = [_reported(known.get(c), int(k)) or self._loaded(c, int(k)) or self.consumer_state(c, int(k))
-                  for c, k in enumerate(offsets)]
+        states = [self.state_at(c, int(k), known.get(c)) for c, k in enumerate(offsets)]
         levels = [copy.deepcopy(level) for level in saved[: len(self.cuts) - 1]]
         return {**blocks.identity(), "levels": [*levels, {**self.cuts[-1], "consumers": states}]}
 

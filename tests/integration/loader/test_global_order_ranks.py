@@ -2,7 +2,7 @@
 the same global batches on 1×4, 2×2 and 4×1 (ranks × workers) at ``B_g = 12``, and a job
 SIGKILLed after a checkpoint and resumed on other topologies training every later global batch
 of the uninterrupted run, bit for bit, each sample once per epoch (specs/partition.md P27, P30,
-P31, P33, P35; specs/resume-state.md R16, R18)."""
+P31, P33, P35; specs/resume-state.md R16, R24)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_every_topology_trains_the_same_global_batches(
 
 def test_a_killed_job_resumed_on_other_topologies_continues_bit_for_bit(
         job: GlobalJob, uninterrupted: dict[tuple[int, int], LaunchResult], tmp_path: Path) -> None:
-    """P31, R18: 1×4 checkpointed at step 5 and SIGKILLed (all ranks, workers mid-prefetch) two
+    """P31, R24: 1×4 checkpointed at step 5 and SIGKILLed (all ranks, workers mid-prefetch) two
     steps later; resumed on 2×2, checkpointed across the epoch boundary at its step 18 and
     SIGKILLed; resumed on 4×1 to the end. The global batches trained (up to each checkpoint,
     then the next launch's) are the uninterrupted run's, and every sample of each epoch is

@@ -145,7 +145,7 @@ def test_single_dataset_and_older_mixture_states_still_load(roots: dict[str, str
     batches = iter(one)
     next(batches)
     state: dict[str, Any] = one.state_dict()
-    assert sorted(state) == ["epoch", "kind", "plan", "steps", "version"]
+    assert sorted(state) == ["epoch", "kind", "next", "plan", "steps", "version"]  # "next": R18
     assert state["plan"]["fingerprint"] == one.streaming.fingerprint
     assert "sources" not in one.stats()
     sk.ShardLoader(sk.StreamingDataset(roots["web"], batch_size=3)).load_state_dict(state)

@@ -246,7 +246,7 @@ def test_resume_on_a_changed_dataset_is_refused(saved_state: dict, small_dataset
 def _mutations() -> dict[str, tuple[str, object]]:
     """name → (dotted path, new value): malformed and newer-version states."""
     return {
-        "loader-version-newer": ("version", 2),
+        "loader-version-newer": ("version", 3),  # 2 adds the resume digest (R18)
         "plan-version-newer": ("plan.version", 2),
         "kind-missing": ("kind", None),
         "epoch-not-int": ("epoch", "0"),

@@ -1,5 +1,5 @@
 """``StreamingDataset(order="global")`` through ``ShardLoader`` in one process (specs/partition.md
-P27-P35, specs/resume-state.md R16-R18): ranks simulated with ``data_parallel=(rank, size)`` and
+P27-P35, specs/resume-state.md R16, R17, R24): ranks simulated with ``data_parallel=(rank, size)`` and
 no workers, stepped in lockstep; a dataset, a weighted dataset and a mixture. Real gloo ranks
 and DataLoader workers: tests/integration/loader/test_global_order_ranks.py."""
 
@@ -110,7 +110,7 @@ def divisors(n: int) -> list[int]:
 def test_the_loader_state_resumes_global_batches_on_any_rank_count(
         roots: dict[str, str], kind: str, seed: int, tail: str, shape: tuple[int, int, int],
         kill: float, cut: float) -> None:
-    """P27, P31, R16, R18: the global batches of ``R_a`` simulated ranks equal one process's; a
+    """P27, P31, R16, R24: the global batches of ``R_a`` simulated ranks equal one process's; a
     state saved after ``k`` steps and loaded on ``R_b`` ranks trains the rest bit for bit (and
     len(loader) counts it); a rank abandoning its iteration continues it (R10, its own offsets,
     ``rank=``); each epoch's real samples are received once."""
@@ -138,7 +138,7 @@ def test_the_loader_state_resumes_global_batches_on_any_rank_count(
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_state_saved_at_the_end_of_an_epoch_continues_with_the_next(roots: dict[str, str], kind: str) -> None:
     """R10 in global order: a state whose position leaves no global batch resumes the next epoch
-    from its start, on any rank count (R18)."""
+    from its start, on any rank count (R24)."""
     make = maker(roots, kind)
     one = loaders(make, 6, 1)
     reference = epochs(one, 2)

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shardkit as sk
-from shardkit.errors import StateError
+from shardkit.errors import ResumeMismatchError, StateError
 from shardkit.loader.hf import STATE_FILE, load_checkpoint_state
 from shardkit.loader.lightning import ShardkitCallback
 
@@ -80,6 +80,27 @@ def test_a_loaded_state_of_an_earlier_epoch_gives_way_to_the_trainers_epoch(url:
     later = _callback(url, epoch=1)
     later.train_dataloader().load_state_dict(state)
     assert _ids(later.train_dataloader()) == _ids(_callback(url, epoch=1).train_dataloader())
+
+
+def test_a_restarting_fit_loop_without_a_restored_loader_state_is_caught(url: str) -> None:
+    """R21: Lightning restores dataloader states before ``on_train_start`` when its fit loop is
+    restarting; a restart that restored none (a checkpoint without the loader's state) fails at
+    the first ``iter``, one that restored it does not, and a fresh fit expects nothing."""
+    for restarting, load in [(True, False), (True, True), (False, False)]:
+        saver = _callback(url)
+        next(iter(saver.train_dataloader()))
+        saver.on_train_batch_start(None, None, None, 0)
+        state = saver.train_dataloader().state_dict()
+        callback = _callback(url)
+        callback.trainer.fit_loop = SimpleNamespace(restarting=restarting)
+        if load:
+            callback.train_dataloader().load_state_dict(state)
+        callback.on_train_start(callback.trainer, None)
+        if restarting and not load:
+            with pytest.raises(ResumeMismatchError, match="expect_resume"):
+                iter(callback.train_dataloader())
+        else:
+            _ids(callback.train_dataloader())
 
 
 def test_iterating_without_the_callback_in_a_trainer_says_so(url: str) -> None:
