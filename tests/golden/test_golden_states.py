@@ -11,6 +11,7 @@ import os
 import pytest
 
 import shardkit as sk
+from tests.golden import state_kinds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BASIC = os.path.join(HERE, "v1", "basic")
@@ -36,3 +37,25 @@ def test_version_1_states_load_and_resume(kind: str, batch: int) -> None:
     got = [i for b in loader for i in b["_index"].tolist()]
     assert len(got) == steps * batch and loader.next_epoch == 1
     assert loader.state_dict()["version"] == 2
+
+
+def _golden_records() -> list[str]:
+    return sorted(name for name in os.listdir(os.path.join(HERE, "v1", "states"))
+                  if name.endswith(".json") and not name.startswith("basic-")  # basic-*: states alone, above
+                  and name.split("-", 1)[-1][: -len(".json")] in state_kinds.KINDS)
+
+
+@pytest.mark.parametrize("name", _golden_records())
+def test_a_state_saved_by_an_older_shardkit_trains_what_it_trained(name: str) -> None:
+    """Issue-30 item 2, R23: a loader state of each kind (plain, weights, mixture, token blocks in
+    both modes, token blocks over a mixture) saved by an older shardkit
+    (tools/make_golden_states.py, its commit in the file name) loads, and the rest of its epoch
+    is what that shardkit trained after loading it, batch for batch."""
+    with open(os.path.join(HERE, "v1", "states", name), encoding="utf-8") as fh:
+        record = json.load(fh)
+    kind = record["kind"]
+    assert record["state"]["version"] == 1 and "next" not in record["state"]
+    loader = state_kinds.make_loader(sk, kind)
+    loader.load_state_dict(record["state"])
+    assert state_kinds.continuation(loader, kind) == record["rest"]
+    assert len(record["rest"]) > 0 and loader.next_epoch == record["state"]["epoch"] + 1
