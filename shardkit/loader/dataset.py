@@ -32,6 +32,7 @@ from shardkit.loader.loader_state import BASE_KEYS, LoaderState
 from shardkit.loader.mixture_source import MixtureSource
 from shardkit.loader.mixture_state import SourceTally
 from shardkit.loader.sample_batching import SampleBatching
+from shardkit.loader.step_plans import StepPlans
 from shardkit.loader.stream_options import StreamOptions, stream_options
 from shardkit.loader.token_agree import count_share
 from shardkit.loader.token_batching import TokenBatching
@@ -151,7 +152,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         self.control = Control()
         self._epoch = 0
         self._cache: ShardCache | None = None
-        self._plans: dict[str, StepPlan] = {}  # the last plan built (one entry)
+        self._plans = StepPlans()  # the plans built, by what fixes them (loader/step_plans.py)
 
     # ---- what it is made of -------------------------------------------------------------------
     @property
@@ -222,16 +223,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         ``collective``: every rank calls it here at once (``iter(loader)``), so a pack plan's
         count may be shared among ranks (one all-reduce, TB29)."""
         params = replace(self.params, epoch=epoch, world_size=world_size, num_workers=num_workers)
-        group = group if params.order == "global" and num_workers > 0 else 1  # P35: part of the key
-        key = repr((params, resume, group))
-        plan = self._plans.get(key)
         share = self._count_share(params) if collective else None
-        if plan is None:
-            plan = self.batching.step_plan(self.source, params, resume, group, *([share] if share else []))
-            self._plans = {key: plan}
-        elif share is not None:
-            self.batching.agree(plan, share)  # type: ignore[union-attr,arg-type]
-        return plan
+        return self._plans.get(self.batching, self.source, params, resume, group, share)
 
     def _count_share(self, params: PlanParams) -> CountShare | None:
         """This rank's share of a pack plan's count, when ranks share it (TB29)."""
@@ -289,7 +282,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
             hint = PART_HINTS.get(key, "saved by another kind of dataset or a newer shardkit")
             raise StateError(f"loader state: it has a {key!r} part this dataset does not read ({hint})")
         check_state_order(state.plan, self.params.order, "loader state")  # R17: naming both orders
-        self._plans = {}
+        self._plans.clear()
         fingerprint = self.source.load_part(state)
         self.batching.load_part(state, self.source)
         return fingerprint
@@ -326,7 +319,7 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
         payload = self.control.read() or {}
         changed = self.source.receive(payload)  # a persistent worker: the loaded state of this iteration (L6)
         if self.batching.receive(payload) or changed:
-            self._plans = {}
+            self._plans.clear()
         topology = consumer_topology(self.options.rank, self.options.world_size, payload)
         epoch = payload.get("epoch", self._epoch)
         plan = self.step_plan(epoch, topology.world_size, topology.num_workers, payload.get("resume"),
@@ -343,6 +336,6 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_cache"] = None
-        state["_plans"] = {}
+        state["_plans"] = StepPlans()
         return state
 
