@@ -28,6 +28,7 @@ import torch
 
 import shardkit as sk
 from shardkit.errors import StateError
+from tests.helpers.rank_procs import read_text
 from tests.helpers.token_data import consumed_pairs
 
 _CTX = multiprocessing.get_context("forkserver")
@@ -184,7 +185,7 @@ def run_job(job: DPJob, workdir: str, resume: dict[str, Any] | None = None) -> l
         if proc.is_alive():
             _kill_group(proc.pid or 0)
             proc.join()
-    errors = [_read(f"{workdir}/rank{rank}.error") for rank in range(job.world)]
+    errors = [read_text(f"{workdir}/rank{rank}.error") for rank in range(job.world)]
     assert all(waited), f"ranks {[r for r, w in enumerate(waited) if not w]} hung: {errors}"
     assert not any(errors), [e for e in errors if e]
     results = []
@@ -199,11 +200,3 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except FileNotFoundError:
-        return ""

@@ -16,12 +16,12 @@ import json
 import multiprocessing
 import os
 import signal
-import time
 import traceback
 from dataclasses import dataclass
 from typing import Any
 
 import shardkit as sk
+from tests.helpers.rank_procs import read_text, run_procs
 
 HANG_S = 120  # a launch not finished by then is hung (no timing is asserted)
 # Ranks are forked from a forkserver that imported torch once (as tests/helpers/resume.py does).
@@ -74,21 +74,10 @@ def run_launch(job: GlobalJob, launch: Launch, resume: dict[str, Any] | None, wo
     """Run one launch as real processes; returns what every rank received and the saved state."""
     os.makedirs(workdir, exist_ok=True)
     world = launch.world_size
-    procs = [_CTX.Process(target=_rank_main, args=(rank, workdir, job, launch, resume)) for rank in range(world)]
-    for proc in procs:
-        proc.start()
-    deadline = time.monotonic() + HANG_S
-    for proc in procs:
-        proc.join(max(deadline - time.monotonic(), 0.1))
-    hung = [rank for rank, proc in enumerate(procs) if proc.is_alive()]
-    for proc in procs:
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-    errors = [_read(f"{workdir}/rank{rank}.error") for rank in range(world)]
+    exitcodes, errors, hung = run_procs(_CTX, _rank_main, [(rank, workdir, job, launch, resume)
+                                                           for rank in range(world)], workdir, HANG_S)
     if hung:
         raise AssertionError(f"ranks {hung} still running after {HANG_S} s: {errors}")
-    exitcodes = [int(proc.exitcode or 0) for proc in procs]
     wanted = -signal.SIGKILL if launch.kill_after is not None else 0
     if any(code != wanted for code in exitcodes):
         raise AssertionError(f"exit codes {exitcodes}, expected {wanted}: {[e for e in errors if e]}")
@@ -98,7 +87,7 @@ def run_launch(job: GlobalJob, launch: Launch, resume: dict[str, Any] | None, wo
             steps = [json.loads(line) for line in fh]
         records.append([(s["epoch"], (tuple(s["ids"]), tuple(s["padded"]))) for s in steps if "ids" in s])
         lengths.append({s["epoch"]: s["length"] for s in steps if "length" in s})
-    state_text = _read(f"{workdir}/state.json")
+    state_text = read_text(f"{workdir}/state.json")
     return LaunchResult(records, lengths, json.loads(state_text) if state_text else None, exitcodes)
 
 
@@ -177,11 +166,3 @@ def _write_json(path: str, value: Any) -> None:
     with open(path + ".tmp", "w") as fh:
         json.dump(value, fh)
     os.replace(path + ".tmp", path)
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except FileNotFoundError:
-        return ""

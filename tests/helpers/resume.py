@@ -29,7 +29,6 @@ import datetime
 import json
 import multiprocessing
 import os
-import time
 import traceback
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -40,6 +39,7 @@ from hypothesis import HealthCheck, settings
 import shardkit as sk
 from shardkit.plan import Plan
 from shardkit.plan.params import DEFAULT_SPREAD
+from tests.helpers.rank_procs import run_procs
 
 Batch = tuple[tuple[int, ...], tuple[bool, ...]]  # (global indices, pad flags) of one batch
 
@@ -195,23 +195,11 @@ def run_ranks(data: DataSpec, segment: Segment, num_epochs: int, resume: dict[st
     """Run ``segment`` as ``world_size`` real processes in one gloo group (FileStore rendezvous)."""
     os.makedirs(workdir, exist_ok=True)
     world = segment.shape.world_size
-    procs = [_CTX.Process(target=_rank_main,
-                          args=(rank, world, workdir, data, segment, num_epochs, resume))
-             for rank in range(world)]
-    for proc in procs:
-        proc.start()
-    deadline = time.monotonic() + HANG_S
-    for proc in procs:
-        proc.join(max(deadline - time.monotonic(), 0.1))
-    hung = [rank for rank, proc in enumerate(procs) if proc.is_alive()]
-    for proc in procs:
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-    errors = [_read_text(f"{workdir}/rank{rank}.error") for rank in range(world)]
+    exitcodes, errors, hung = run_procs(_CTX, _rank_main,
+                                        [(rank, world, workdir, data, segment, num_epochs, resume)
+                                         for rank in range(world)], workdir, HANG_S)
     assert not hung, f"ranks {hung} still running after {HANG_S} s (hang at epoch end?): {errors}"
-    assert all(p.exitcode == 0 for p in procs), (
-        f"exit codes {[p.exitcode for p in procs]}: {[e for e in errors if e]}")
+    assert all(code == 0 for code in exitcodes), f"exit codes {exitcodes}: {[e for e in errors if e]}"
     ranks, states = [], []
     for rank in range(world):
         with open(f"{workdir}/rank{rank}.json") as fh:
@@ -220,14 +208,6 @@ def run_ranks(data: DataSpec, segment: Segment, num_epochs: int, resume: dict[st
         states.append(out["state"])
     assert all(s == states[0] for s in states), "state_dict() differs between ranks"
     return ranks, states[0]
-
-
-def _read_text(path: str) -> str:
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except FileNotFoundError:
-        return ""
 
 
 def _rank_main(rank: int, world: int, workdir: str, data: DataSpec, segment: Segment,
@@ -428,4 +408,3 @@ def check_same_order(data: DataSpec, segments: list[Segment], num_epochs: int,
             differ = [i for i, (g, w) in enumerate(zip(got, want, strict=True)) if g != w]
             assert not differ, (f"rank {rank} epoch {epoch}: the resumed order differs from the "
                                 f"uninterrupted run's at steps {differ[:10]}")
-

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import shardkit as sk
+from shardkit.loader.resume_check import SLOTS
 from shardkit.plan.tokens.plan import epoch_order
 from tests.helpers.datasets import write_dataset
 from tests.helpers.dp_ranks import TOKENS, DPJob, RankResult, run_job
@@ -126,8 +127,11 @@ def test_a_process_with_other_num_workers_is_an_error_naming_the_lengths(tmp_pat
     path = write_dataset(str(tmp_path / "ds"), SIZES)
     results = run_job(DPJob(path, tp=1, dp=2, how="tuple", no_data=(2,), no_data_workers=2),
                       str(tmp_path / "job"))
+    # a row: the steps, then per consumer its offset and its next batch's head (R18, SLOTS + 1 ints)
+    one, two = 1 + 1 * (2 + SLOTS), 1 + 2 * (2 + SLOTS)
     for result in results:
-        assert result.error is not None and "different lengths {0: 2, 1: 2, 2: 3}" in result.error
+        assert result.error is not None and f"different lengths {{0: {one}, 1: {one}, 2: {two}}}" in result.error
+        assert "every process needs the same num_workers" in result.error
 
 
 def test_the_audit_sink_writes_one_file_per_data_parallel_rank_and_audits_a_resumed_chain(tmp_path: Path) -> None:
