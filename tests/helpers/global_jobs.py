@@ -11,17 +11,15 @@ slices concatenated in rank order, P27), so launches on different topologies com
 
 from __future__ import annotations
 
-import datetime
 import json
 import multiprocessing
 import os
 import signal
-import traceback
 from dataclasses import dataclass
 from typing import Any
 
 import shardkit as sk
-from tests.helpers.rank_procs import read_text, run_procs
+from tests.helpers.rank_procs import gloo_rank, read_text, run_procs
 
 HANG_S = 120  # a launch not finished by then is hung (no timing is asserted)
 # Ranks are forked from a forkserver that imported torch once (as tests/helpers/resume.py does).
@@ -108,24 +106,15 @@ def global_batches(result: LaunchResult, steps: int | None = None) -> list[tuple
 
 
 def _rank_main(rank: int, workdir: str, job: GlobalJob, launch: Launch, resume: dict[str, Any] | None) -> None:
-    import torch.distributed as dist
 
     multiprocessing.set_start_method("fork", force=True)  # DataLoader workers fork, as under torchrun
-    try:
-        dist.init_process_group("gloo", init_method=f"file://{workdir}/store", rank=rank,
-                                world_size=launch.world_size, timeout=datetime.timedelta(seconds=HANG_S))
+    with gloo_rank(workdir, rank, launch.world_size, HANG_S):
         with open(f"{workdir}/rank{rank}.steps", "w") as log:
             state = _train(job, launch, resume, rank, log)
         if rank == 0:
             with open(f"{workdir}/state.json.tmp", "w") as fh:
                 json.dump(state, fh)
             os.replace(f"{workdir}/state.json.tmp", f"{workdir}/state.json")
-        dist.barrier()
-        dist.destroy_process_group()
-    except BaseException:
-        with open(f"{workdir}/rank{rank}.error", "w") as fh:
-            fh.write(traceback.format_exc())
-        raise
 
 
 def _train(job: GlobalJob, launch: Launch, resume: dict[str, Any] | None, rank: int, log: Any) -> dict[str, Any]:

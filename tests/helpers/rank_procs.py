@@ -4,8 +4,11 @@ writes its traceback to ``WORKDIR/rankN.error``."""
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import time
-from collections.abc import Callable, Sequence
+import traceback
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 
@@ -35,3 +38,21 @@ def read_text(path: str) -> str:
             return fh.read()
     except FileNotFoundError:
         return ""
+
+
+@contextlib.contextmanager
+def gloo_rank(workdir: str, rank: int, world_size: int, timeout_s: float) -> Iterator[None]:
+    """In rank process ``rank``: the block runs inside one gloo group (FileStore rendezvous in
+    ``workdir``), ended by a barrier; a failure's traceback goes to ``WORKDIR/rankN.error``."""
+    import torch.distributed as dist
+
+    try:
+        dist.init_process_group("gloo", init_method=f"file://{workdir}/store", rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        yield
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException:
+        with open(f"{workdir}/rank{rank}.error", "w") as fh:
+            fh.write(traceback.format_exc())
+        raise

@@ -25,11 +25,9 @@ Records are plain JSON (lists of ints) so spawned ranks can hand them back throu
 from __future__ import annotations
 
 import collections
-import datetime
 import json
 import multiprocessing
 import os
-import traceback
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -39,7 +37,7 @@ from hypothesis import HealthCheck, settings
 import shardkit as sk
 from shardkit.plan import Plan
 from shardkit.plan.params import DEFAULT_SPREAD
-from tests.helpers.rank_procs import run_procs
+from tests.helpers.rank_procs import gloo_rank, run_procs
 
 Batch = tuple[tuple[int, ...], tuple[bool, ...]]  # (global indices, pad flags) of one batch
 
@@ -212,23 +210,14 @@ def run_ranks(data: DataSpec, segment: Segment, num_epochs: int, resume: dict[st
 
 def _rank_main(rank: int, world: int, workdir: str, data: DataSpec, segment: Segment,
                num_epochs: int, resume: dict[str, Any] | None) -> None:
-    import torch.distributed as dist
 
     # A forkserver child inherits "forkserver" as its start method; a rank started by torchrun
     # has the platform default (fork), and its DataLoader workers should too.
     multiprocessing.set_start_method("fork", force=True)
-    try:
-        dist.init_process_group("gloo", init_method=f"file://{workdir}/store", rank=rank,
-                                world_size=world, timeout=datetime.timedelta(seconds=HANG_S))
+    with gloo_rank(workdir, rank, world, HANG_S):
         records, state = run_rank(data, segment, num_epochs, resume)
         with open(f"{workdir}/rank{rank}.json", "w") as fh:
             json.dump({"records": records_to_json(records), "state": state}, fh)
-        dist.barrier()
-        dist.destroy_process_group()
-    except BaseException:
-        with open(f"{workdir}/rank{rank}.error", "w") as fh:
-            fh.write(traceback.format_exc())
-        raise
 
 
 # ---- running a chain ----------------------------------------------------------------------
