@@ -51,20 +51,22 @@ class Plan:
         start_offsets: Sequence[int] | None = None,
         closed: bool = False,
     ) -> None:
-        self._shard_sizes = shard_sizes
-        self._params = params
-        self._source = source
+        self.shard_sizes = shard_sizes
+        self.params = params
+        # The sequence this level partitions (level 0: the epoch's; global order cuts a mixture's
+        # or a weighted epoch's one-process sequence, specs/partition.md P29).
+        self.source = source
         self._parent = parent
         self._partition: Partition = equal_steps(len(source), params, closed)
         self.closed = closed  # the level after a finished epoch: no step, its source dropped (R10)
-        offsets = start_offsets or [0] * self._partition.num_consumers
-        self._start_offsets = tuple(int(offset) for offset in offsets)
+        self.num_consumers = self._partition.num_consumers
+        self.steps_per_rank = self._partition.steps_per_rank
+        self.num_dropped = self._partition.num_dropped  # source samples no consumer yields (drop tail)
+        self.num_padded = self._partition.num_padded  # pad repeats yielded in total (pad tail)
+        offsets = start_offsets or [0] * self.num_consumers
+        self.start_offsets = tuple(int(offset) for offset in offsets)
 
     # -- topology and counts -------------------------------------------------------------
-
-    @property
-    def params(self) -> PlanParams:
-        return self._params
 
     @property
     def level(self) -> int:
@@ -77,49 +79,17 @@ class Plan:
         return None if self._parent is None else self._parent[1]
 
     @property
-    def shard_sizes(self) -> np.ndarray:
-        return self._shard_sizes
-
-    @property
     def shard_offsets(self) -> np.ndarray:
         """Samples in shards before each shard (manifest order), length ``num_shards + 1``."""
-        return shard_offsets(self._shard_sizes)
-
-    @property
-    def source(self) -> SampleSequence:
-        """The sequence this level partitions (level 0: the epoch's; global order cuts a
-        mixture's or a weighted epoch's one-process sequence, specs/partition.md P29)."""
-        return self._source
+        return shard_offsets(self.shard_sizes)
 
     @property
     def num_source_samples(self) -> int:
         """Samples this level partitions: N at level 0, the remainder M at level > 0."""
-        return len(self._source)
-
-    @property
-    def num_consumers(self) -> int:
-        return self._partition.num_consumers
-
-    @property
-    def steps_per_rank(self) -> int:
-        return self._partition.steps_per_rank
-
-    @property
-    def num_dropped(self) -> int:
-        """Source samples no consumer yields this level (drop tail; < world_size * batch)."""
-        return self._partition.num_dropped
-
-    @property
-    def num_padded(self) -> int:
-        """Pad repeats yielded in total this level (pad tail; < world_size * batch)."""
-        return self._partition.num_padded
-
-    @property
-    def start_offsets(self) -> tuple[int, ...]:
-        return self._start_offsets
+        return len(self.source)
 
     def num_batches(self, consumer: int) -> int:
-        return self._partition.num_samples(consumer) // self._params.batch_size
+        return self._partition.num_samples(consumer) // self.params.batch_size
 
     def num_samples(self, consumer: int) -> int:
         """Samples consumer ``c`` yields this epoch, pad repeats included (``n_c``)."""
@@ -132,9 +102,9 @@ class Plan:
     def with_start_offsets(self, offsets: Sequence[int]) -> Plan:
         """The same plan, resuming consumer ``c`` at ``offsets[c]`` (checked by the caller)."""
         return Plan(
-            self._shard_sizes,
-            self._params,
-            self._source,
+            self.shard_sizes,
+            self.params,
+            self.source,
             parent=self._parent,
             start_offsets=offsets,
             closed=self.closed,
@@ -174,24 +144,24 @@ class Plan:
             real = self.num_real_samples(consumer)
             parts.append(Slice(self._real_sequence(consumer), min(offset, real), real))
         needed = self._partition.num_needed
-        if needed < len(self._source):
-            parts.append(Slice(self._source, needed, len(self._source)))
+        if needed < len(self.source):
+            parts.append(Slice(self.source, needed, len(self.source)))
         return Concat(parts)
 
     def dropped_indices(self) -> np.ndarray:
         """Manifest-order global indices of the samples this level drops (``tail="drop"``; R3:
         what an audit of the whole epoch finds missing when this is the epoch's last plan)."""
-        needed, total = self._partition.num_needed, len(self._source)
+        needed, total = self._partition.num_needed, len(self.source)
         offsets = self.shard_offsets
-        parts = [w.global_indices(offsets) for w in Slice(self._source, min(needed, total), total).windows(
+        parts = [w.global_indices(offsets) for w in Slice(self.source, min(needed, total), total).windows(
             0, max(total - needed, 0))]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def _real_sequence(self, consumer: int) -> SampleSequence:
         # A consumer that only yields pads starts past the source; clamp to an empty range.
-        lo = min(self._partition.start(consumer), len(self._source))
+        lo = min(self._partition.start(consumer), len(self.source))
         hi = lo + self._partition.num_real(consumer)
-        source, params = self._source, self._params
+        source, params = self.source, self.params
         if self._parent is None and params.shuffle and isinstance(source, SpanSequence):
             key = (SALT_WINDOW, params.seed, params.epoch, self.level, consumer)
             if params.interleave > 1:
@@ -201,19 +171,19 @@ class Plan:
 
     def _consumer_sequence(self, consumer: int) -> SampleSequence:
         real = self._real_sequence(consumer)
-        lo = self._partition.start(consumer) + len(real) - len(self._source)
-        hi = self._partition.start(consumer) + self.num_samples(consumer) - len(self._source)
+        lo = self._partition.start(consumer) + len(real) - len(self.source)
+        hi = self._partition.start(consumer) + self.num_samples(consumer) - len(self.source)
         if hi <= 0:
             return real
-        repeats = Cyclic(self._source, self.num_padded)
+        repeats = Cyclic(self.source, self.num_padded)
         return Concat([real, Padded(Slice(repeats, lo, hi))])
 
     # -- reporting ---------------------------------------------------------------------
 
     def summary(self) -> dict[str, Any]:
         """JSON-able overview for ``shardkit plan``: steps, per-consumer counts, drop/pad."""
-        workers = self._params.workers_per_rank
-        problem = check_epoch_yield(self.num_source_samples, self._params, self.level)  # P16, P17
+        workers = self.params.workers_per_rank
+        problem = check_epoch_yield(self.num_source_samples, self.params, self.level)  # P16, P17
         consumers = []
         for consumer in range(self.num_consumers):
             shards = self._first_reads(consumer, 0, self.num_samples(consumer)).tolist()
@@ -225,15 +195,15 @@ class Plan:
                     "batches": self.num_batches(consumer),
                     "samples": self.num_samples(consumer),
                     "real_samples": self.num_real_samples(consumer),
-                    "start_offset": self._start_offsets[consumer],
+                    "start_offset": self.start_offsets[consumer],
                     "num_shards": len(shards),
                     "shards": shards,
                 }
             )
         return {
             "level": self.level,
-            "params": self._params.to_dict(),
-            "num_shards": len(self._shard_sizes),
+            "params": self.params.to_dict(),
+            "num_shards": len(self.shard_sizes),
             "num_source_samples": self.num_source_samples,
             "steps_per_rank": self.steps_per_rank,
             "num_consumers": self.num_consumers,
