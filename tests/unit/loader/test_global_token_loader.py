@@ -89,7 +89,8 @@ def divisors(n: int) -> list[int]:
 
 
 @CHAIN
-@given(st.integers(0, len(CORPORA) - 1), st.integers(1, 9), st.sampled_from([None, 2]), st.sampled_from(["drop", "pad"]),
+@given(st.integers(0, len(CORPORA) - 1), st.integers(1, 9), st.sampled_from([None, 2]),
+       st.sampled_from(["drop", "pad"]),
        st.sampled_from([2, 4, 6]).flatmap(lambda g: st.tuples(st.just(g), st.sampled_from(divisors(g)),
                                                               st.sampled_from(divisors(g)))),
        st.floats(0, 1))

@@ -76,8 +76,8 @@ TOKENS = st.builds(lambda seq_len, eos: sk.TokenBlocks(seq_len, eos_id=eos), st.
 
 
 @settings(max_examples=150, deadline=None)
-@given(CORPUS, st.integers(1, 7), TOKENS, shapes(), st.integers(0, 3), st.integers(1, 3), st.sampled_from(["drop", "pad"]),
-       st.integers(0, 99))
+@given(CORPUS, st.integers(1, 7), TOKENS, shapes(), st.integers(0, 3), st.integers(1, 3),
+       st.sampled_from(["drop", "pad"]), st.integers(0, 99))
 def test_global_batches_are_the_streams_blocks_on_every_topology(
         lengths: list[int], shard: int, tokens: sk.TokenBlocks, shape: tuple[int, int, int], workers: int,
         group: int, tail: str, seed: int) -> None:
