@@ -21,6 +21,9 @@ from shardkit.plan.tokens.global_blocks import GlobalTokenPlan, build_global_tok
 from shardkit.plan.tokens.pool import ConsumerWork
 
 PART_KEYS = (*IDENTITY_KEYS, "order", "seq_len")
+#: Stream positions a consumer holds the documents of at a time (TB34): its batches are cut in
+#: chunks of whole units spanning about this many (its share is 1 / consumers of it).
+SPAN_POSITIONS = 1 << 22
 
 
 def refuse_unsupported(tokens: TokenBlocks) -> None:
@@ -77,7 +80,9 @@ def saved_plan(source: Any, tokens: TokenBlocks, seq_len: int, resume: dict[str,
                                    params, saved, resume, 1, source.token_order())
 
 
-def consumer_parts(plan: GlobalTokenPlan, consumer: int, extra_tokens: int) -> tuple[ConsumerWork, ConsumerView]:
-    """Consumer ``consumer``'s work (its block ranges, TB31) and what it reads of them."""
-    work = plan.consumer_work(consumer)
+def consumer_parts(plan: GlobalTokenPlan, consumer: int, extra_tokens: int, first: int,
+                   count: int) -> tuple[ConsumerWork, ConsumerView]:
+    """Consumer ``consumer``'s work of its batches ``first … first + count - 1`` (its block
+    ranges, TB31) and what it reads of them: the documents of that chunk only (TB34)."""
+    work = plan.consumer_work(consumer, first, count)
     return work, work_view(plan.index, plan.options.mode, work.pieces, extra_tokens)

@@ -202,23 +202,30 @@ class TokenBatching:
     def batches(self, source: Any, plan: TokenPlan | GlobalTokenPlan, emitter: Emitter, cache: ShardCache | None,
                 batch_size: int, with_index: bool) -> Iterator[Any]:
         consumer = emitter.consumer
-        if isinstance(plan, GlobalTokenPlan):  # its block ranges of the global batches (TB31)
-            work, view = global_tokens.consumer_parts(plan, consumer, self.tokens.extra_tokens)
-            options, start = plan.options, None
-        else:
-            work = plan.level.split.consumers[consumer]
-            view = consumer_view(plan, consumer, self.tokens.extra_tokens)  # its own documents only (TB26)
-            options, start = plan.level.options, plan.start_state(consumer)
+        slots, sources = source.slot_arrays(plan.order, with_index)
+        parts = (slots, sources, with_index, cache, batch_size)
+        if isinstance(plan, GlobalTokenPlan):  # its block ranges, a chunk of whole units at a time (TB31, TB34)
+            for first, count in plan.chunks(consumer, global_tokens.SPAN_POSITIONS):
+                work, view = global_tokens.consumer_parts(plan, consumer, self.tokens.extra_tokens, first, count)
+                yield from self._cut(source, plan, emitter, work, view, plan.options, None, parts, first == 0)
+            return
+        work = plan.level.split.consumers[consumer]
+        view = consumer_view(plan, consumer, self.tokens.extra_tokens)  # its own documents only (TB26)
+        yield from self._cut(source, plan, emitter, work, view, plan.level.options, plan.start_state(consumer), parts)
+
+    def _cut(self, source: Any, plan: Any, emitter: Emitter, work: Any, view: Any, options: BlockOptions,
+             start: dict[str, Any] | None, parts: tuple[Any, ...], head: bool = True) -> Iterator[Any]:
+        """The batches of ``work`` from cutter state ``start``, its documents read as ``view`` says;
+        ``head``: the first one names its head (R19)."""
+        slots, sources, with_index, cache, batch_size = parts
         fields = (self.tokens.field, self.tokens.loss_mask_field)
         docs = source.documents(plan.order, fields, view.needs, cache, emitter.stats)
         docs.expect(view.num_tokens, view.positions)  # TB23
         rows = TokenDocs.from_lengths(docs, view.segments, self.tokens.token_options(),
                                       docs.masks if self.tokens.loss_mask_field is not None else None, view.next_doc)
-        slots, sources = source.slot_arrays(plan.order, with_index)
         make = functools.partial(self._in_arena, source, rows, options, slots, sources, with_index)
-        cut = batch_blocks(work, options, batch_size, start)
-        for n, (blocks, cutter) in enumerate(cut):
-            if n == 0:  # the first batch's BatchMeta names its head (R19); one int test after it (R22)
+        for n, (blocks, cutter) in enumerate(batch_blocks(work, options, batch_size, start)):
+            if n == 0 and head:  # the first batch's BatchMeta names its head (R19); one int test after it (R22)
                 emitter.head = block_head(blocks)
             cursor = cursor_row({**cutter.to_dict(), "blocks": emitter.position + len(blocks)})  # TB28
             yield emitter.emit_made(functools.partial(make, blocks), len(blocks), cursor)

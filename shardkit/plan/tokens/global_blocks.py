@@ -122,17 +122,30 @@ class GlobalTokenPlan:
         begin = self.start + global_batch * self.global_positions + rank * batch * length
         return begin, begin + batch * length
 
-    def consumer_ranges(self, consumer: int) -> list[tuple[int, int]]:
+    def consumer_ranges(self, consumer: int, first: int = 0, count: int | None = None) -> list[tuple[int, int]]:
+        """Stream positions of consumer ``consumer``'s batches ``first … first + count - 1``."""
         rank, _ = self.rank_worker(consumer)
-        return [self.block_range(self.global_batch_index(consumer, j), rank) for j in range(self.num_batches(consumer))]
+        stop = self.num_batches(consumer) if count is None else min(first + count, self.num_batches(consumer))
+        return [self.block_range(self.global_batch_index(consumer, j), rank) for j in range(first, stop)]
 
-    def consumer_work(self, consumer: int) -> ConsumerWork:
-        """Consumer ``consumer``'s pieces: its block ranges' in order (past the stream's end, none:
-        the cutter pads, TB32), each a whole number of blocks (TB31)."""
-        cuts = [self.index.cut(lo, hi) for lo, hi in self.consumer_ranges(consumer)]
+    def consumer_work(self, consumer: int, first: int = 0, count: int | None = None) -> ConsumerWork:
+        """Consumer ``consumer``'s pieces of its batches ``first …`` (``count`` of them, default
+        all): its block ranges' in order (past the stream's end, none: the cutter pads, TB32),
+        each a whole number of blocks (TB31)."""
+        ranges = self.consumer_ranges(consumer, first, count)
+        cuts = [self.index.cut(lo, hi) for lo, hi in ranges]
         pieces = Pieces(*(np.concatenate([getattr(c, k) for c in cuts]) if cuts else np.zeros(0, dtype=np.int64)
                           for k in ("doc", "start", "stop")))
-        return ConsumerWork(pieces, self.num_samples(consumer))
+        return ConsumerWork(pieces, len(ranges) * self.params.batch_size)
+
+    def chunks(self, consumer: int, span: int) -> list[tuple[int, int]]:
+        """Consumer ``consumer``'s batches as ``(first, count)`` runs of whole units (P30) whose
+        stream span is at most about ``span`` positions (one unit at least): what a consumer
+        holds the documents of at a time (TB34)."""
+        unit_span = self.params.workers_per_rank * self.group * self.global_positions
+        count = self.group * max(1, span // max(unit_span, 1))
+        total = self.num_batches(consumer)
+        return [(first, min(count, total - first)) for first in range(0, total, count)]
 
 
 def build_global_token_plan(shard_sizes: Sequence[int] | np.ndarray, lengths: Any, params: PlanParams,

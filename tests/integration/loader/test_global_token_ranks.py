@@ -18,7 +18,8 @@ from tests.helpers.token_data import dropped_pairs, epoch_pairs, write_token_dat
 
 pytestmark = pytest.mark.slow
 
-LENGTHS = [3, 0, 41, 7, 12, 1, 25, 9, 0, 18, 5, 33, 2, 14] * 4  # 56 documents, 728 positions with EOS: 11 global batches of 64
+# 56 documents, 728 positions with EOS: 11 global batches of 4 × 16 an epoch
+LENGTHS = [3, 0, 41, 7, 12, 1, 25, 9, 0, 18, 5, 33, 2, 14] * 4
 TOKENS = sk.TokenBlocks(16, eos_id=2)
 SHAPES = ((1, 4), (2, 2), (4, 1))
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import shardkit as sk
 from shardkit.errors import PlanError, StateError
+from shardkit.loader import global_tokens
 from tests.helpers.token_data import (
     check_against_reference,
     consumed_pairs,
@@ -154,6 +155,19 @@ def test_another_seq_len_or_global_batch_recuts_the_rest_and_keeps_each_position
             check_against_reference(b, lengths, order, tok_b)
     plan = second[0].streaming.step_plan(0, 1, 0, state["plan"])
     assert max(seen.values(), default=1) == 1 and seen + dropped_pairs(plan) == epoch_pairs(lengths, tok_b)
+
+
+@pytest.mark.parametrize("span", [1, 40, 200])
+def test_a_consumer_cuts_its_batches_a_chunk_at_a_time_with_the_same_batches(
+        roots: list[str], monkeypatch: pytest.MonkeyPatch, span: int) -> None:
+    """TB34: a consumer holds the documents of a chunk of its units at a time; whatever the
+    chunk's span, it yields the batches of one whole-epoch chunk."""
+    tokens = sk.TokenBlocks(3, eos_id=2)
+    reference = rows_of(lockstep(make_loaders(roots[1], tokens, 4, 2)))
+    monkeypatch.setattr(global_tokens, "SPAN_POSITIONS", span)
+    plan = make_loaders(roots[1], tokens, 4, 2)[0].streaming.step_plan(0, 2, 0)
+    assert len(plan.chunks(0, span)) == (plan.num_batches(0) if span < 24 else -(-plan.num_batches(0) // (span // 12)))
+    assert rows_of(lockstep(make_loaders(roots[1], tokens, 4, 2))) == reference
 
 
 @pytest.mark.parametrize("kind", ["weighted", "mixture"])
