@@ -8,7 +8,9 @@ mixed documents (TB15). Each consumer cuts its work into blocks (plan/tokens/blo
 the documents it needs (``source.documents``) and fills the rows (plan/tokens/rows.py). Through
 ``ShardLoader`` the consumed boundary is the usual one, counted in blocks; the loader state's
 ``plan`` is the token plan state and ``tokens`` its token part (TB5, TB7, TB13), which reaches
-workers through the control block (L6).
+workers through the control block (L6). In ``order="global"`` the plan is a
+:class:`GlobalTokenPlan` (one token stream cut into global batches of blocks, its state one
+stream position: TB30-TB34, ``loader/global_tokens.py``).
 """
 
 from __future__ import annotations
