@@ -21,6 +21,10 @@ older checkout, to measure before/after) and prints one JSON line:
   a worker does (given the loader's count, TB27; an older tree counts again), and the two summed:
   a worker's first batch comes after its loader planned. ``--ranks R``: the loader is rank 0 of
   R ranks × 2 workers; a tree that shares the count (TB29) counts only rank 0's consumers.
+- ``global``: ``--docs`` documents (default 660,000), concat in ``order="global"`` (TB30-TB34),
+  rank 0 of ``--ranks`` ranks × 2 workers, 8 batches per transfer: the plan, then consumer 0's
+  work (its block ranges of the whole epoch), its documents' view and first batch of rows, as its
+  worker does; peak RSS growth.
 """
 
 from __future__ import annotations
@@ -97,6 +101,8 @@ def child(case: str, num_docs: int, ranks: int = 1) -> dict[str, Any]:
         return _scale(num_docs, synthetic)
     if case == "state":
         return _state(num_docs)
+    if case == "global":
+        return _global(num_docs, ranks)
     return _pack(num_docs, ranks)
 
 
@@ -206,16 +212,48 @@ def _pack(num_docs: int, ranks: int) -> dict[str, Any]:
     return {**row, "rss_growth_mib": (_peak_rss() - base) / MIB}
 
 
+def _global(num_docs: int, ranks: int) -> dict[str, Any]:
+    from shardkit.loader.global_tokens import SPAN_POSITIONS  # imports torch: before the clock and the RSS base
+    from shardkit.plan import PlanParams
+    from shardkit.plan.tokens.blocks import BlockCutter
+    from shardkit.plan.tokens.config import TokenBlocks
+    from shardkit.plan.tokens.consumer import work_view
+    from shardkit.plan.tokens.global_blocks import build_global_token_plan
+    from shardkit.plan.tokens.rows import TokenDocs, assemble
+    base = _peak_rss()
+    sizes = np.full(max(num_docs // 10_000, 1), 10_000, dtype=np.int64)
+    blocks = TokenBlocks(SEQ_LEN, eos_id=0)
+    params = PlanParams(seed=0, world_size=ranks, num_workers=2, batch_size=BATCH, order="global")
+    t = time.perf_counter()
+    plan = build_global_token_plan(sizes, _lengths(int(sizes.sum()), True), params, blocks, group=8)
+    plan_s = time.perf_counter() - t
+    first, count = plan.chunks(0, SPAN_POSITIONS)[0]  # a worker's first chunk of units (TB34)
+    work = plan.consumer_work(0, first, count)
+    view = work_view(plan.index, "concat", work.pieces, blocks.extra_tokens)
+    segments = view.segments
+
+    class Docs:
+        def __getitem__(self, d: int) -> np.ndarray:
+            return np.full(max(int(segments[d]) - blocks.extra_tokens, 0), 5, dtype=np.int32)
+
+    rows = TokenDocs.from_lengths(Docs(), segments, blocks.token_options(), None, view.next_doc)
+    cutter = BlockCutter(work.pieces, plan.options)
+    assemble([b for b in (cutter.next_block() for _ in range(BATCH)) if b is not None], rows, SEQ_LEN, "concat")
+    return {"case": "global", "docs": int(sizes.sum()), "ranks": ranks, "plan_s": plan_s,
+            "first_batch_s": time.perf_counter() - t, "consumer_pieces": len(work.pieces),
+            "view_docs": len(segments.values), "steps": plan.steps, "rss_growth_mib": (_peak_rss() - base) / MIB}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--case", choices=("scale", "state", "pack"), default="scale")
+    parser.add_argument("--case", choices=("scale", "state", "pack", "global"), default="scale")
     parser.add_argument("--docs", type=int, default=None)
     parser.add_argument("--ranks", type=int, default=1, help="pack: plan as rank 0 of this many ranks")
     parser.add_argument("--code", default=None, help="the tree to import shardkit from (default: this one)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    docs = args.docs or {"scale": 10**9, "state": 10**6, "pack": 660_000}[args.case]
+    docs = args.docs or {"scale": 10**9, "state": 10**6, "pack": 660_000, "global": 660_000}[args.case]
     if args.child:
         print(json.dumps(child(args.case, docs, args.ranks)), flush=True)
         return

@@ -13,7 +13,8 @@ any of those, ``tokens=``          (the same)                  ``TokenBatching``
 Every cell of the table works; what a combination cannot mean is refused here, by name:
 ``sample_weights=`` on a mixture (its sources weigh their own samples, SW10), ``with_source=``
 and ``apply_mix=`` outside a mixture, ``transform``/``collate_fn`` with token blocks, and (not
-built yet) token blocks or ``apply_mix="now"`` in ``order="global"`` (specs/partition.md P35).
+built yet) token blocks in pack mode or ``apply_mix="now"`` in ``order="global"`` (specs/partition.md
+P35, specs/token-blocks.md TB34).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 
 from shardkit.errors import PlanError
 from shardkit.loader.dataset_source import DatasetSource
+from shardkit.loader.global_tokens import refuse_unsupported
 from shardkit.loader.mixture_source import MixtureSource
 from shardkit.loader.sample_batching import SampleBatching
 from shardkit.loader.token_batching import TokenBatching
@@ -82,8 +84,7 @@ def check_choices(mixture: Mixture | None, choices: Choices) -> None:
                         "sets its epoch size in the Mixture)")
     if choices.order == "global":  # P35: what global order does not cover yet, refused by name
         if choices.tokens is not None:
-            raise ValueError("StreamingDataset(order='global', tokens=...): token blocks in global order are not "
-                             "supported yet (specs/token-blocks.md); use order='shard' with tokens=")
+            refuse_unsupported(choices.tokens)  # TB34: concat only
         if choices.apply_mix != "next_epoch":
             raise ValueError("StreamingDataset(order='global', apply_mix='now'): re-mixing the rest of a started "
                              "epoch is not supported in global order yet; new weights take effect at the next epoch")

@@ -84,7 +84,8 @@ class StreamingDataset(IterableDataset):  # type: ignore[type-arg,unused-ignore]
     1 for one that was, and for a mixture (specs/partition.md P18-P19).
     ``order="global"``: every step's global batch (``world_size × batch_size`` samples) is the
     same on any number of ranks and workers, resumable across them (P27-P35; opt-in: it reads
-    more sparsely, P32); not with ``tokens=`` yet.
+    more sparsely, P32); with ``tokens=`` (concat mode) the global batch is ``world_size ×
+    batch_size`` blocks of one token stream (specs/token-blocks.md TB30-TB34).
     ``quality_field``: a label field whose distinct values per local batch the training process
     measures against a uniform shuffle's when it plans the first epoch, as ``shardkit plan
     --quality FIELD`` does (one read of every sample's field), logging once when poor (P20).

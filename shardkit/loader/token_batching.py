@@ -8,7 +8,9 @@ mixed documents (TB15). Each consumer cuts its work into blocks (plan/tokens/blo
 the documents it needs (``source.documents``) and fills the rows (plan/tokens/rows.py). Through
 ``ShardLoader`` the consumed boundary is the usual one, counted in blocks; the loader state's
 ``plan`` is the token plan state and ``tokens`` its token part (TB5, TB7, TB13), which reaches
-workers through the control block (L6).
+workers through the control block (L6). In ``order="global"`` the plan is a
+:class:`GlobalTokenPlan` (one token stream cut into global batches of blocks, its state one
+stream position: TB30-TB34, ``loader/global_tokens.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 import torch
 
 from shardkit.errors import PlanError, StateError
+from shardkit.loader import global_tokens
 from shardkit.loader.emitter import Emitter
 from shardkit.loader.epoch_check import log_once
 from shardkit.loader.loader_state import LoaderState
@@ -30,10 +33,12 @@ from shardkit.loader.resume_check import block_head
 from shardkit.loader.token_batch import batch_blocks, to_tensors
 from shardkit.loader.transfer.arena import alloc, alloc_array
 from shardkit.plan import PlanParams
+from shardkit.plan.global_order.state import is_global_state
 from shardkit.plan.tokens.blocks import Block, BlockOptions
 from shardkit.plan.tokens.config import IDENTITY_KEYS, TokenBlocks
 from shardkit.plan.tokens.consumer import consumer_view
 from shardkit.plan.tokens.cursor import cursor_row
+from shardkit.plan.tokens.global_blocks import GlobalTokenPlan, global_token_state
 from shardkit.plan.tokens.pack_count import CountShare
 from shardkit.plan.tokens.plan import TokenPlan, build_token_plan, token_yield_problem
 from shardkit.plan.tokens.rows import TokenDocs, assemble
@@ -65,13 +70,16 @@ class TokenBatching:
         self._pack_blocks: dict[str, int] = {}  # pack plans' blocks per consumer, counted by the loader (TB27)
         self._counted: dict[str, int] = {}  # ... and those this process counted, for its workers
         self._checked = False  # whether this process checked the loaded levels' consumer states (TB13)
+        self._global_seq_len = tokens.seq_len  # global order: the loaded state's seq_len (TB33)
 
     # ---- the plan -------------------------------------------------------------------------------
     def step_plan(self, source: Any, params: PlanParams, resume: dict[str, Any] | None, group: int = 1,
-                  share: CountShare | None = None) -> TokenPlan:
-        """``group`` is not used (token blocks have no global order yet, P35). ``share``: pack
-        mode, this rank's share of the count, agreed with the others (TB29); a count known for
-        this plan is agreed on as it is (every rank makes the same collective)."""
+                  share: CountShare | None = None) -> TokenPlan | GlobalTokenPlan:
+        """``group``: batches per DataLoader item, which deal global order's batches (TB31).
+        ``share``: pack mode, this rank's share of the count, agreed with the others (TB29); a
+        count known for this plan is agreed on as it is (every rank makes the same collective)."""
+        if params.order == "global":
+            return global_tokens.global_plan(source, params, self.tokens, resume, group, self.where)
         cuts = self._loaded_cuts(params.epoch) if resume is not None else []
         key = repr((params, resume))  # pack: a worker takes its loader's count of this same plan (TB27)
         known = self._pack_blocks.get(key, self._counted.get(key))
@@ -120,16 +128,23 @@ class TokenBatching:
     # ---- the loader state's token part ------------------------------------------------------------
     def plan_state(self, plan: Any, offsets: Sequence[int], fingerprint: str,
                    rank: int | None = None) -> dict[str, Any]:
+        if isinstance(plan, GlobalTokenPlan):  # one stream position (TB33)
+            return global_token_state(plan, offsets, fingerprint, rank)
         return dict(plan.to_state(list(offsets), fingerprint))
 
     def state_part(self, plan: Any, offsets: Sequence[int], known: dict[int, Any] | None = None) -> dict[str, Any]:
         """``known``: the cutter states consumers reported at ``offsets`` (TB28), not recomputed."""
+        if isinstance(plan, GlobalTokenPlan):
+            return {TOKENS_KEY: global_tokens.state_part(self.tokens, plan)}
         return {TOKENS_KEY: plan.tokens_part(self.tokens, list(offsets), self._loaded_cuts(plan.params.epoch), known)}
 
     def load_part(self, state: LoaderState, source: Any) -> None:
         if state.part(TOKENS_KEY) is None:
             raise StateError("loader state: saved without token blocks (it has no 'tokens' part), but this "
                              "dataset cuts token blocks; resume it with the dataset that saved it")
+        if is_global_state(state.plan):  # its order was checked (R17): a stream position (TB33)
+            self._global_seq_len = global_tokens.load_part(state.part(TOKENS_KEY), self.tokens)
+            return
         part = check_token_part(state.part(TOKENS_KEY), plan_depth(state.plan))  # its shape first (TB22)
         for key in IDENTITY_KEYS:  # what a position is (TB8)
             if part.get(key) != getattr(self.tokens, key):
@@ -139,11 +154,16 @@ class TokenBatching:
         # The saved consumer states must be the replay of their offsets (TB5): rebuild the saved
         # level exactly as it was (its own params and cut).
         self._checked = False
-        self.saved_plan(source, state.plan).check_saved()
+        self._saved_levels(source, state.plan).check_saved()
         self._checked = True
 
-    def saved_plan(self, source: Any, resume: dict[str, Any]) -> TokenPlan:
+    def saved_plan(self, source: Any, resume: dict[str, Any]) -> TokenPlan | GlobalTokenPlan:
         """The plan that saved ``resume`` (its own params and cut), at its offsets."""
+        if is_global_state(resume):
+            return global_tokens.saved_plan(source, self.tokens, self._global_seq_len, resume)
+        return self._saved_levels(source, resume)
+
+    def _saved_levels(self, source: Any, resume: dict[str, Any]) -> TokenPlan:
         cut = self._cuts[-1]
         tokens = replace(self.tokens, **{k: cut[k] for k in ("seq_len", "long_docs", "open_blocks")})
         return self._build(source, PlanParams.from_dict(resume["params"]), tokens, resume, self._cuts)
@@ -181,21 +201,33 @@ class TokenBatching:
         return batch["num_tokens"], batch["num_padding"]
 
     # ---- a consumer's batches (in its process) ----------------------------------------------------
-    def batches(self, source: Any, plan: TokenPlan, emitter: Emitter, cache: ShardCache | None,
+    def batches(self, source: Any, plan: TokenPlan | GlobalTokenPlan, emitter: Emitter, cache: ShardCache | None,
                 batch_size: int, with_index: bool) -> Iterator[Any]:
         consumer = emitter.consumer
+        slots, sources = source.slot_arrays(plan.order, with_index)
+        parts = (slots, sources, with_index, cache, batch_size)
+        if isinstance(plan, GlobalTokenPlan):  # its block ranges, a chunk of whole units at a time (TB31, TB34)
+            for first, count in plan.chunks(consumer, global_tokens.SPAN_POSITIONS):
+                work, view = global_tokens.consumer_parts(plan, consumer, self.tokens.extra_tokens, first, count)
+                yield from self._cut(source, plan, emitter, work, view, plan.options, None, parts, first == 0)
+            return
         work = plan.level.split.consumers[consumer]
         view = consumer_view(plan, consumer, self.tokens.extra_tokens)  # its own documents only (TB26)
+        yield from self._cut(source, plan, emitter, work, view, plan.level.options, plan.start_state(consumer), parts)
+
+    def _cut(self, source: Any, plan: Any, emitter: Emitter, work: Any, view: Any, options: BlockOptions,
+             start: dict[str, Any] | None, parts: tuple[Any, ...], head: bool = True) -> Iterator[Any]:
+        """The batches of ``work`` from cutter state ``start``, its documents read as ``view`` says;
+        ``head``: the first one names its head (R19)."""
+        slots, sources, with_index, cache, batch_size = parts
         fields = (self.tokens.field, self.tokens.loss_mask_field)
         docs = source.documents(plan.order, fields, view.needs, cache, emitter.stats)
         docs.expect(view.num_tokens, view.positions)  # TB23
         rows = TokenDocs.from_lengths(docs, view.segments, self.tokens.token_options(),
                                       docs.masks if self.tokens.loss_mask_field is not None else None, view.next_doc)
-        slots, sources = source.slot_arrays(plan.order, with_index)
-        make = functools.partial(self._in_arena, source, rows, plan.level.options, slots, sources, with_index)
-        cut = batch_blocks(work, plan.level.options, batch_size, plan.start_state(consumer))
-        for n, (blocks, cutter) in enumerate(cut):
-            if n == 0:  # the first batch's BatchMeta names its head (R19); one int test after it (R22)
+        make = functools.partial(self._in_arena, source, rows, options, slots, sources, with_index)
+        for n, (blocks, cutter) in enumerate(batch_blocks(work, options, batch_size, start)):
+            if n == 0 and head:  # the first batch's BatchMeta names its head (R19); one int test after it (R22)
                 emitter.head = block_head(blocks)
             cursor = cursor_row({**cutter.to_dict(), "blocks": emitter.position + len(blocks)})  # TB28
             yield emitter.emit_made(functools.partial(make, blocks), len(blocks), cursor)

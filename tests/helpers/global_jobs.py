@@ -39,6 +39,7 @@ class GlobalJob:
     seed: int = 0
     tail: str = "drop"
     shuffle_window: int = 16
+    tokens: sk.TokenBlocks | None = None  # token blocks (TB30): a row's slots record (_index, _token_offset)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class LaunchResult:
 
 def make_loader(job: GlobalJob, launch: Launch, rank: int) -> sk.ShardLoader:
     dataset = sk.StreamingDataset(job.path, batch_size=job.global_batch // launch.world_size, order="global",
+                                  tokens=job.tokens,
                                   seed=job.seed, tail=job.tail, shuffle_window=job.shuffle_window, with_index=True,
                                   data_parallel=(rank, launch.world_size) if launch.world_size > 1 else None)
     return sk.ShardLoader(dataset, num_workers=launch.num_workers, batches_per_transfer=launch.group)
@@ -131,8 +133,7 @@ def _train(job: GlobalJob, launch: Launch, resume: dict[str, Any] | None, rank: 
         loader.set_epoch(epoch)  # the loaded state's epoch keeps its state (R7)
         _line(log, {"epoch": epoch, "length": len(loader)})
         for batch in loader:
-            _line(log, {"epoch": epoch, "ids": batch["_index"].tolist(),
-                        "padded": batch["_padded"].tolist() if "_padded" in batch else [False] * len(batch["_index"])})
+            _line(log, {"epoch": epoch, **_record(batch)})
             taken += 1
             if taken == launch.stop_after:
                 saved = loader.state_dict()  # collective: every rank at the same step (L2)
@@ -144,6 +145,15 @@ def _train(job: GlobalJob, launch: Launch, resume: dict[str, Any] | None, rank: 
                 dist.barrier()  # the state is on disk; now the whole job dies, workers mid-prefetch
                 os.kill(os.getpid(), signal.SIGKILL)
     return loader.state_dict() if saved is None else saved
+
+
+def _record(batch: dict[str, Any]) -> dict[str, Any]:
+    """What a step received: ids and pad flags of samples; of token blocks, each slot's sample
+    index and segment offset (``ids``, ``padded``: -1, 0 at padding)."""
+    if "_token_offset" in batch:
+        return {"ids": batch["_index"].reshape(-1).tolist(), "padded": batch["_token_offset"].reshape(-1).tolist()}
+    return {"ids": batch["_index"].tolist(),
+            "padded": batch["_padded"].tolist() if "_padded" in batch else [False] * len(batch["_index"])}
 
 
 def _line(log: Any, entry: dict[str, Any]) -> None:

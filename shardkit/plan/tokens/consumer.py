@@ -65,8 +65,13 @@ def local_next_nonempty(segments: DocArray, num_docs: int) -> DocArray:
 def consumer_view(plan: TokenPlan, consumer: int, extra_tokens: int) -> ConsumerView:
     """What consumer ``consumer`` of ``plan`` reads (``extra_tokens``: boundary tokens per
     non-empty document)."""
-    index, mode = plan.index, plan.level.options.mode
-    pieces = Pieces.of(plan.level.split.consumers[consumer].pieces)
+    return work_view(plan.index, plan.level.options.mode, plan.level.split.consumers[consumer].pieces, extra_tokens)
+
+
+def work_view(index: EpochIndex, mode: str, work: Sequence[Piece], extra_tokens: int) -> ConsumerView:
+    """What a consumer whose work is ``work`` (pieces of ``index``'s stream) reads: the arrays of
+    the documents from its first to its last (a global-order consumer's span the epoch, TB34)."""
+    pieces = Pieces.of(work)
     lo, hi = document_range(index, pieces, mode == "concat")
     samples, segments = index.doc_arrays(lo, hi)
     positions = segments.map(num_positions(segments.values, mode))

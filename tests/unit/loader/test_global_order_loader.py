@@ -178,10 +178,11 @@ def test_a_malformed_or_foreign_global_state_is_refused(roots: dict[str, str]) -
 
 
 def test_what_global_order_does_not_cover_yet_is_refused_by_name(roots: dict[str, str]) -> None:
-    """P35: token blocks, apply_mix='now' and out-of-order delivery in global order are a
-    ValueError naming them."""
-    with pytest.raises(ValueError, match="token blocks in global order are not supported yet"):
-        sk.StreamingDataset(roots["plain"], batch_size=2, order="global", tokens=sk.TokenBlocks(8, field="tokens"))
+    """P35, TB34: token blocks in pack mode, apply_mix='now' and out-of-order delivery in global
+    order are a ValueError naming them."""
+    with pytest.raises(ValueError, match="pack mode is not supported in global order"):
+        sk.StreamingDataset(roots["plain"], batch_size=2, order="global",
+                            tokens=sk.TokenBlocks(8, field="tokens", mode="pack"))
     mix = sk.Mixture([sk.Source(roots["plain"], 1.0, "plain")])
     with pytest.raises(ValueError, match="apply_mix='now'.*not supported in global order"):
         sk.StreamingDataset(mix, batch_size=2, order="global", apply_mix="now")
