@@ -131,7 +131,7 @@ def test_token_global_batches_are_the_same_on_any_rank_count_and_resume_bit_for_
 
 @CHAIN
 @given(st.integers(0, len(CORPORA) - 1), st.integers(1, 9), st.integers(1, 9), st.integers(1, 4),
-       st.integers(1, 4), st.floats(0, 1))
+       st.integers(1, 4), st.floats(0, 0.99))  # inside the epoch: a state saved at its end starts the next (R10)
 def test_another_seq_len_or_global_batch_recuts_the_rest_and_keeps_each_position_once(
         roots: list[str], corpus: int, len_a: int, len_b: int, batch_a: int, batch_b: int, kill: float) -> None:
     """TB33: a resume with another seq_len or B_g cuts the stream from the saved position; over
