@@ -218,7 +218,8 @@ class ConsumedBoundary:
         extra = self.streaming.extra_state(plan, offsets, self._reported(offsets, topology))
         parts = {**self.streaming.state_part(epoch, resume, received), **extra}
         saved = self.streaming.plan_state(plan, offsets, epoch)
-        return LoaderState(epoch, steps, saved, parts, audit, next=state_digest(plan, saved, rows, unit_of(self.streaming)))
+        digest = state_digest(plan, saved, rows, unit_of(self.streaming))  # R18, R25
+        return LoaderState(epoch, steps, saved, parts, audit, next=digest)
 
     def _heads(self, plan: Any, offsets: list[int], topology: Topology) -> list[int]:
         """This rank's consumers' next heads at ``offsets``, from the plan (R18), as gather ints

@@ -24,7 +24,6 @@ from shardkit.loader.resume_check import (
     ResumeCheck,
     check_part_header,
     next_part,
-    plan_head,
     read_next_part,
 )
 from shardkit.loader.topology import Topology
