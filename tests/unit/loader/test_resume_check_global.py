@@ -119,8 +119,12 @@ def test_a_global_state_gathers_no_head_slots() -> None:
     ranks = Ranks(maker(dataset(LAYOUTS[1]), 2, 2, 1), 2)
     ranks.run(2)
     rows: list[list[int]] = []
-    real = "shardkit.loader.boundary.gather_by_dp_rank"
-    with mock.patch(real, lambda row, topology, reads, what: rows.append(list(row)) or [list(row)] * 2):
+
+    def gather(row: list[int], topology: Any, reads: bool, what: str) -> list[list[int]]:
+        rows.append(list(row))
+        return [list(row)] * 2
+
+    with mock.patch("shardkit.loader.boundary.gather_by_dp_rank", gather):
         ranks.loaders[0].state_dict()
     assert [len(row) for row in rows] == [1 + 2]
     assert gathered_state(ranks.loaders)["next"]["global_batch"]
