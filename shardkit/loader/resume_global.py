@@ -57,11 +57,12 @@ def wants_heads(plan: Any) -> bool:
 
 def state_digest(plan: Any, state: dict[str, Any], rows: Sequence[Sequence[int]], unit: str) -> dict[str, Any] | None:
     """The loader state's ``next``: per consumer from the gathered ``rows`` (R18), or in global order
-    the head of the global batch at the state's position (R25)."""
+    the head of the global batch at the state's position (R25). A global-order state of another
+    plan kind (none today) has no promise: None, checked by R26 alone."""
     if isinstance(plan, GlobalOrderPlan):
         head = global_batch_head(plan, int(state["position"]))
         return {"version": NEXT_VERSION, "unit": unit, GLOBAL_KEY: list(head)}
-    return next_part(rows, unit)
+    return None if is_global_state(state) else next_part(rows, unit)
 
 
 def read_promise(part: Any, plan: dict[str, Any], unit: str) -> list[Head] | None:

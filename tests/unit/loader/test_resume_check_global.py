@@ -46,13 +46,15 @@ def dataset(layout: tuple[int, ...]) -> str:
 
 
 def source(kind: str, layout: tuple[int, ...], mix: int = 0) -> tuple[Any, dict[str, Any]]:
-    """What a dataset of ``kind`` reads, and its options."""
+    """What a dataset of ``kind`` reads, and its options (a mixture: random, or stratified per
+    global batch, P29; the same data either way)."""
     if kind == "weights":
         return dataset(layout), {"sample_weights": [((i * 7) % 5) / 2 for i in range(sum(layout))],
                                  "samples_per_epoch": 30}
     if kind == "mixture":
         parts = [sk.Source(dataset(layout), MIXES[mix][0], "a"), sk.Source(dataset((6, 9, 2)), MIXES[mix][1], "b")]
-        return sk.Mixture(parts, samples_per_epoch=40), {"apply_mix": "next_epoch"}
+        composition = "stratified" if layout[0] % 2 else "random"
+        return sk.Mixture(parts, samples_per_epoch=40, composition=composition), {"apply_mix": "next_epoch"}
     return dataset(layout), {}
 
 
