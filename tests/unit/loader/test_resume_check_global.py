@@ -115,6 +115,20 @@ def test_the_check_plans_with_the_loaders_batches_per_transfer() -> None:
     assert all(isinstance(c, GlobalResumeCheck) and c.pending == {} for c in checks)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_promise_is_the_same_on_every_topology(kind: str) -> None:
+    """R25: after the same global batches, 1 rank, 2 ranks × 2 workers × 2 per transfer and 3 ranks
+    × 3 workers save the same state and the same promise: the first sorted rows (P28) of the next
+    global batch of the sequence."""
+    what, options = source(kind, LAYOUTS[0])
+    states = [saved(what, 6, world, workers, group, 3, **options) for world, workers, group in
+              [(1, 0, 1), (2, 2, 2), (3, 3, 1)]]
+    assert all(s["next"] == states[0]["next"] and s["plan"]["position"] == 18 for s in states)
+    rest = Ranks(maker(what, 6, **options), 1, states[0])
+    first = rest.step()
+    assert first is not None and first[0]["_index"].tolist()[:4] == states[0]["next"]["global_batch"]
+
+
 def test_a_global_state_gathers_no_head_slots() -> None:
     """R25: the promise is computed from the gathered position, so the gather row is the steps and
     this rank's offsets only (the default order adds a head per consumer, R18)."""
@@ -133,7 +147,7 @@ def test_a_global_state_gathers_no_head_slots() -> None:
 
 
 # ---- caught at the first batch -------------------------------------------------------------------
-def saved(path: str = "", global_batch: int = 6, world: int = 2, workers: int = 2, group: int = 2,
+def saved(path: Any = "", global_batch: int = 6, world: int = 2, workers: int = 2, group: int = 2,
           steps: int = 2, **kw: Any) -> dict[str, Any]:
     ranks = Ranks(maker(path or dataset(LAYOUTS[0]), global_batch // world, workers, group, **kw), world)
     ranks.run(steps)
