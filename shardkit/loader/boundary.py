@@ -27,7 +27,8 @@ from shardkit.loader.audit_sink import AuditSink
 from shardkit.loader.epochs import EpochCursor
 from shardkit.loader.loader_state import LoaderState
 from shardkit.loader.replicas import gather_by_dp_rank
-from shardkit.loader.resume_check import ResumeCheck, head_row, next_part, plan_head, read_next_part, report, unit_of
+from shardkit.loader.resume_check import ResumeCheck, head_row, plan_head, report, unit_of
+from shardkit.loader.resume_global import loaded_check, read_promise, state_digest, wants_heads
 from shardkit.loader.token_cursors import CursorBook
 from shardkit.loader.topology import Topology, rank_and_world
 from shardkit.loader.transfer.meta import BatchMeta
@@ -140,7 +141,7 @@ class ConsumedBoundary:
                                     f"{'its start' if resume is None else 'the unfinished iteration'}")
         self.expecting = False
         if self.check is not None and self.streaming.options.reads:
-            self.check.begin(self.streaming, topology, self.num_workers, resume)
+            self.check.begin(self.streaming, topology, self.num_workers, resume, self.group)
             if self.check.done():
                 self.check = None
 
@@ -216,11 +217,15 @@ class ConsumedBoundary:
         received = None if self.tally is None else self._gather_received(self.tally.at(consumed), topology)
         extra = self.streaming.extra_state(plan, offsets, self._reported(offsets, topology))
         parts = {**self.streaming.state_part(epoch, resume, received), **extra}
-        return LoaderState(epoch, steps, self.streaming.plan_state(plan, offsets, epoch), parts, audit,
-                           next=next_part(rows, unit_of(self.streaming)))
+        saved = self.streaming.plan_state(plan, offsets, epoch)
+        digest = state_digest(plan, saved, rows, unit_of(self.streaming))  # R18, R25
+        return LoaderState(epoch, steps, saved, parts, audit, next=digest)
 
     def _heads(self, plan: Any, offsets: list[int], topology: Topology) -> list[int]:
-        """This rank's consumers' next heads at ``offsets``, from the plan (R18), as gather ints."""
+        """This rank's consumers' next heads at ``offsets``, from the plan (R18), as gather ints
+        (none in global order: its promise is computed from the gathered position, R25)."""
+        if not wants_heads(plan):
+            return []
         width = max(self.num_workers, 1)
         mine = range(topology.rank * width, (topology.rank + 1) * width)
         if not self.streaming.options.reads:
@@ -256,7 +261,7 @@ class ConsumedBoundary:
         state = LoaderState.from_dict(raw)
         validate_any_state(state.plan, self.streaming.load_state_part(state))  # the shape was checked by from_dict
         unit = unit_of(self.streaming)
-        promise = read_next_part(state.next, state.plan, unit)  # R18; None in a version-1 state (R23)
+        promise = read_promise(state.next, state.plan, unit)  # R18, R25; None in a version-1 state (R23)
         self.streaming.set_epoch(state.epoch)
         self.resume = state.plan
         self.offsets, self.steps, self.iter_topology = {}, 0, None
@@ -268,7 +273,7 @@ class ConsumedBoundary:
         if self._nothing_left(self.resume):  # saved at the end of its epoch: the next one follows (R10)
             self.cursor.restored_ended(self.streaming.epoch)
         elif self.check_mode != "off":
-            self.check = ResumeCheck(self.check_mode, self.resume, state.epoch, promise, unit)
+            self.check = loaded_check(self.check_mode, self.resume, state.epoch, promise, unit)
 
     def _nothing_left(self, resume: dict[str, Any]) -> bool:
         """Whether the plan that saved ``resume`` had no batch left for any consumer: its epoch

@@ -10,6 +10,7 @@ batch, the head of the loaded state re-planned on this topology — on a same-to
 one the state promised (R19); on an elastic resume the state's promise is checked against the
 plan that saved it (R20). Cost: O(HEAD + one plan window) per consumer of this rank when a state
 is saved or a resume checked; per batch only the ``is None`` test of a disarmed check (R22).
+Global order promises one head for the epoch's sequence instead (R25-R28, loader/resume_global.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from shardkit.loader.token_batch import batch_blocks
 from shardkit.loader.topology import Topology
 from shardkit.loader.transfer.meta import BatchMeta
 from shardkit.plan import Plan
+from shardkit.plan.global_order.order import GlobalOrderPlan
 from shardkit.plan.params import MAX_INT
 from shardkit.plan.tokens.blocks import Block
 from shardkit.plan.tokens.plan import TokenPlan
@@ -67,7 +69,7 @@ def plan_head(plan: Any, consumer: int, position: int, reported: dict[str, Any] 
         for blocks, _ in batch_blocks(work, plan.level.options, plan.params.batch_size, state):
             return block_head(blocks)
         return ()
-    if isinstance(plan, Plan):
+    if isinstance(plan, Plan | GlobalOrderPlan):  # global order: its rows of its global batches (R26)
         batch = plan.params.batch_size
         stop = min(position + min(HEAD, batch), plan.num_batches(consumer) * batch)
         ids: list[int] = []
@@ -114,14 +116,7 @@ def read_next_part(part: Any, plan: dict[str, Any], unit: str) -> list[Head] | N
     naming the path, R14); None for a state without one (saved before version 2, R23)."""
     if part is None:
         return None
-    if not isinstance(part, dict) or sorted(part) != ["consumers", "unit", "version"]:
-        raise StateError(f"loader state: '{NEXT_KEY}' must be an object with keys ['consumers', 'unit', "
-                         f"'version'], got {part!r:.200}")
-    if part["version"] != NEXT_VERSION or isinstance(part["version"], bool):
-        raise StateError(f"loader state: '{NEXT_KEY}.version' is {part['version']!r:.40}; this shardkit "
-                         f"reads {NEXT_VERSION}")
-    if part["unit"] != unit:
-        raise StateError(f"loader state: '{NEXT_KEY}.unit' is {part['unit']!r:.40}, this dataset yields {unit}")
+    check_part_header(part, "consumers", unit)
     params = plan.get("params", {})
     wanted = int(params.get("world_size", 0)) * max(int(params.get("num_workers", 0)), 1)
     consumers = part["consumers"]
@@ -136,6 +131,19 @@ def read_next_part(part: Any, plan: dict[str, Any], unit: str) -> list[Head] | N
     return [tuple(head) for head in consumers]
 
 
+def check_part_header(part: Any, key: str, unit: str, where: str = "") -> None:
+    """The ``next`` part's keys (``key`` besides ``unit`` and ``version``), version and unit (R14)."""
+    keys = sorted([key, "unit", "version"])
+    if not isinstance(part, dict) or sorted(part) != keys:
+        raise StateError(f"loader state: '{NEXT_KEY}' must be an object with keys {keys}{where}, "
+                         f"got {part!r:.200}")
+    if part["version"] != NEXT_VERSION or isinstance(part["version"], bool):
+        raise StateError(f"loader state: '{NEXT_KEY}.version' is {part['version']!r:.40}; this shardkit "
+                         f"reads {NEXT_VERSION}")
+    if part["unit"] != unit:
+        raise StateError(f"loader state: '{NEXT_KEY}.unit' is {part['unit']!r:.40}, this dataset yields {unit}")
+
+
 # ---- the check after a load ----------------------------------------------------------------------
 REPLANNED = "the loaded state re-planned on this topology"
 PROMISED = "the loaded state's 'next': what its consumer's next batch held when it was saved"
@@ -145,31 +153,40 @@ class ResumeCheck:
     """Armed by ``load_state_dict`` (``mode`` "raise" or "warn"): the first batch each consumer
     of this rank delivers is checked against the loaded state (``plan``, ``epoch``, ``promise``)."""
 
+    promise_rule = "R20"  # the rule a broken promise is reported under
+
     def __init__(self, mode: str, plan: dict[str, Any], epoch: int, promise: list[Head] | None, unit: str) -> None:
         self.mode, self.loaded, self.epoch, self.promise, self.unit = mode, plan, epoch, promise, unit
         self.pending: dict[int, tuple[Head, str]] | None = None  # consumer -> (head, why): set at begin()
-        self.broken: list[str] = []  # the state's promises its own plan does not keep (R20)
+        self.broken: list[str] = []  # the state's promises its own plan does not keep (R20, R27)
         self.started = False  # an iteration started from the loaded state
         self.width = 1
 
     def begin(self, streaming: StreamingDataset, topology: Topology, num_workers: int,
-              resume: dict[str, Any] | None) -> None:
-        """An iteration starts with plan state ``resume``: the expectations, computed once (R19)."""
+              resume: dict[str, Any] | None, group: int = 1) -> None:
+        """An iteration starts with plan state ``resume``: the expectations, computed once (R19),
+        from the plan the iteration builds when it continues the loaded state (``group``: the
+        loader's batches per transfer, part of a global plan, R26)."""
         self.started = self.started or resume is self.loaded
         if self.pending is not None:
             return
         self.width = width = max(num_workers, 1)
-        plan = streaming.step_plan(self.epoch, topology.world_size, num_workers, self.loaded)
+        plan = streaming.step_plan(self.epoch, topology.world_size, num_workers, self.loaded, group)
         mine = range(topology.rank * width, (topology.rank + 1) * width)
         heads = {c: plan_head(plan, c, plan.start_offsets[c]) for c in mine}
-        relation = _relation(streaming, plan, self.loaded, self.epoch)
         self.pending = {}
         if any(head is None for head in heads.values()):
             return  # a plan kind without heads: nothing is determined (R21)
+        self.expect(streaming, topology, plan, {c: head or () for c, head in heads.items()})
+
+    def expect(self, streaming: StreamingDataset, topology: Topology, plan: Any, heads: dict[int, Head]) -> None:
+        """R19.1 on the saved plan, else R19.2 (``heads``: the re-plan's), and R20 elastically."""
+        relation = _relation(streaming, plan, self.loaded, self.epoch)
+        mine = list(heads)
         if relation == "same" and self.promise is not None:
             self.pending = {c: (self.promise[c], PROMISED) for c in mine}
         else:
-            self.pending = {c: (head or (), REPLANNED) for c, head in heads.items()}
+            self.pending = {c: (head, REPLANNED) for c, head in heads.items()}
         if relation == "elastic" and self.promise is not None:
             self.broken = self._broken_promises(streaming, topology)
 
@@ -199,11 +216,7 @@ class ResumeCheck:
             return False
         expected = self.pending.pop(meta.consumer, None)
         where = self._where(meta.consumer)
-        if self.broken:
-            broken, self.broken = self.broken, []
-            self._report(f"resume check (R20): the loaded state of epoch {self.epoch} is not the state its own "
-                         f"digest describes (edited, or not the one saved?): {'; '.join(broken)}; {where} "
-                         f"delivered {self.unit} {list(meta.head)} first")
+        self._report_broken(f"{where} delivered {self.unit} {list(meta.head)} first")
         if expected is not None and expected[0] != meta.head:
             want = list(expected[0]) if expected[0] else "no batch"
             self._report(f"resume check (R19): {where} delivered {self.unit} {list(meta.head)} as its first "
@@ -213,11 +226,20 @@ class ResumeCheck:
         return self.done()
 
     def ended(self) -> None:
-        """The iteration ran to its end: a consumer expected to deliver that did not is a mismatch."""
+        """The iteration ran to its end: a consumer expected to deliver that did not is a mismatch,
+        and a broken promise no delivered batch reported is reported now."""
+        self._report_broken("this rank delivered no batch")
         missing = {c: h for c, (h, _) in (self.pending or {}).items() if h}
         for c, head in sorted(missing.items()):
             self._report(f"resume check (R19): {self._where(c)} delivered no batch after load_state_dict(), "
                          f"expected {self.unit} {list(head)} (epoch {self.epoch})")
+
+    def _report_broken(self, delivered: str) -> None:
+        if self.broken:
+            broken, self.broken = self.broken, []
+            self._report(f"resume check ({self.promise_rule}): the loaded state of epoch {self.epoch} is not the "
+                         f"state its own digest describes (edited, or not the one saved?): {'; '.join(broken)}; "
+                         f"{delivered}")
 
     def _where(self, consumer: int) -> str:
         return f"consumer {consumer} (rank {consumer // self.width}, worker {consumer % self.width})"

@@ -1,4 +1,4 @@
-"""The resume check with real DataLoader workers (specs/resume-state.md R19, R22): the head of a
+"""The resume check with real DataLoader workers (specs/resume-state.md R19, R22, R25-R28): the head of a
 consumer's first batch comes from the worker that cut it, inside its ``BatchMeta``."""
 
 from __future__ import annotations
@@ -66,3 +66,46 @@ def test_workers_catch_a_shifted_state_at_the_first_batch(path: str) -> None:
     message = str(caught.value)
     assert "consumer 1 (rank 0, worker 1)" in message
     assert f"expected {state['next']['consumers'][1]}" in message and "delivered samples [" in message
+
+
+# ---- global order (R25-R28) ------------------------------------------------------------------------
+def global_loader(path: str, workers: int, batch: int = 2, group: int = 2) -> sk.ShardLoader:
+    dataset = sk.StreamingDataset(path, batch_size=batch, seed=5, shuffle_window=4, with_index=True, order="global")
+    return sk.ShardLoader(dataset, num_workers=workers, batches_per_transfer=group)
+
+
+@pytest.mark.parametrize("workers,batch,group", [(2, 2, 2), (2, 3, 1), (0, 4, 1)])
+def test_global_order_workers_resume_without_a_false_alarm(path: str, workers: int, batch: int, group: int) -> None:
+    """R26-R28: a global-order state saved with 2 workers × 2 batches per transfer resumes on the
+    same topology (the rest bit for bit) and on others (another B_g: a re-cut) without an alarm;
+    the heads compared are the workers' own (BatchMeta)."""
+    first = global_loader(path, 2)
+    batches = iter(first)
+    for _ in range(3):
+        next(batches)
+    state = json.loads(json.dumps(first.state_dict()))
+    rest = ids(batches)
+    assert state["plan"]["position"] == 6 and len(state["next"]["global_batch"]) == 2
+    resumed = global_loader(path, workers, batch, group)
+    resumed.load_state_dict(state)
+    got = ids(resumed)
+    if (workers, batch, group) == (2, 2, 2):
+        assert got == rest
+
+
+def test_global_order_workers_catch_a_position_moved_by_a_global_batch(path: str) -> None:
+    """R27: caught at the first batch a real worker delivers, naming the consumer and the ids."""
+    first = global_loader(path, 2)
+    batches = iter(first)
+    for _ in range(3):
+        next(batches)
+    state = json.loads(json.dumps(first.state_dict()))
+    del batches
+    state["plan"]["position"] += 2
+    resumed = global_loader(path, 2)
+    resumed.load_state_dict(state)
+    with pytest.raises(ResumeMismatchError) as caught:
+        list(resumed)
+    message = str(caught.value)
+    assert "resume check (R27)" in message and f"promised samples {state['next']['global_batch']}" in message
+    assert "consumer 0 (rank 0, worker 0) delivered samples [" in message
