@@ -69,76 +69,38 @@ class GlobalOrderPlan:
             raise PlanError(f"group (batches per transfer): expected an int >= 1, got {group!r}")
         if not 0 <= start <= len(sequence):
             raise PlanError(f"start: expected 0..{len(sequence)} (the sequence's samples), got {start}")
-        self._shard_sizes, self._params, self._sequence = shard_sizes, params, sequence
-        self._sequence_params, self._start, self._group = sequence_params, start, group
-        self._offsets = shard_offsets(shard_sizes)  # rows are sorted by global index (P28), every batch
-        self._offsets.setflags(write=False)
+        self.shard_sizes, self.params = shard_sizes, params
+        self.sequence = sequence  # the epoch's whole sequence (P29); this plan cuts it from ``start`` on
+        self.sequence_params = sequence_params  # the params that fixed this epoch's sequence (P29)
+        self.start = start  # position of the sequence where this plan's global batch 0 begins (P31)
+        self.group = group
+        # samples in shards before each shard (manifest order): rows are sorted by global index (P28)
+        self.shard_offsets = shard_offsets(shard_sizes)
+        self.shard_offsets.setflags(write=False)
         left, size = len(sequence) - start, params.global_batch_size
-        self._steps = left // size if params.tail == "drop" else -(-left // size)
+        # global batches of this plan; every rank yields one slice of each (P30)
+        self.steps_per_rank = self.num_global_batches = left // size if params.tail == "drop" else -(-left // size)
+        self.num_consumers = params.num_consumers
 
     # -- topology and counts (what ShardLoader counts steps and offsets with: StepPlan) -----
-    @property
-    def params(self) -> PlanParams:
-        return self._params
-
-    @property
-    def sequence_params(self) -> PlanParams:
-        """The params that fixed this epoch's sequence (P29)."""
-        return self._sequence_params
-
-    @property
-    def sequence(self) -> SampleSequence:
-        """The epoch's whole sequence (P29); this plan cuts it from ``start`` on."""
-        return self._sequence
-
-    @property
-    def start(self) -> int:
-        """Position of the sequence where this plan's global batch 0 begins (P31)."""
-        return self._start
-
-    @property
-    def group(self) -> int:
-        return self._group
 
     @property
     def level(self) -> int:
         """0 for a plan from the epoch's start, 1 for one resumed inside it (P16 judges level 0)."""
-        return 0 if self._start == 0 else 1
-
-    @property
-    def shard_sizes(self) -> np.ndarray:
-        return self._shard_sizes
-
-    @property
-    def shard_offsets(self) -> np.ndarray:
-        """Samples in shards before each shard (manifest order), length ``num_shards + 1``."""
-        return self._offsets
+        return 0 if self.start == 0 else 1
 
     @property
     def num_source_samples(self) -> int:
         """Samples this plan cuts into global batches: the sequence from ``start`` on."""
-        return len(self._sequence) - self._start
-
-    @property
-    def num_consumers(self) -> int:
-        return self._params.num_consumers
-
-    @property
-    def steps_per_rank(self) -> int:
-        """Global batches of this plan; every rank yields one slice of each (P30)."""
-        return self._steps
-
-    @property
-    def num_global_batches(self) -> int:
-        return self._steps
+        return len(self.sequence) - self.start
 
     @property
     def num_dropped(self) -> int:
-        return max(self.num_source_samples - self._steps * self._params.global_batch_size, 0)
+        return max(self.num_source_samples - self.steps_per_rank * self.params.global_batch_size, 0)
 
     @property
     def num_padded(self) -> int:
-        return max(self._steps * self._params.global_batch_size - self.num_source_samples, 0)
+        return max(self.steps_per_rank * self.params.global_batch_size - self.num_source_samples, 0)
 
     @property
     def start_offsets(self) -> tuple[int, ...]:
@@ -149,33 +111,33 @@ class GlobalOrderPlan:
         if isinstance(consumer, bool) or not isinstance(consumer, int | np.integer) or not (
                 0 <= consumer < self.num_consumers):
             raise PlanError(f"consumer: expected 0 <= consumer < {self.num_consumers}, got {consumer!r}")
-        return divmod(int(consumer), self._params.workers_per_rank)
+        return divmod(int(consumer), self.params.workers_per_rank)
 
     def num_batches(self, consumer: int) -> int:
         _, worker = self.rank_worker(consumer)
-        return units_below(self._steps, worker, self._params.workers_per_rank, self._group)
+        return units_below(self.steps_per_rank, worker, self.params.workers_per_rank, self.group)
 
     def num_samples(self, consumer: int) -> int:
-        return self.num_batches(consumer) * self._params.batch_size
+        return self.num_batches(consumer) * self.params.batch_size
 
     def global_batch_index(self, consumer: int, batch: int) -> int:
         """The global batch that is consumer ``c``'s ``batch``-th (P30)."""
         _, worker = self.rank_worker(consumer)
-        unit, inner = divmod(batch, self._group)
-        return (unit * self._params.workers_per_rank + worker) * self._group + inner
+        unit, inner = divmod(batch, self.group)
+        return (unit * self.params.workers_per_rank + worker) * self.group + inner
 
     # -- rows and windows -----------------------------------------------------------------
     def global_batch_rows(self, index: int, cursor: RowCursor | None = None) -> Rows:
         """The rows of global batch ``index``, in row order (P28)."""
-        if not 0 <= index < self._steps:
-            raise PlanError(f"global batch: expected 0 <= index < {self._steps}, got {index}")
-        size, end = self._params.global_batch_size, len(self._sequence)
-        lo = self._start + index * size
+        if not 0 <= index < self.steps_per_rank:
+            raise PlanError(f"global batch: expected 0 <= index < {self.steps_per_rank}, got {index}")
+        size, end = self.params.global_batch_size, len(self.sequence)
+        lo = self.start + index * size
         hi = min(lo + size, end)
-        real = (cursor or RowCursor(self._sequence, end)).take(lo, hi) if hi > lo else Rows.concat([])
+        real = (cursor or RowCursor(self.sequence, end)).take(lo, hi) if hi > lo else Rows.concat([])
         parts = [real]
         if lo + size > end:  # pads repeat the sequence from its very start, flagged (P33)
-            repeats = Cyclic(self._sequence, lo + size - end)  # the same after any resume
+            repeats = Cyclic(self.sequence, lo + size - end)  # the same after any resume
             first = max(lo, end) - end  # pad index of this batch's first pad
             pads = Rows.concat([window_rows(w) for w in repeats.windows(first, lo + size - end)])
             parts.append(Rows(pads.shard, pads.sample, np.ones(len(pads), dtype=bool), pads.copy))
@@ -191,8 +153,8 @@ class GlobalOrderPlan:
 
     def _windows(self, consumer: int, start: int) -> Iterator[Window]:
         rank, _ = self.rank_worker(consumer)
-        batch = self._params.batch_size
-        cursor = RowCursor(self._sequence, len(self._sequence))
+        batch = self.params.batch_size
+        cursor = RowCursor(self.sequence, len(self.sequence))
         first, skip = divmod(start, batch)
         for local in range(first, self.num_batches(consumer)):
             rows = self.global_batch_rows(self.global_batch_index(consumer, local), cursor)
@@ -222,8 +184,8 @@ class GlobalOrderPlan:
     def dropped_indices(self) -> np.ndarray:
         """Global indices of the samples this plan drops: the sequence's tail after its last
         global batch (``tail="drop"``, P33)."""
-        lo = self._start + self._steps * self._params.global_batch_size
-        end = len(self._sequence)
+        lo = self.start + self.steps_per_rank * self.params.global_batch_size
+        end = len(self.sequence)
         if lo >= end:
             return np.zeros(0, dtype=np.int64)
-        return RowCursor(self._sequence, end).take(lo, end).global_indices(self.shard_offsets)
+        return RowCursor(self.sequence, end).take(lo, end).global_indices(self.shard_offsets)
