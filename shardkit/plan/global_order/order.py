@@ -58,7 +58,39 @@ def units_below(count: int, worker: int, workers: int, group: int) -> int:
     return mine * group + (rest if units % workers == worker else 0)
 
 
-class GlobalOrderPlan:
+class Dealing:
+    """How global batches ``0 … steps-1`` are dealt to the consumers (P30), whatever they hold
+    (rows of samples, or blocks of a token stream, specs/token-blocks.md TB30): unit ``u`` of
+    ``group`` consecutive global batches to worker ``u mod W``; every rank takes one slice of
+    each. What a plan of either kind counts its consumers' batches with."""
+
+    params: PlanParams
+    group: int
+    steps_per_rank: int
+    num_consumers: int
+
+    def rank_worker(self, consumer: int) -> tuple[int, int]:
+        if isinstance(consumer, bool) or not isinstance(consumer, int | np.integer) or not (
+                0 <= consumer < self.num_consumers):
+            raise PlanError(f"consumer: expected 0 <= consumer < {self.num_consumers}, got {consumer!r}")
+        return divmod(int(consumer), self.params.workers_per_rank)
+
+    def num_batches(self, consumer: int) -> int:
+        _, worker = self.rank_worker(consumer)
+        return units_below(self.steps_per_rank, worker, self.params.workers_per_rank, self.group)
+
+    def num_samples(self, consumer: int) -> int:
+        """Elements consumer ``consumer`` yields: samples, or blocks (what the loader's offsets count)."""
+        return self.num_batches(consumer) * self.params.batch_size
+
+    def global_batch_index(self, consumer: int, batch: int) -> int:
+        """The global batch that is consumer ``c``'s ``batch``-th (P30)."""
+        _, worker = self.rank_worker(consumer)
+        unit, inner = divmod(batch, self.group)
+        return (unit * self.params.workers_per_rank + worker) * self.group + inner
+
+
+class GlobalOrderPlan(Dealing):
     """Which rows of which global batches each consumer yields, for one epoch from ``start``."""
 
     def __init__(self, shard_sizes: np.ndarray, params: PlanParams, sequence: SampleSequence,
@@ -106,25 +138,6 @@ class GlobalOrderPlan:
     def start_offsets(self) -> tuple[int, ...]:
         """Always 0: a resume moves ``start`` instead (P31), so worker ``w`` serves consumer ``w``."""
         return (0,) * self.num_consumers
-
-    def rank_worker(self, consumer: int) -> tuple[int, int]:
-        if isinstance(consumer, bool) or not isinstance(consumer, int | np.integer) or not (
-                0 <= consumer < self.num_consumers):
-            raise PlanError(f"consumer: expected 0 <= consumer < {self.num_consumers}, got {consumer!r}")
-        return divmod(int(consumer), self.params.workers_per_rank)
-
-    def num_batches(self, consumer: int) -> int:
-        _, worker = self.rank_worker(consumer)
-        return units_below(self.steps_per_rank, worker, self.params.workers_per_rank, self.group)
-
-    def num_samples(self, consumer: int) -> int:
-        return self.num_batches(consumer) * self.params.batch_size
-
-    def global_batch_index(self, consumer: int, batch: int) -> int:
-        """The global batch that is consumer ``c``'s ``batch``-th (P30)."""
-        _, worker = self.rank_worker(consumer)
-        unit, inner = divmod(batch, self.group)
-        return (unit * self.params.workers_per_rank + worker) * self.group + inner
 
     # -- rows and windows -----------------------------------------------------------------
     def global_batch_rows(self, index: int, cursor: RowCursor | None = None) -> Rows:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import PlanError, StateError
-from shardkit.plan.global_order.order import units_below
+from shardkit.plan.global_order.order import Dealing
 from shardkit.plan.global_order.state import check_global_state_shape, received_global_batches
 from shardkit.plan.params import PlanParams
 from shardkit.plan.plan import Plan
@@ -41,7 +41,7 @@ def stream_params(params: PlanParams) -> PlanParams:
     return replace(single_params(params), spread=1, order="global")
 
 
-class GlobalTokenPlan:
+class GlobalTokenPlan(Dealing):
     """Which blocks of which global batches each consumer yields, for one epoch from ``start``.
     Duck-compatible with :class:`TokenPlan` where the loader counts steps (``params``,
     ``start_offsets``, ``num_consumers``, ``num_batches``, ``steps_per_rank``)."""
@@ -59,24 +59,14 @@ class GlobalTokenPlan:
         self.start, self.group, self.options = int(start), group, options
         left, per = index.total - self.start, self.global_positions
         self.steps = left // per if params.tail == "drop" else -(-left // per)
+        self.steps_per_rank = self.num_global_batches = self.steps  # every rank a slice of each (P30)
+        self.num_consumers = params.num_consumers
 
     # ---- counts ------------------------------------------------------------------------------------
     @property
     def global_positions(self) -> int:
         """Stream positions per global batch: ``B_g × L``."""
         return self.params.global_batch_size * self.options.seq_len
-
-    @property
-    def num_consumers(self) -> int:
-        return self.params.num_consumers
-
-    @property
-    def steps_per_rank(self) -> int:
-        return self.steps
-
-    @property
-    def num_global_batches(self) -> int:
-        return self.steps
 
     @property
     def start_offsets(self) -> tuple[int, ...]:
@@ -96,24 +86,6 @@ class GlobalTokenPlan:
     @property
     def dropped(self) -> Pieces:
         return self.index.cut(self.end, self.index.total)
-
-    def rank_worker(self, consumer: int) -> tuple[int, int]:
-        if isinstance(consumer, bool) or not 0 <= consumer < self.num_consumers:
-            raise PlanError(f"consumer: expected 0 <= consumer < {self.num_consumers}, got {consumer!r}")
-        return divmod(int(consumer), self.params.workers_per_rank)
-
-    def num_batches(self, consumer: int) -> int:
-        _, worker = self.rank_worker(consumer)
-        return units_below(self.steps, worker, self.params.workers_per_rank, self.group)
-
-    def num_samples(self, consumer: int) -> int:
-        """Blocks consumer ``consumer`` yields (what the loader's offsets count)."""
-        return self.num_batches(consumer) * self.params.batch_size
-
-    def global_batch_index(self, consumer: int, batch: int) -> int:
-        _, worker = self.rank_worker(consumer)
-        unit, inner = divmod(batch, self.group)
-        return (unit * self.params.workers_per_rank + worker) * self.group + inner
 
     # ---- blocks ------------------------------------------------------------------------------------
     def block_range(self, global_batch: int, rank: int) -> tuple[int, int]:
