@@ -158,7 +158,8 @@ class ConsumedBoundary:
             self.check = None  # R22: from here on one ``is None`` test per batch
         if meta is not None:
             self.offsets[meta.consumer] = meta.position
-            self.cursors.record(meta)
+            if meta.cursor:  # token blocks only (TB28)
+                self.cursors.record(meta)
         if self.tally is not None:
             self.tally.record(batch, meta)
         self.steps += 1
