@@ -2,11 +2,14 @@
 
     python -m benchmarks.report [benchmarks/results/run-….jsonl]   # default: the newest
 
-Medians over repetitions with [min–max]; the warm-up read (rep 0) is left out. Ratios:
-``vs peer`` divides by the fastest *peer* (mosaic, litdata, webdataset; not shardkit, not the
-raw loop) at the same W; ``vs raw`` divides by the raw loop with as many processes as the
-DataLoader has workers (W=0 → 1 process). Runs that failed or whose digest did not match are
-listed and never enter a median.
+Medians over repetitions with [min–max]; the warm-up read (rep 0) is left out. RESULTS.md opens
+with each configuration at its best W (``report_best.py``: the W with the highest median;
+``vs best peer`` divides by the best peer's best, ``vs raw`` by the raw loop with 1 process for
+W ≤ 1 and 2 for W = 2). The per-W tables below keep the older ratios: ``vs fastest peer``
+divides by the fastest *peer* (mosaic, litdata, webdataset; not shardkit, not the raw loop) at
+the same W; ``vs raw`` by the raw loop with as many processes as the DataLoader has workers
+(W=0 → 1 process). Runs that failed or whose digest did not match are listed and never enter
+a median.
 """
 
 from __future__ import annotations
@@ -307,8 +310,9 @@ def write_report(run_file: Path) -> None:
     except ValueError:
         shown = str(run_file)
     RESULTS_MD.write_text(render(records, shown))
-    report_best.plot_best(read_rows(records), PLOT_PNG)
-    print(f"wrote {RESULTS_MD} and {PLOT_PNG}", file=sys.stderr)
+    plotted = report_best.plot_best(read_rows(records), PLOT_PNG)
+    print(f"wrote {RESULTS_MD}" + (f" and {PLOT_PNG}" if plotted else " (no matplotlib: plot not redrawn)"),
+          file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
