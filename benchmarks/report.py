@@ -2,11 +2,14 @@
 
     python -m benchmarks.report [benchmarks/results/run-….jsonl]   # default: the newest
 
-Medians over repetitions with [min–max]; the warm-up read (rep 0) is left out. Ratios:
-``vs peer`` divides by the fastest *peer* (mosaic, litdata, webdataset; not shardkit, not the
-raw loop) at the same W; ``vs raw`` divides by the raw loop with as many processes as the
-DataLoader has workers (W=0 → 1 process). Runs that failed or whose digest did not match are
-listed and never enter a median.
+Medians over repetitions with [min–max]; the warm-up read (rep 0) is left out. RESULTS.md opens
+with each configuration at its best W (``report_best.py``: the W with the highest median;
+``vs best peer`` divides by the best peer's best, ``vs raw`` by the raw loop with 1 process for
+W ≤ 1 and 2 for W = 2). The per-W tables below keep the older ratios: ``vs fastest peer``
+divides by the fastest *peer* (mosaic, litdata, webdataset; not shardkit, not the raw loop) at
+the same W; ``vs raw`` by the raw loop with as many processes as the DataLoader has workers
+(W=0 → 1 process). Runs that failed or whose digest did not match are listed and never enter
+a median.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from benchmarks import report_best
+from benchmarks.report_best import PEERS, RAW_NAMES
+
 HERE = Path(__file__).parent
 RESULTS_MD = HERE / "RESULTS.md"
 PLOT_PNG = HERE / "results.png"
-PEERS = ("mosaic", "litdata-zstd", "litdata-none", "webdataset")
 PACKAGES = ("torch", "numpy", "zstandard", "msgpack", "xxhash", "pyarrow", "transformers", "psutil")
 
 
@@ -110,9 +115,9 @@ def read_rows(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, 
 def _read_table(kind: str, scenario: str, rows: dict[tuple[Any, ...], dict[str, Any]]) -> list[str]:
     mine = {k[2:]: v for k, v in rows.items() if k[0] == kind and k[1] == scenario}
     # T1's raw limit (benchmarks/README.md) is zstd + msgpack over row blocks: raw-own (benchmarks/raw.py).
-    raw_name = "raw-own" if any(c == "raw-own" for c, _ in mine) else "raw-shardkit"
+    raw_name = next((n for n in RAW_NAMES if any(c == n for c, _ in mine)), "raw-own")
     out = [
-        f"| config | W | samples/s median [min–max] | MB/s | first batch s | peak RSS MiB "
+        f"| config | W | {report_best.unit(kind)} median [min–max] | MB/s | first batch s | peak RSS MiB "
         f"| vs fastest peer | vs {raw_name} |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -156,78 +161,55 @@ def _pack_table(kind: str, records: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def plot(rows: dict[tuple[Any, ...], dict[str, Any]], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    kinds = [kind for kind in ("tokens", "images") if any(k[0] == kind for k in rows)]
-    fig, axes = plt.subplots(1, len(kinds), figsize=(6 * len(kinds), 4.2), squeeze=False)
-    for ax, kind in zip(axes[0], kinds, strict=True):
-        mine = {(k[2], k[3]): v for k, v in rows.items() if k[0] == kind and k[1] == "local"}
-        configs = sorted({c for c, _ in mine}, key=lambda c: (c.startswith("raw-"), c))
-        for offset, workers in ((-0.2, 0), (0.2, 2)):
-            xs: list[float] = []
-            ys: list[float] = []
-            errs: list[list[float]] = [[], []]
-            for i, config in enumerate(configs):
-                key = (config, max(workers, 1) if config.startswith("raw-") else workers)
-                if key in mine:
-                    med, lo, hi = mine[key]["sps"]
-                    xs.append(i + offset)
-                    ys.append(med)
-                    errs[0].append(med - lo)
-                    errs[1].append(hi - med)
-            label = f"W={workers}" + (" (raw: 1 proc)" if workers == 0 else " (raw: 2 procs)")
-            ax.bar(xs, ys, width=0.4, yerr=errs, capsize=2, label=label)
-        ax.set_xticks(range(len(configs)))
-        ax.set_xticklabels(configs, rotation=30, ha="right")
-        ax.set_yscale("log")
-        ax.set_ylabel("samples/s (median, min–max)")
-        ax.set_title(f"{kind}: local read, batch 64")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
-
-
 def _targets(records: list[Record], rows: dict[tuple[Any, ...], dict[str, Any]]) -> list[str]:
-    """Targets T1/T2 (benchmarks/README.md), checked against this run (local scenario only)."""
+    """Targets T1/T2/T6 (benchmarks/README.md), checked against this run (local scenario only):
+    each library at its best W (report_best), and the former per-W factors for reference."""
     out = ["| target | measured | met |", "|---|---|---|"]
-
-    def median(kind: str, config: str, workers: int) -> float | None:
-        row = rows.get((kind, "local", config, workers))
-        return row["sps"][0] if row else None
-
-    needs = {"tokens": 2.5, "images": 2.0}  # W=2 factor per kind; "images@0.3" is a larger images set
-    kinds = sorted({key[0] for key in rows}, key=lambda k: (k.split("@")[0] != "tokens", k))
-    for kind, need in ((k, needs[k.split("@")[0]]) for k in kinds if k.split("@")[0] in needs):
-        mine = median(kind, "shardkit", 2)
-        for workers, factor in ((0, 1.0), (2, need)):
-            peers = [v for p in PEERS if (v := median(kind, p, workers)) is not None]
-            value = median(kind, "shardkit", workers)
-            if value is None or not peers:
-                continue
-            ratio = value / max(peers)
-            out.append(f"| {kind} W={workers}: shardkit ≥ {factor:g}× fastest peer "
-                       f"| {ratio:.2f}× | {'yes' if ratio >= factor else '**no**'} |")
-        raw = median(kind, "raw-own", 2) or median(kind, "raw-shardkit", 2)
-        if mine is not None and raw:
-            out.append(f"| {kind} W=2: shardkit ≥ 50% of the 2-process raw loop "
-                       f"| {mine / raw:.0%} | {'yes' if mine / raw >= 0.5 else '**no**'} |")
-        packs = _group(records, "pack")
-        speeds = {k[2]: statistics.median(r["samples_per_s"] for r in v)
-                  for k, v in packs.items() if k[0] == kind}
-        peer_speeds = [v for p, v in speeds.items() if p in PEERS]
-        if "shardkit" in speeds and peer_speeds:
-            ratio = speeds["shardkit"] / max(peer_speeds)
-            out.append(f"| {kind} pack, one process: shardkit ≥ 1.5× fastest peer "
-                       f"| {ratio:.2f}× | {'yes' if ratio >= 1.5 else '**no**'} |")
+    for kind in report_best.kinds_of(rows):
+        ours = [(w, m) for c, (w, m, _, _) in report_best.best_configs(rows, kind).items()
+                if c in ("shardkit", "shardkit-concat")]
+        peer = report_best.best_peer(rows, kind)
+        if ours and peer and kind != "mixture":
+            workers, med = ours[0]
+            ratio = med / peer[2]
+            out.append(f"| {kind}: shardkit's best (W={workers}) ≥ 1× the best peer config "
+                       f"({peer[0]} W={peer[1]}) | {ratio:.2f}× | {'yes' if ratio >= 1 else '**no**'} |")
+            raw = report_best.raw_rate(rows, kind, workers)
+            if raw:
+                share = med / raw[1]
+                out.append(f"| {kind}: shardkit's best ≥ 50% of {raw[0]} "
+                           f"({report_best.raw_procs(workers)} proc) | {share:.0%} "
+                           f"| {'yes' if share >= 0.5 else '**no**'} |")
+        out += _former_w2(rows, kind)
+        out += _pack_target(records, kind)
     return out if len(out) > 2 else []
+
+
+FORMER_W2 = {"tokens": 2.5, "images": 2.0, "token blocks": 3.0}  # the "at W=2" factors, until issue 33
+
+
+def _former_w2(rows: dict[tuple[Any, ...], dict[str, Any]], kind: str) -> list[str]:
+    """The superseded per-W rule, kept as a reference row: shardkit at W=2 ÷ the fastest peer at W=2."""
+    ours = rows.get((kind, "local", "shardkit-concat" if kind == "token blocks" else "shardkit", 2))
+    peers = [v["sps"][0] for (k, sc, c, w), v in rows.items() if k == kind and sc == "local" and w == 2 and c in PEERS]
+    factor = FORMER_W2.get(kind.split("@")[0])
+    if not ours or not peers or factor is None:
+        return []
+    ratio = ours["sps"][0] / max(peers)
+    return [f"| {kind} W=2 vs fastest peer at W=2 (former rule, ≥ {factor:g}×; reference only) "
+            f"| {ratio:.2f}× | ({'yes' if ratio >= factor else 'no'}) |"]
+
+
+def _pack_target(records: list[Record], kind: str) -> list[str]:
+    packs = _group(records, "pack")
+    speeds = {k[2]: statistics.median(r["samples_per_s"] for r in v)
+              for k, v in packs.items() if k[0] == kind}
+    peer_speeds = [v for p, v in speeds.items() if p in PEERS]
+    if "shardkit" not in speeds or not peer_speeds:
+        return []
+    ratio = speeds["shardkit"] / max(peer_speeds)
+    return [f"| {kind} pack, one process: shardkit ≥ 1.5× fastest peer "
+            f"| {ratio:.2f}× | {'yes' if ratio >= 1.5 else '**no**'} |"]
 
 
 def _failures(records: list[dict[str, Any]]) -> list[str]:
@@ -240,6 +222,23 @@ def _failures(records: list[dict[str, Any]]) -> list[str]:
             out.append(f"- {r.get('event')} {r.get('kind')} {r.get('peer')} "
                        f"W={r.get('workers', '–')} rep {r.get('rep')}: {what}")
     return out
+
+
+def _best_sections(rows: dict[tuple[Any, ...], dict[str, Any]]) -> list[str]:
+    head = report_best.headline(rows)
+    if not head:
+        return []
+    measured = sorted({k[3] for k in rows if not str(k[2]).startswith("raw-")})
+    lines = ["## Each library at its best W (issue 33)", "",
+             f"Best W: the W ∈ {{{', '.join(map(str, measured))}}} (measured in this run) with the highest "
+             "median. Ratio: shardkit's best ÷ the best "
+             "peer's best (any peer, any W); raw: 1 process for W ≤ 1, 2 for W = 2 "
+             "([README.md](README.md), Figures).", "", *head, ""]
+    for kind in report_best.kinds_of(rows):
+        table = report_best.best_table(rows, kind)
+        if table:
+            lines += [f"### {kind}: each configuration at its best W", "", *table, ""]
+    return lines
 
 
 def render(records: list[dict[str, Any]], run_file: str) -> str:
@@ -274,14 +273,17 @@ def render(records: list[dict[str, Any]], run_file: str) -> str:
     skipped = {p: v["unavailable"] for p, v in env.get("peers", {}).items() if v.get("unavailable")}
     for peer, reason in skipped.items():
         lines.append(f"- **{peer} not measured**: {reason}")
-    lines += ["", "![samples/s per configuration](results.png)", ""]
+    lines += ["", "![each configuration at its best W](results.png)", ""]
+    lines += _best_sections(rows)
     targets = _targets(records, rows)
     if targets:
-        lines += ["## Targets T1, T2 (benchmarks/README.md)", "", *targets, ""]
-    for kind in sources:
+        lines += ["## Targets T1, T2, T6 (benchmarks/README.md)", "", *targets, ""]
+    lines += ["# Every configuration at every W", ""]
+    for kind in [*sources, *(k for k in report_best.kinds_of(rows) if k not in sources)]:
         for scenario in sorted({k[1] for k in rows if k[0] == kind}):
             lines += [f"## Read: {kind} ({scenario})", "", *_read_table(kind, scenario, rows), ""]
-        lines += [f"## Pack: {kind} (one process)", "", *_pack_table(kind, records), ""]
+        if any(k[0] == kind for k in _group(records, "pack")):
+            lines += [f"## Pack: {kind} (one process)", "", *_pack_table(kind, records), ""]
     lines += [
         "## Reading these numbers", "",
         "- Every measurement is a fresh process; library imports are not timed, worker start-up "
@@ -308,8 +310,9 @@ def write_report(run_file: Path) -> None:
     except ValueError:
         shown = str(run_file)
     RESULTS_MD.write_text(render(records, shown))
-    plot(read_rows(records), PLOT_PNG)
-    print(f"wrote {RESULTS_MD} and {PLOT_PNG}", file=sys.stderr)
+    plotted = report_best.plot_best(read_rows(records), PLOT_PNG)
+    print(f"wrote {RESULTS_MD}" + (f" and {PLOT_PNG}" if plotted else " (no matplotlib: plot not redrawn)"),
+          file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,14 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import data, report
+from benchmarks import data, report, token_blocks_run
 from benchmarks.measure import run_child
-from benchmarks.peers import all_peers
+from benchmarks.peers import all_peers, mixture_peers
 from benchmarks.scenarios import SCENARIOS
 
 RESULTS_DIR = Path(__file__).parent / "results"
 DEFAULT_SCALE = 0.025
 LARGE_PEERS = ("shardkit", "litdata-none")  # the fastest peer at W=0 on images
+EXTRA_KINDS = ("mixture", "token-blocks")  # records labelled "mixture" and "token blocks"
 MIN_TIMED_SAMPLES = 20_000  # images at 0.025 are 2,304 samples: 9 passes, not a 0.1 s window
 
 
@@ -61,10 +62,11 @@ def passes_for(num_samples: int) -> int:
 
 
 def run_kind(rec: Recorder, kind: str, args: argparse.Namespace, peers: list[str],
-             scale: float | None = None) -> None:
+             scale: float | None = None, label: str | None = None) -> None:
     """All of one kind's measurements. With ``scale`` (a second, larger set of the same kind),
-    records are labelled ``kind@scale`` so the report gives that set tables of its own."""
-    label = kind if scale is None else f"{kind}@{scale:g}"
+    records are labelled ``kind@scale`` so the report gives that set tables of its own;
+    ``label`` names the records otherwise (``mixture``: the tokens corpus as 4 sources)."""
+    label = label or (kind if scale is None else f"{kind}@{scale:g}")
     scale = args.scale if scale is None else scale
     source = data.load(kind, scale)
     rec.write({"event": "data", **source.meta}, kind=label)
@@ -98,14 +100,24 @@ def run_kind(rec: Recorder, kind: str, args: argparse.Namespace, peers: list[str
                                   workers=procs, scenario=scenario.name)
 
 
+def run_extra(rec: Recorder, kinds: list[str], args: argparse.Namespace, peers: list[str]) -> None:
+    """The 4-source mixture of the tokens corpus (shardkit only; its yardstick is the tokens
+    kind's rows) and token blocks (benchmarks/token_blocks_run.py), in the same run file."""
+    if "mixture" in kinds and "shardkit" in peers:
+        mix = [p.name for p in mixture_peers() if not args.peer or p.name in args.peer or "shardkit" in args.peer]
+        run_kind(rec, "tokens", args, mix, label="mixture")
+    if "token-blocks" in kinds and (not args.peer or {"shardkit", "litdata-none"} & set(args.peer)):
+        token_blocks_run.run(rec, args.scale, args.reps, args.workers)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=DEFAULT_SCALE,
                         help=f"fraction of 2M token / 100k image samples (default {DEFAULT_SCALE})")
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--kind", choices=data.KINDS, action="append")
+    parser.add_argument("--kind", choices=[*data.KINDS, *EXTRA_KINDS], action="append")
     parser.add_argument("--peer", action="append", help="only these configurations")
-    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--no-report", action="store_true", help="don't rewrite RESULTS.md")
     parser.add_argument("--large-images", type=float, metavar="SCALE",
                         help="also measure images at this scale, a set of many shards "
@@ -128,8 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     rec = Recorder(RESULTS_DIR / f"run-{stamp}.jsonl")
     rec.write({"event": "env", **env, "scale": args.scale, "reps": args.reps})
-    for kind in args.kind or data.KINDS:
+    kinds = args.kind or [*data.KINDS, *EXTRA_KINDS]
+    for kind in (k for k in kinds if k in data.KINDS):
         run_kind(rec, kind, args, peers)
+    run_extra(rec, kinds, args, peers)
     if args.large_images:
         large = [p for p in peers if p in (args.large_peer or LARGE_PEERS)]
         run_kind(rec, "images", args, large, scale=args.large_images)

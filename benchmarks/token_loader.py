@@ -1,7 +1,8 @@
 """Token blocks end to end (T6, benchmarks/README.md): effective tokens/s of LM blocks read from
 one token corpus by LitData's ``TokensLoader``, a raw numpy loop and shardkit's token blocks.
 
-    python -m benchmarks.token_loader [--docs 200000] [--seq-len 2048] [--workers 2] [--batch-size 8]
+    python -m benchmarks.token_loader [--docs 200000] [--seq-len 2048] [--workers 2 [1 0]] [--batch-size 8]
+                                      [--raw-procs 1 2]
 
 One corpus per run: ``--docs`` documents with log-normal lengths (median 600, σ = 1, seed 0)
 of uniform uint16 token ids below 50,257, an EOS id 2 after each; packed once per library into
@@ -210,9 +211,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=200_000)
     parser.add_argument("--seq-len", type=int, default=2048)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, nargs="+", default=[2], help="one or more W (read in turn)")
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--raw-procs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--raw-procs", type=int, nargs="+", default=[os.cpu_count() or 1])
     parser.add_argument("--root", type=Path, default=None, help="work folder (default: a temporary one)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="token-loader-") as tmp:
@@ -228,7 +229,6 @@ def run(args: argparse.Namespace, root: Path) -> None:
         "docs": args.docs,
         "corpus_tokens": len(values),
         "seq_len": args.seq_len,
-        "workers": args.workers,
         "batch_size": args.batch_size,
     }
     lengths = np.diff(offsets)
@@ -236,20 +236,34 @@ def run(args: argparse.Namespace, root: Path) -> None:
     for record in measure_padding(lengths, args.seq_len):  # +1: the EOS of each document
         if record["fit"] == "best" and record["open_blocks"] == 16:
             emit({**record, "kind": "plan", "target": "<= 0.05"})
-    results: dict[str, dict[str, Any]] = {}
     emit({"kind": "pack", "impl": "shardkit", "seconds": round(pack_shardkit(root / "sk", values, offsets), 3)})
+    litdata_error = None
     try:
         seconds = pack_litdata(root / "litdata", root, args.docs, args.seq_len)
         emit({"kind": "pack", "impl": "litdata", "seconds": round(seconds, 3)})
-        results["litdata"] = read_litdata(root / "litdata", args.seq_len, args.workers, args.batch_size)
     except ImportError as exc:
-        results["litdata"] = {"unavailable": f"litdata: {exc}"}
-    results["raw"] = read_raw(root / "sk", args.seq_len, args.raw_procs)
+        litdata_error = f"litdata: {exc}"
+    raws = {procs: read_raw(root / "sk", args.seq_len, procs) for procs in args.raw_procs}
+    for procs, record in raws.items():
+        emit({"kind": "read", "impl": "raw", **record, "workers": procs})
+    for workers in args.workers:
+        results = _read_at(args, root, workers, litdata_error)
+        for impl, record in results.items():
+            emit({"kind": "read", "impl": impl, **record, "workers": workers})
+        results["raw"] = raws.get(max(workers, 1), raws[max(raws)])  # W=0 and 1 against 1 process
+        emit({"kind": "targets", "workers": workers, **_ratios(results)})
+
+
+def _read_at(args: argparse.Namespace, root: Path, workers: int, litdata_error: str | None) -> dict[str, Any]:
+    """LitData and both shardkit modes at ``workers``, the same packed corpus."""
+    results: dict[str, dict[str, Any]] = {}
+    if litdata_error is None:
+        results["litdata"] = read_litdata(root / "litdata", args.seq_len, workers, args.batch_size)
+    else:
+        results["litdata"] = {"unavailable": litdata_error}
     for mode in ("concat", "pack"):
-        results[f"shardkit-{mode}"] = read_shardkit(root / "sk", mode, args.seq_len, args.workers, args.batch_size)
-    for impl, record in results.items():
-        emit({"kind": "read", "impl": impl, **record})
-    emit({"kind": "targets", **_ratios(results)})
+        results[f"shardkit-{mode}"] = read_shardkit(root / "sk", mode, args.seq_len, workers, args.batch_size)
+    return results
 
 
 def _ratios(results: dict[str, dict[str, Any]]) -> dict[str, Any]:

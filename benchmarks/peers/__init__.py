@@ -95,8 +95,16 @@ def all_peers() -> list[Peer]:
     ]
 
 
+def mixture_peers() -> list[Peer]:
+    """Configurations of the ``mixture`` kind only: the tokens corpus as 4 sources."""
+    from benchmarks.peers.shardkit_mix import ShardkitMixturePeer
+
+    return [ShardkitMixturePeer("random"), ShardkitMixturePeer("stratified")]
+
+
 def get_peer(name: str) -> Peer:
-    for peer in all_peers():
+    known = [*all_peers(), *mixture_peers()]
+    for peer in known:
         if peer.name == name:
             return peer
-    raise KeyError(f"unknown peer {name!r}; known: {[p.name for p in all_peers()]}")
+    raise KeyError(f"unknown peer {name!r}; known: {[p.name for p in known]}")
