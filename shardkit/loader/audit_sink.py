@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from shardkit.errors import StateError
+from shardkit.loader.collectives import all_gather_ints
 
 AUDIT_STEP_KEY = "audit_step"  # the run's step count in a loader state saved with a sink
 _RUN = re.compile(r"run(\d+)\.json$")
@@ -124,10 +125,7 @@ def _agree(number: int, rank: int, reads: bool) -> tuple[int, bool]:
     writes: the all_gather is the barrier."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return number, reads
-    mine = torch.tensor([number, rank, int(reads)], dtype=torch.int64)
-    parts = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, mine)
-    rows = [[int(x) for x in part.tolist()] for part in parts]
+    rows = all_gather_ints([number, rank, int(reads)])
     first: dict[int, int] = {}
     for process, (_, dp_rank, reading) in enumerate(rows):
         if reading:

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from shardkit.errors import StateError
+from shardkit.loader.collectives import all_gather_tensor
 from shardkit.loader.loader_stats import STAGES
 from shardkit.loader.topology import Topology
 
@@ -95,6 +96,4 @@ def _all_gather(tensor: torch.Tensor, topology: Topology) -> list[torch.Tensor]:
             raise StateError("stats(gather=True) with world_size > 1 needs torch.distributed initialized: "
                              "it gathers every rank's statistics")
         return [tensor]
-    parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, tensor)
-    return parts
+    return all_gather_tensor(tensor)

@@ -13,10 +13,10 @@ Processes that read nothing (``reads=0``) take part and are left out of the resu
 
 from __future__ import annotations
 
-import torch
 import torch.distributed as dist
 
 from shardkit.errors import StateError
+from shardkit.loader.collectives import all_gather_ints
 from shardkit.loader.topology import Topology
 
 _HEAD = 4  # reads, dp_rank, dp_size, row length
@@ -32,19 +32,14 @@ def gather_by_dp_rank(row: list[int], topology: Topology, reads: bool, what: str
                              f"torch.distributed initialized (every process calls it at the same step)")
         return [list(row)]
     head = [int(reads), topology.rank, topology.world_size, len(row)]
-    heads = _all_gather(head)  # the row lengths first: all_gather needs one shape on every process
+    heads = all_gather_ints(head)  # the row lengths first: all_gather needs one shape on every process
     lengths = {rank: h[3] for rank, h in enumerate(heads)}
     if len(set(lengths.values())) != 1:
         raise StateError(f"the {what} of the processes have different lengths {lengths} (global rank: "
                          f"length): every process needs the same num_workers")
-    return by_dp_rank(_all_gather(head + list(row)), what)
+    return by_dp_rank(all_gather_ints(head + list(row)), what)
 
 
-def _all_gather(values: list[int]) -> list[list[int]]:
-    mine = torch.tensor(values, dtype=torch.int64)
-    parts = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, mine)
-    return [[int(x) for x in part.tolist()] for part in parts]
 
 
 def by_dp_rank(gathered: list[list[int]], what: str) -> list[list[int]]:

@@ -13,10 +13,10 @@ plan of one rank, every consumer is counted here, as before, and no collective i
 
 from __future__ import annotations
 
-import torch
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
+from shardkit.loader.collectives import all_reduce_int
 from shardkit.plan import PlanParams
 from shardkit.plan.tokens.pack_count import CountShare
 
@@ -29,10 +29,3 @@ def count_share(params: PlanParams, rank: int) -> CountShare | None:
         return None  # replicas or ranks that read nothing (P24-P26) may never iterate: count all
     width = max(params.num_workers, 1)
     return CountShare(range(rank * width, (rank + 1) * width), all_reduce_int)
-
-
-def all_reduce_int(value: int, op: str) -> int:
-    """``value`` reduced over every process of the default group (``op``: ``"min"`` or ``"max"``)."""
-    tensor = torch.tensor([value], dtype=torch.int64)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MIN if op == "min" else dist.ReduceOp.MAX)
-    return int(tensor.item())
