@@ -27,6 +27,7 @@ from shardkit.plan import Plan
 from shardkit.plan.global_order.order import GlobalOrderPlan
 from shardkit.plan.params import MAX_INT
 from shardkit.plan.tokens.blocks import Block
+from shardkit.plan.tokens.global_blocks import GlobalTokenPlan
 from shardkit.plan.tokens.plan import TokenPlan
 
 if TYPE_CHECKING:
@@ -67,6 +68,13 @@ def plan_head(plan: Any, consumer: int, position: int, reported: dict[str, Any] 
         work = plan.level.split.consumers[consumer]
         state = plan.state_at(consumer, position, reported)
         for blocks, _ in batch_blocks(work, plan.level.options, plan.params.batch_size, state):
+            return block_head(blocks)
+        return ()
+    if isinstance(plan, GlobalTokenPlan):  # global order's token blocks: its batch there (R26, TB31)
+        batch = plan.params.batch_size
+        if position >= plan.num_batches(consumer) * batch:
+            return ()
+        for blocks, _ in batch_blocks(plan.consumer_work(consumer, position // batch, 1), plan.options, batch, None):
             return block_head(blocks)
         return ()
     if isinstance(plan, Plan | GlobalOrderPlan):  # global order: its rows of its global batches (R26)

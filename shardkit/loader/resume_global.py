@@ -30,6 +30,7 @@ from shardkit.loader.topology import Topology
 from shardkit.plan.global_order.order import GlobalOrderPlan
 from shardkit.plan.global_order.state import is_global_state
 from shardkit.plan.params import MAX_INT, PlanParams
+from shardkit.plan.tokens.global_blocks import GlobalTokenPlan
 
 if TYPE_CHECKING:
     from shardkit.loader.dataset import StreamingDataset
@@ -52,7 +53,7 @@ def global_batch_head(plan: GlobalOrderPlan, position: int, params: PlanParams |
 # ---- the state's "next" part, by the plan's order ------------------------------------------------
 def wants_heads(plan: Any) -> bool:
     """Whether ``state_dict()`` gathers per-consumer heads for ``plan`` (R18; not global order, R25)."""
-    return not isinstance(plan, GlobalOrderPlan)
+    return not isinstance(plan, GlobalOrderPlan | GlobalTokenPlan)
 
 
 def state_digest(plan: Any, state: dict[str, Any], rows: Sequence[Sequence[int]], unit: str) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shardkit as sk
-from shardkit.errors import PlanError, StateError
+from shardkit.errors import PlanError, ResumeMismatchError, StateError
 from shardkit.loader import global_tokens
 from tests.helpers.token_data import (
     check_against_reference,
@@ -214,3 +214,19 @@ def test_token_global_states_are_checked_and_refused_by_name(roots: list[str]) -
         loader.load_state_dict(shard.state_dict())
     with pytest.raises(ValueError, match="pack mode is not supported in global order"):
         sk.StreamingDataset(roots[0], batch_size=2, order="global", tokens=sk.TokenBlocks(4, mode="pack"))
+
+
+def test_an_iteration_that_restarted_from_zero_is_caught_at_its_first_batch(roots: list[str],
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """R26 for token blocks in global order: each consumer's first batch after a load is checked
+    against the state re-planned here ((document, offset) heads, TB31's block ranges); a legitimate
+    resume passes (the properties above run with the check on), a run from the epoch's start is
+    caught."""
+    tokens = sk.TokenBlocks(3, eos_id=2)
+    first = make_loaders(roots[1], tokens, 4, 1)
+    lockstep(first, 2)
+    state = first[0].state_dict()
+    loader = make_loaders(roots[1], tokens, 4, 1, state=state)[0]
+    monkeypatch.setattr(loader._boundary, "next_iteration", lambda: (0, None))
+    with pytest.raises(ResumeMismatchError, match=r"consumer 0 \(rank 0, worker 0\) delivered tokens"):
+        next(iter(loader))
