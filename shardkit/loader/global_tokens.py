@@ -43,7 +43,7 @@ def global_plan(source: Any, params: PlanParams, tokens: TokenBlocks, resume: di
     lengths = source.token_lengths(tokens.field, params.epoch)
     plan = build_global_token_plan(source.shard_sizes(params.epoch), lengths, params, tokens, resume, group,
                                    source.token_order())
-    if resume is None and plan.steps == 0 and plan.index.total > 0:
+    if resume is None and plan.steps_per_rank == 0 and plan.index.total > 0:
         raise PlanError(f"{where}: token blocks in global order: the epoch yields no batch ({plan.index.total} "
                         f"input positions, seq_len {tokens.seq_len}, global batch {params.global_batch_size} "
                         f"blocks, tail='drop'): a global batch needs {plan.global_positions} positions; use "

@@ -32,8 +32,7 @@ class CursorBook:
         self._rows = {}
 
     def record(self, meta: BatchMeta) -> None:
-        if not meta.cursor:
-            return
+        """``meta``'s cutter state at its position (a token batch's: ``meta.cursor`` is not empty)."""
         rows = self._rows.setdefault(meta.consumer, {})
         rows[meta.position] = meta.cursor
         if len(rows) > KEPT:

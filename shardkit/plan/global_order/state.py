@@ -17,12 +17,12 @@ on any topology, with any global batch size, cuts the sequence from there. No pa
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from shardkit.errors import PlanError, StateError
-from shardkit.plan.global_order.order import GlobalOrderPlan, dataset_sequence, sequence_params, units_below
+from shardkit.plan.global_order.order import Dealing, GlobalOrderPlan, dataset_sequence, sequence_params, units_below
 from shardkit.plan.params import MAX_INT, PlanParams
 from shardkit.plan.sequence import SampleSequence
 from shardkit.plan.spans import ShardSizes
@@ -31,22 +31,6 @@ from shardkit.plan.state import STATE_VERSION, checked_sizes
 GLOBAL_STATE_KEYS = ("version", "fingerprint", "order", "params", "sequence", "position")
 #: The epoch's sequence from the shard sizes and its params (a mixture passes its mixed sequence).
 SequenceOf = Callable[[np.ndarray, PlanParams], SampleSequence]
-
-
-class DealtPlan(Protocol):
-    """What :func:`received_global_batches` needs of a plan whose global batches are dealt to
-    workers as P30 says (samples' ``GlobalOrderPlan``, token blocks' ``GlobalTokenPlan``, TB31)."""
-
-    @property
-    def params(self) -> PlanParams: ...
-
-    @property
-    def num_consumers(self) -> int: ...
-
-    @property
-    def group(self) -> int: ...
-
-    def num_samples(self, consumer: int) -> int: ...
 
 
 def build_global_plan(shard_sizes: ShardSizes, params: PlanParams, resume: dict[str, Any] | None = None,
@@ -85,7 +69,7 @@ def global_plan_to_state(plan: GlobalOrderPlan, offsets: Sequence[int], fingerpr
             "params": plan.params.to_dict(), "sequence": plan.sequence_params.to_dict(), "position": position}
 
 
-def received_global_batches(plan: DealtPlan, offsets: Sequence[int], rank: int | None = None) -> int:
+def received_global_batches(plan: Dealing, offsets: Sequence[int], rank: int | None = None) -> int:
     """Global batches every rank (or rank ``rank``) received, from per-consumer offsets (P31)."""
     params, batch = plan.params, plan.params.batch_size
     if not isinstance(offsets, list | tuple) or len(offsets) != plan.num_consumers:

@@ -58,8 +58,8 @@ class GlobalTokenPlan(Dealing):
         self.params, self.index, self.order, self.stream = params, index, order, stream
         self.start, self.group, self.options = int(start), group, options
         left, per = index.total - self.start, self.global_positions
-        self.steps = left // per if params.tail == "drop" else -(-left // per)
-        self.steps_per_rank = self.num_global_batches = self.steps  # every rank a slice of each (P30)
+        # global batches of this plan; every rank yields a slice of each (P30)
+        self.steps_per_rank = self.num_global_batches = left // per if params.tail == "drop" else -(-left // per)
         self.num_consumers = params.num_consumers
 
     # ---- counts ------------------------------------------------------------------------------------
@@ -76,7 +76,7 @@ class GlobalTokenPlan(Dealing):
     @property
     def end(self) -> int:
         """The stream position after the last global batch's real positions."""
-        return min(self.start + self.steps * self.global_positions, self.index.total)
+        return min(self.start + self.steps_per_rank * self.global_positions, self.index.total)
 
     @property
     def num_dropped(self) -> int:

@@ -55,8 +55,8 @@ def global_batches(plan: GlobalTokenPlan) -> list[Blocks]:
         cut = batch_blocks(plan.consumer_work(consumer), plan.options, params.batch_size)
         for j, (blocks, _) in enumerate(cut):
             slices[plan.global_batch_index(consumer, j)][rank] = [as_tuples(b) for b in blocks]
-    assert sorted(slices) == list(range(plan.steps))
-    return [sum((slices[g][r] for r in range(params.world_size)), []) for g in range(plan.steps)]
+    assert sorted(slices) == list(range(plan.steps_per_rank))
+    return [sum((slices[g][r] for r in range(params.world_size)), []) for g in range(plan.steps_per_rank)]
 
 
 def offsets_after(plan: GlobalTokenPlan, received: int) -> list[int]:
@@ -116,7 +116,7 @@ def test_a_state_resumes_the_later_global_batches_on_any_topology(
     global_batch, ranks_a, ranks_b = shape
     reference = global_batches(plan_of(lengths, 3, tokens, global_batch, 1, 0, 1, tail, seed))
     a = plan_of(lengths, 3, tokens, global_batch, ranks_a, workers_a, group_a, tail, seed)
-    done = int(kill * a.steps)
+    done = int(kill * a.steps_per_rank)
     state = global_token_state(a, offsets_after(a, done), "fp")
     assert state["position"] == min(done * global_batch * tokens.seq_len, a.index.total)
     b = plan_of(lengths, 3, tokens, global_batch, ranks_b, workers_b, group_b, tail, seed, state)
@@ -132,7 +132,7 @@ def test_another_global_batch_or_seq_len_recuts_the_rest_of_the_stream(
     the new blocks: over the chain every position is received once but the last plan's tail."""
     tok_a, tok_b = sk.TokenBlocks(len_a, eos_id=2), sk.TokenBlocks(len_b, eos_id=2)
     a = plan_of(lengths, 4, tok_a, batch_a, 1, 2, 1, "drop", seed)
-    done = int(kill * a.steps)
+    done = int(kill * a.steps_per_rank)
     state = global_token_state(a, offsets_after(a, done), "fp")
     b = plan_of(lengths, 4, tok_b, batch_b, 1, 0, 1, "drop", seed, state)
     assert b.start == state["position"]
