@@ -29,17 +29,19 @@ from shardkit.loader.emitter import Emitter
 from shardkit.loader.epoch_check import log_once
 from shardkit.loader.loader_state import LoaderState
 from shardkit.loader.mixture_state import SOURCES_KEY
-from shardkit.loader.resume_check import block_head
+from shardkit.loader.resume_check import HEAD, block_head
 from shardkit.loader.token_batch import batch_blocks, to_tensors
 from shardkit.loader.transfer.arena import alloc, alloc_array
 from shardkit.plan import PlanParams
 from shardkit.plan.global_order.state import is_global_state
-from shardkit.plan.tokens.blocks import Block, BlockOptions
+from shardkit.plan.tokens.blocks import BlockCutter, BlockOptions
+from shardkit.plan.tokens.concat_rows import ConcatRows
 from shardkit.plan.tokens.config import IDENTITY_KEYS, TokenBlocks
 from shardkit.plan.tokens.consumer import consumer_view
 from shardkit.plan.tokens.cursor import cursor_row
 from shardkit.plan.tokens.global_blocks import GlobalTokenPlan, global_token_state
 from shardkit.plan.tokens.pack_count import CountShare
+from shardkit.plan.tokens.pieces import Pieces
 from shardkit.plan.tokens.plan import TokenPlan, build_token_plan, token_yield_problem
 from shardkit.plan.tokens.rows import TokenDocs, assemble
 from shardkit.plan.tokens.state_check import check_token_part, plan_depth
@@ -225,21 +227,23 @@ class TokenBatching:
         docs.expect(view.num_tokens, view.positions)  # TB23
         rows = TokenDocs.from_lengths(docs, view.segments, self.tokens.token_options(),
                                       docs.masks if self.tokens.loss_mask_field is not None else None, view.next_doc)
-        make = functools.partial(self._in_arena, source, rows, options, slots, sources, with_index)
-        for n, (blocks, cutter) in enumerate(batch_blocks(work, options, batch_size, start)):
+        per_slot = bool(slots) or sources is not None  # the arrays need doc_index
+        finish = functools.partial(self._finish, source, slots, sources, with_index)
+        windows = options.mode == "concat" and self.tokens.loss_mask_field is None and work.pieces.positive
+        cuts = (_windows(work, rows, options, batch_size, start, per_slot) if windows
+                else _blocks(work, rows, options, batch_size, start, per_slot))
+        for n, (make, count, cutter, first_head) in enumerate(cuts):
             if n == 0 and head:  # the first batch's BatchMeta names its head (R19); one int test after it (R22)
-                emitter.head = block_head(blocks)
-            cursor = cursor_row({**cutter.to_dict(), "blocks": emitter.position + len(blocks)})  # TB28
-            yield emitter.emit_made(functools.partial(make, blocks), len(blocks), cursor)
+                emitter.head = first_head()
+            cursor = cursor_row({**cutter.to_dict(), "blocks": emitter.position + count})  # TB28
+            yield emitter.emit_made(functools.partial(_then, make, finish), count, cursor)
             if n == 0:
                 emitter.head = ()
             docs.release(cutter.piece_index, {p.doc_index for b in cutter.bins for p in b})
 
-    def _in_arena(self, source: Any, rows: TokenDocs, options: BlockOptions, slots: dict[str, np.ndarray],
-                  sources: np.ndarray | None, with_index: bool, blocks: list[Block]) -> dict[str, Any]:
-        """The batch of ``blocks``, its rows written where the emitter wants them."""
-        per_slot = bool(slots) or sources is not None  # make assemble add doc_index
-        arrays = assemble(blocks, rows, options.seq_len, options.mode, per_slot, _arena_rows)
+    def _finish(self, source: Any, slots: dict[str, np.ndarray], sources: np.ndarray | None, with_index: bool,
+                arrays: dict[str, Any]) -> dict[str, Any]:
+        """The batch of ``arrays`` (its rows already where the emitter wants them) as tensors."""
         placed = {id(arrays[key]) for key in ("input_ids", "labels", "position_ids", "cu_seqlens")}  # in the arena
         batch = to_tensors(arrays, tensor=lambda a: torch.from_numpy(a) if id(a) in placed else _tensor(a))
         for key, per_document in slots.items():
@@ -250,6 +254,44 @@ class TokenBatching:
         if sources is not None:  # a mixture's per-source counts, as a sample mixture's (MX10)
             batch[SOURCES_KEY] = source.block_tally(arrays["doc_index"], arrays["token_offset"], sources)
         return batch
+
+
+Cut = tuple[Callable[[], dict[str, Any]], int, BlockCutter, Callable[[], tuple[int, ...]]]
+
+
+def _blocks(work: Any, rows: TokenDocs, options: BlockOptions, batch_size: int, start: dict[str, Any] | None,
+            provenance: bool) -> Iterator[Cut]:
+    """Each batch as its blocks (pack mode, loss masks): ``assemble`` writes their rows."""
+    for blocks, cutter in batch_blocks(work, options, batch_size, start):
+        make = functools.partial(assemble, blocks, rows, options.seq_len, options.mode, provenance, _arena_rows)
+        yield make, len(blocks), cutter, functools.partial(block_head, blocks)
+
+
+def _windows(work: Any, rows: TokenDocs, options: BlockOptions, batch_size: int, start: dict[str, Any] | None,
+             provenance: bool) -> Iterator[Cut]:
+    """Concat mode: each batch as a window of the work's positions (TB35), no blocks made."""
+    cutter = BlockCutter(work.pieces, options) if start is None else BlockCutter.from_dict(work.pieces, options, start)
+    done = 0 if start is None else int(start["blocks"])
+    stream = ConcatRows(Pieces.of(work.pieces), rows, options.seq_len, provenance)
+    while done < work.num_blocks:
+        count = min(batch_size, work.num_blocks - done)
+        begin, taken = cutter.advance(count)
+        done += count
+        make = functools.partial(stream.rows, begin, taken, count, _arena_rows)
+        yield make, count, cutter, functools.partial(_window_head, work.pieces, begin, taken, count, options.seq_len)
+
+
+def _then(make: Callable[[], dict[str, Any]], finish: Callable[[dict[str, Any]], Any]) -> Any:
+    return finish(make())
+
+
+def _window_head(pieces: Pieces, begin: int, taken: int, count: int, seq_len: int) -> tuple[int, ...]:
+    """``block_head`` of a window: (document, offset) of each of its first blocks' first position."""
+    out: list[int] = []
+    for r in range(min(HEAD, count)):
+        at = begin + r * seq_len
+        out += [-1, 0] if at >= begin + taken else list(pieces.locate(at)[:2])
+    return tuple(out)
 
 
 def _no_collation(cut: Any) -> Any:

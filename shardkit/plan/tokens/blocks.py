@@ -177,6 +177,27 @@ class BlockCutter:
             self.piece_index, self.offset = last, stop_at - (ends[last - 1] if last else 0)
         return Block(tuple(taken), self.options.seq_len - (stop_at - begin))
 
+    def advance(self, count: int) -> tuple[int, int]:
+        """Concat mode: move the cursor as ``count`` calls of :meth:`next_block` would, without
+        making the blocks (TB35): ``(begin, taken)`` — the work position the first of them starts
+        at and how many positions they hold (``count × seq_len`` unless the work ends first; the
+        rest of those blocks is padding)."""
+        if self.options.mode != "concat":
+            raise PlanError("advance() cuts concat blocks; pack mode makes its blocks one by one")
+        if self._ends is None:
+            self._ends = self.pieces.ends.tolist()
+        ends, index = self._ends, self.piece_index
+        if index >= len(ends):
+            return (ends[-1] if ends else 0), 0
+        begin = (ends[index - 1] if index else 0) + self.offset
+        stop_at = min(begin + count * self.options.seq_len, ends[-1])
+        last = bisect.bisect_left(ends, stop_at, lo=index)
+        if ends[last] == stop_at:
+            self.piece_index, self.offset = last + 1, 0
+        else:
+            self.piece_index, self.offset = last, stop_at - (ends[last - 1] if last else 0)
+        return begin, stop_at - begin
+
     def _next_pack(self) -> Block | None:
         seq_len = self.options.seq_len
         while self.piece_index < len(self.pieces):

@@ -102,7 +102,7 @@ def merge_pieces(pieces: Sequence[Piece]) -> Sequence[Piece]:
     return out
 
 
-def _first_target(docs: TokenDocs, d: int) -> int | None:
+def first_target(docs: TokenDocs, d: int) -> int | None:
     """The label of document ``d``'s last concat position: the next document's first segment
     token, or ``None`` (ignore) at the epoch's end, with ``mask_doc_starts`` or a masked token."""
     nxt = int(docs.next_doc[d])
@@ -119,7 +119,7 @@ Empty = Callable[[tuple[int, ...], Any], np.ndarray]
 
 
 @functools.lru_cache(maxsize=32)
-def _constant(value: int, length: int, dtype: Any = np.int64) -> np.ndarray:
+def constant(value: int, length: int, dtype: Any = np.int64) -> np.ndarray:
     """``value`` repeated ``length`` times (read-only, shared): padding, boundary tokens."""
     values = np.full(length, value, dtype=dtype)
     values.flags.writeable = False
@@ -134,7 +134,7 @@ def _counting(n: int) -> np.ndarray:
     return values
 
 
-def _slices(values: np.ndarray, start: int, stop: int, bos: np.ndarray | None,
+def segment_slices(values: np.ndarray, start: int, stop: int, bos: np.ndarray | None,
             eos: np.ndarray | None) -> list[np.ndarray]:
     """Segment tokens ``start … stop-1`` of a document ``values`` (``[bos] + values + [eos]``,
     each a 1-element array or ``None``) as views, to be joined by the caller."""
@@ -162,8 +162,8 @@ class _Parts:
     def __init__(self, docs: TokenDocs, seq_len: int, mode: str, provenance: bool) -> None:
         o = docs.options
         self.docs, self.mode, self.provenance = docs, mode, provenance
-        self.bos = None if o.bos_id is None else _constant(o.bos_id, 1)
-        self.eos = None if o.eos_id is None else _constant(o.eos_id, 1)
+        self.bos = None if o.bos_id is None else constant(o.bos_id, 1)
+        self.eos = None if o.eos_id is None else constant(o.eos_id, 1)
         self.extra = int(self.bos is not None) + int(self.eos is not None)
         self.counting = _counting(seq_len)
         self.ids: list[np.ndarray] = []
@@ -191,19 +191,19 @@ class _Parts:
                 self.ids.append(values[start:size])
             self.ids.append(self.eos)  # type: ignore[arg-type]
         else:
-            self.ids += _slices(values, start, stop, self.bos, self.eos)
+            self.ids += segment_slices(values, start, stop, self.bos, self.eos)
         if stop < length:  # the row ends inside the document: the label is its next segment token
             self.last_labels.append(self._token(values, stop))
         else:  # the segment's last position: its target lies in the next document (concat)
-            target = None if self.mode == "pack" else _first_target(docs, d)
+            target = None if self.mode == "pack" else first_target(docs, d)
             self.last_labels.append(docs.options.ignore_index if target is None else target)
         if self.keep is not None:
             self.keep += self._mask(d, values, start + 1, min(stop + 1, length))
             if stop == length:
-                self.keep.append(_constant(True, 1, bool))
+                self.keep.append(constant(True, 1, bool))
         self.positions.append(self.counting[:n])
         if self.provenance:
-            self.doc_index.append(_constant(d, n) if n == len(self.counting) else np.full(n, d, dtype=np.int64))
+            self.doc_index.append(constant(d, n) if n == len(self.counting) else np.full(n, d, dtype=np.int64))
             self.token_offset.append(np.arange(start, stop, dtype=np.int64))
 
     def _token(self, values: np.ndarray, index: int) -> int:
@@ -220,20 +220,20 @@ class _Parts:
         mask = np.asarray(self.docs.loss_masks[d], dtype=bool)
         if len(mask) != len(values):
             raise PlanError(f"document {d}: loss_mask has {len(mask)} entries for {len(values)} tokens")
-        true = _constant(True, 1, bool)
-        return _slices(mask, start, stop, None if self.bos is None else true, None if self.eos is None else true)
+        true = constant(True, 1, bool)
+        return segment_slices(mask, start, stop, None if self.bos is None else true, None if self.eos is None else true)
 
     def padding(self, count: int) -> None:
         o = self.docs.options
         self.pads.append((len(self.last_labels), count))
-        self.ids.append(_constant(o.pad_id, count))
+        self.ids.append(constant(o.pad_id, count))
         self.last_labels.append(o.ignore_index)
         if self.keep is not None:
-            self.keep.append(_constant(True, count, bool))
-        self.positions.append(_constant(0, count))
+            self.keep.append(constant(True, count, bool))
+        self.positions.append(constant(0, count))
         if self.provenance:
-            self.doc_index.append(_constant(-1, count))
-            self.token_offset.append(_constant(0, count))
+            self.doc_index.append(constant(-1, count))
+            self.token_offset.append(constant(0, count))
 
     def join(self, num_rows: int, seq_len: int, cu: np.ndarray, empty: Empty) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
