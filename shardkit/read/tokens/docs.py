@@ -11,7 +11,7 @@ them out by index. Not thread-safe; one per consumer iteration.
 
 from __future__ import annotations
 
-import itertools
+import heapq
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
@@ -87,9 +87,10 @@ class EpochDocuments:
         self.last_use = dict(needs)
         self._runs = iter(runs([d for d, _ in needs]))
         self.expected: np.ndarray | DocArray | None = None  # tokens per document the plan was made from (TB23)
-        self._stream: Iterator[tuple[int, np.ndarray, np.ndarray | None]] = iter(())
+        self._stream: Iterator[tuple[int, list[np.ndarray], list[np.ndarray] | None]] = iter(())
         self._next_index = self._run_end = 0  # the next document the stream gives; its run's end
         self.loaded: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        self._expiry: list[tuple[int, int]] = []  # (last_use, document) of each loaded document, a heap
         self.masks = _Masks(self)
 
     def expect(self, num_tokens: np.ndarray | DocArray, positions: np.ndarray | DocArray) -> None:
@@ -114,19 +115,29 @@ class EpochDocuments:
         return self.loaded[d]
 
     def _pull(self) -> None:
-        """Read the next document of the current run: check its length, keep it if needed."""
+        """Read the next chunk of documents of the current run: check their lengths, keep the
+        needed ones."""
         item = next(self._stream, None)
         if item is None:  # the epoch ended inside the run
             self._next_index = self._run_end
             return
-        index, tokens, mask = item
-        self._next_index = index + 1
-        if self.expected is not None and len(tokens) != self.expected[index]:
-            raise CorruptShardError(f"{self._sample_where(index)}: field {self.field!r} holds {len(tokens)} "
-                                    f"tokens, the plan was made from {int(self.expected[index])} "
-                                    f"({self._lengths_from()}); run shardkit verify (TB23)")
-        if index in self.last_use:  # a neighbour read only for its length is not kept
-            self.loaded[index] = (tokens, mask)
+        first, tokens, masks = item
+        n = len(tokens)
+        self._next_index = first + n
+        if self.expected is not None and n:
+            lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=n)
+            want = np.asarray(self.expected[np.arange(first, first + n)])
+            bad = np.flatnonzero(lengths != want)
+            if bad.size:
+                at = int(bad[0])
+                raise CorruptShardError(f"{self._sample_where(first + at)}: field {self.field!r} holds "
+                                        f"{int(lengths[at])} tokens, the plan was made from {int(want[at])} "
+                                        f"({self._lengths_from()}); run shardkit verify (TB23)")
+        needed = self.last_use
+        for i, d in enumerate(range(first, first + n)):  # a neighbour read only for its length is not kept
+            if d in needed:
+                self.loaded[d] = (tokens[i], None if masks is None else masks[i])
+                heapq.heappush(self._expiry, (needed[d], d))
 
     def _sample_where(self, d: int) -> str:
         """Document ``d`` as the dataset, shard and sample that hold it."""
@@ -141,16 +152,18 @@ class EpochDocuments:
         info = self.dataset.manifest.lengths_of(self.field)
         return "a scan of the shards" if info is None else f"the length index {info.name}"
 
-    def _read_run(self, lo: int, hi: int) -> Iterator[tuple[int, np.ndarray, np.ndarray | None]]:
+    def _read_run(self, lo: int, hi: int) -> Iterator[tuple[int, list[np.ndarray], list[np.ndarray] | None]]:
+        """Documents ``lo … hi-1`` as chunks ``(first, token arrays, masks)``, one per sample chunk read."""
         d = lo
         windows = self._windows(lo)
         try:
             for window in windows:
-                for tokens, mask in self._documents(d, window.samples):
-                    yield d, tokens, mask
-                    d += 1
-                    if d == hi:
-                        return
+                tokens, masks = self._documents(d, window.samples)
+                n = min(len(tokens), hi - d)
+                yield d, tokens[:n], None if masks is None else masks[:n]
+                d += n
+                if d == hi:
+                    return
         finally:
             windows.close()
 
@@ -160,19 +173,19 @@ class EpochDocuments:
         return iter_consumer(self.dataset, self.order, 0, lo, self.cache, self.stats,  # type: ignore[return-value]
                              self.options)
 
-    def _documents(self, d: int, chunk: SampleChunk) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+    def _documents(self, d: int, chunk: SampleChunk) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
         """The token arrays (and masks) of ``chunk``'s samples, whose first is document ``d``: a
         column block's token column is sliced as views, with no sample dicts (TB12)."""
         if not isinstance(chunk, ColumnPiece):
-            for i, sample in enumerate(chunk):
-                tokens = self._checked(d + i, sample.get(self.field))
-                yield tokens, None if self.mask_field is None else np.asarray(sample.get(self.mask_field)).astype(bool)
-            return
-        rows = _column_rows(chunk, self.field, lambda a: self._checked(d, a))
+            samples = list(chunk)
+            tokens = [self._checked(d + i, sample.get(self.field)) for i, sample in enumerate(samples)]
+            if self.mask_field is None:
+                return tokens, None
+            return tokens, [np.asarray(sample.get(self.mask_field)).astype(bool) for sample in samples]
+        tokens = _column_rows(chunk, self.field, lambda a: self._checked(d, a))
         if self.mask_field is None:
-            yield from zip(rows, itertools.repeat(None), strict=False)
-            return
-        yield from zip(rows, _column_rows(chunk, self.mask_field, lambda a: np.asarray(a).astype(bool)), strict=True)
+            return tokens, None
+        return tokens, _column_rows(chunk, self.mask_field, lambda a: np.asarray(a).astype(bool))
 
     def _checked(self, d: int, value: Any) -> np.ndarray:
         tokens = np.asarray(value)
@@ -183,9 +196,16 @@ class EpochDocuments:
 
     def release(self, cursor: int, keep: set[int]) -> None:
         """Forget documents no piece from index ``cursor`` on needs, except ``keep`` (pack mode's
-        open blocks)."""
-        for d in [d for d in self.loaded if self.last_use.get(d, -1) < cursor and d not in keep]:
-            del self.loaded[d]
+        open blocks): O(log n) per document forgotten, whatever is loaded."""
+        expiry, kept = self._expiry, []
+        while expiry and expiry[0][0] < cursor:
+            item = heapq.heappop(expiry)
+            if item[1] in keep:
+                kept.append(item)
+            else:
+                self.loaded.pop(item[1], None)
+        for item in kept:
+            heapq.heappush(expiry, item)
 
 
 def _column_rows(chunk: ColumnPiece, name: str, check: Callable[[Any], np.ndarray]) -> list[np.ndarray]:
