@@ -1,5 +1,5 @@
 """The resume check in global order, and which check a loaded state arms (specs/resume-state.md
-R25-R28; the default order's is loader/resume_check.py, R18-R23).
+R25-R29; the default order's is loader/resume_check.py, R18-R23).
 
 A global-order state is one position of the epoch's sequence (P31): it has no consumers of its
 own, so it promises what the sequence holds there — the head of the global batch that begins at
