@@ -10,7 +10,7 @@ batch, the head of the loaded state re-planned on this topology — on a same-to
 one the state promised (R19); on an elastic resume the state's promise is checked against the
 plan that saved it (R20). Cost: O(HEAD + one plan window) per consumer of this rank when a state
 is saved or a resume checked; per batch only the ``is None`` test of a disarmed check (R22).
-Global order promises one head for the epoch's sequence instead (R25-R28, loader/resume_global.py).
+Global order promises one head for the epoch's sequence instead (R25-R29, loader/resume_global.py).
 """
 
 from __future__ import annotations

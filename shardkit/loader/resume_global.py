@@ -1,5 +1,5 @@
 """The resume check in global order, and which check a loaded state arms (specs/resume-state.md
-R25-R28; the default order's is loader/resume_check.py, R18-R23).
+R25-R29; the default order's is loader/resume_check.py, R18-R23).
 
 A global-order state is one position of the epoch's sequence (P31): it has no consumers of its
 own, so it promises what the sequence holds there — the head of the global batch that begins at
@@ -20,6 +20,7 @@ from shardkit.loader.resume_check import (
     NEXT_KEY,
     NEXT_VERSION,
     REPLANNED,
+    SLOTS,
     Head,
     ResumeCheck,
     check_part_header,
@@ -50,6 +51,24 @@ def global_batch_head(plan: GlobalOrderPlan, position: int, params: PlanParams |
     return tuple(int(i) for i in rows.global_indices(at.shard_offsets).tolist())
 
 
+def token_batch_head(plan: GlobalTokenPlan, position: int) -> Head:
+    """R29: ``block_head`` of the global batch of token blocks that begins at stream position
+    ``position`` of ``plan``'s stream under its ``B_g``, ``seq_len`` and tail — the ``(document,
+    offset)`` of the first position of each of its first ``min(HEAD, B_g)`` blocks (``(-1, 0)``
+    for a padding block, TB32), flattened; ``()`` when none begins there. Topology-free: only
+    the stream, the position, ``B_g``, ``seq_len`` and the tail decide it. Cost: locating
+    ``min(HEAD, B_g)`` positions."""
+    total, length = plan.index.total, plan.options.seq_len
+    left = total - position
+    if left <= 0 or (plan.params.tail == "drop" and left < plan.global_positions):
+        return ()
+    out: list[int] = []
+    for j in range(min(HEAD, plan.params.global_batch_size)):
+        at = position + j * length
+        out += [-1, 0] if at >= total else [int(v) for v in plan.index.locate(at)[:2]]
+    return tuple(out)
+
+
 # ---- the state's "next" part, by the plan's order ------------------------------------------------
 def wants_heads(plan: Any) -> bool:
     """Whether ``state_dict()`` gathers per-consumer heads for ``plan`` (R18; not global order, R25)."""
@@ -58,28 +77,31 @@ def wants_heads(plan: Any) -> bool:
 
 def state_digest(plan: Any, state: dict[str, Any], rows: Sequence[Sequence[int]], unit: str) -> dict[str, Any] | None:
     """The loader state's ``next``: per consumer from the gathered ``rows`` (R18), or in global order
-    the head of the global batch at the state's position (R25). A global-order state of another
-    plan kind (none today) has no promise: None, checked by R26 alone."""
-    if isinstance(plan, GlobalOrderPlan):
-        head = global_batch_head(plan, int(state["position"]))
+    the head of the global batch at the state's position (R25; of token blocks, R29). A
+    global-order state of another plan kind (none today) has no promise: None, checked by R26 alone."""
+    if isinstance(plan, GlobalOrderPlan | GlobalTokenPlan):
+        at = int(state["position"])
+        head = global_batch_head(plan, at) if isinstance(plan, GlobalOrderPlan) else token_batch_head(plan, at)
         return {"version": NEXT_VERSION, "unit": unit, GLOBAL_KEY: list(head)}
     return None if is_global_state(state) else next_part(rows, unit)
 
 
 def read_promise(part: Any, plan: dict[str, Any], unit: str) -> list[Head] | None:
     """The promise of a loader state's ``next``, its shape checked by the plan state's order
-    (R14, R18, R25; ``StateError`` naming the path): per consumer, or in global order one head,
-    returned as a list of it. None for a state without ``next`` (R23)."""
+    (R14, R18, R25, R29; ``StateError`` naming the path): per consumer, or in global order one
+    head, returned as a list of it. None for a state without ``next`` (R23)."""
     if not is_global_state(plan):
         return read_next_part(part, plan, unit)
     if part is None:
         return None
-    check_part_header(part, GLOBAL_KEY, unit, " (a global-order state's promise, R25)")
+    check_part_header(part, GLOBAL_KEY, unit, " (a global-order state's promise, R25, R29)")
     head = part[GLOBAL_KEY]
-    if (not isinstance(head, list) or len(head) > HEAD
-            or not all(type(v) is int and 0 <= v <= MAX_INT for v in head)):
-        raise StateError(f"loader state: '{NEXT_KEY}.{GLOBAL_KEY}' must be a list of at most {HEAD} ints in "
-                         f"0..2**63-1, got {head!r:.100}")
+    # samples: up to HEAD plan ids (R25); tokens: up to HEAD (document, offset) pairs (R29)
+    most, low, what = (SLOTS, -1, f"(document, offset) pairs, {SLOTS} ints") if unit == "tokens" else (HEAD, 0, "ints")
+    if (not isinstance(head, list) or len(head) > most or len(head) % (2 if unit == "tokens" else 1)
+            or not all(type(v) is int and low <= v <= MAX_INT for v in head)):
+        raise StateError(f"loader state: '{NEXT_KEY}.{GLOBAL_KEY}' must be a list of at most {HEAD} {what}, "
+                         f"in {low}..2**63-1, got {head!r:.100}")
     return [tuple(head)]
 
 
@@ -97,17 +119,25 @@ class GlobalResumeCheck(ResumeCheck):
 
     def expect(self, streaming: StreamingDataset, topology: Topology, plan: Any, heads: dict[int, Head]) -> None:
         self.pending = {c: (head, REPLANNED) for c, head in heads.items()}
-        if self.promise is not None and isinstance(plan, GlobalOrderPlan):
-            self.broken = self._broken(plan)
+        if self.promise is not None and isinstance(plan, GlobalOrderPlan | GlobalTokenPlan):
+            self.broken = self._broken(streaming, plan)
 
-    def _broken(self, plan: GlobalOrderPlan) -> list[str]:
+    def _broken(self, streaming: StreamingDataset, plan: GlobalOrderPlan | GlobalTokenPlan) -> list[str]:
         """The saving plan rebuilt at the state's position — its params over the re-plan's
-        sequence, which the state's ``sequence`` fixed (P29) — against the promise (R27)."""
+        sequence, which the state's ``sequence`` fixed (P29); of token blocks, the plan that saved
+        it, with its ``seq_len`` (R29) — against the promise (R27)."""
         params = PlanParams.from_dict(self.loaded["params"])
         position = int(self.loaded["position"])
-        got = global_batch_head(plan, position, params)
+        if isinstance(plan, GlobalOrderPlan):
+            got, size = global_batch_head(plan, position, params), f"{params.global_batch_size} samples"
+        else:
+            saved = streaming.batching.saved_plan(streaming.source, self.loaded)
+            if not isinstance(saved, GlobalTokenPlan):
+                return []
+            got = token_batch_head(saved, position)
+            size = f"{params.global_batch_size} blocks of {saved.options.seq_len}"
         promised = (self.promise or [()])[0]
         if got == promised:
             return []
-        return [f"its next global batch (position {position}, {params.global_batch_size} samples) promised "
+        return [f"its next global batch (position {position}, {size}) promised "
                 f"{self.unit} {list(promised)}, but the state's sequence there gives {list(got)}"]
