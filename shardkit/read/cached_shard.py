@@ -27,7 +27,7 @@ from shardkit.errors import CorruptShardError
 from shardkit.format import ShardInfo
 from shardkit.format.checksum import StreamingChecksum
 from shardkit.format.shard_layout import FOOTER_SIZE, HEADER_SIZE, ShardIndex
-from shardkit.read.shard_index_read import read_shard_index
+from shardkit.read.shard_blocks import index_from_suffix
 from shardkit.read.sources import LocalFileSource
 
 _CHUNK = 1 << 20
@@ -36,41 +36,42 @@ _KEPT_BYTES = 64 << 20  # checked indexes kept per process (an evicted one costs
 _Key = tuple[int, int, int, int, str]
 
 
-class _CheckedIndexes:
-    """Thread-safe, size-bounded (least recently used out) map of checked indexes."""
-
-    def __init__(self, limit_bytes: int) -> None:
-        self._lock = threading.Lock()
-        self._kept: OrderedDict[_Key, tuple[ShardIndex, int]] = OrderedDict()
-        self._bytes, self._limit = 0, limit_bytes
-        # A DataLoader worker forked while another thread held the lock must not inherit it held.
-        os.register_at_fork(after_in_child=self._new_lock)
-
-    def _new_lock(self) -> None:
-        self._lock = threading.Lock()
-
-    def get(self, key: _Key) -> ShardIndex | None:
-        with self._lock:
-            found = self._kept.get(key)
-            if found is None:
-                return None
-            self._kept.move_to_end(key)
-            return found[0]
-
-    def put(self, key: _Key, index: ShardIndex) -> None:
-        cost = index.blocks.nbytes + index.sample_offsets.nbytes + index.first_sample.nbytes
-        with self._lock:
-            old = self._kept.pop(key, None)
-            if old is not None:
-                self._bytes -= old[1]
-            self._kept[key] = (index, cost)
-            self._bytes += cost
-            while self._bytes > self._limit and len(self._kept) > 1:
-                _, (_, dropped) = self._kept.popitem(last=False)
-                self._bytes -= dropped
+# Checked indexes by file identity, least recently used out past _KEPT_BYTES (thread-safe).
+_kept: OrderedDict[_Key, tuple[ShardIndex, int]] = OrderedDict()
+_kept_lock = threading.Lock()
+_kept_bytes = 0
 
 
-_CHECKED = _CheckedIndexes(_KEPT_BYTES)
+def _new_lock() -> None:
+    """A DataLoader worker forked while another thread held the lock must not inherit it held."""
+    global _kept_lock
+    _kept_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock)
+
+
+def _kept_index(key: _Key) -> ShardIndex | None:
+    with _kept_lock:
+        found = _kept.get(key)
+        if found is None:
+            return None
+        _kept.move_to_end(key)
+        return found[0]
+
+
+def _keep_index(key: _Key, index: ShardIndex) -> None:
+    global _kept_bytes
+    cost = index.blocks.nbytes + index.sample_offsets.nbytes + index.first_sample.nbytes
+    with _kept_lock:
+        old = _kept.pop(key, None)
+        if old is not None:
+            _kept_bytes -= old[1]
+        _kept[key] = (index, cost)
+        _kept_bytes += cost
+        while _kept_bytes > _KEPT_BYTES and len(_kept) > 1:
+            _, (_, dropped) = _kept.popitem(last=False)
+            _kept_bytes -= dropped
 
 
 def open_checked(path: str, info: ShardInfo, fresh: bool = False) -> tuple[LocalFileSource, ShardIndex]:
@@ -90,10 +91,10 @@ def checked_index(source: LocalFileSource, info: ShardInfo, fresh: bool = False)
     """The index of the file ``source`` reads, from a pass whose xxh64 is ``info.checksum``."""
     st = source.stat()
     key = (st.st_dev, st.st_ino, st.st_size, st.st_uid, info.checksum)
-    index = None if fresh else _CHECKED.get(key)
+    index = None if fresh else _kept_index(key)
     if index is None:
         index = _hash_and_index(source, info)
-        _CHECKED.put(key, index)
+        _keep_index(key, index)
     return index
 
 
@@ -119,23 +120,5 @@ def _hash_and_index(source: LocalFileSource, info: ShardInfo) -> ShardIndex:
         offset += len(piece)
     if checksum.text() != info.checksum:
         raise CorruptShardError(f"{where}: checksum {checksum.text()}, manifest says {info.checksum}")
-    return read_shard_index(_Suffix(bytes(suffix), suffix_start, size, where), info, where)
+    return index_from_suffix(memoryview(bytes(suffix)), suffix_start, size, info, where)
 
-
-class _Suffix:
-    """The checked bytes ``[start, size)`` of a file, as a ``ByteSource`` for ``read_shard_index``."""
-
-    def __init__(self, data: bytes, start: int, size: int, where: str) -> None:
-        self.data, self.start, self._size, self.where = data, start, size, where
-
-    def size(self) -> int:
-        return self._size
-
-    def read_range(self, start: int, end: int) -> bytes:
-        if start < self.start or end > self._size:
-            raise CorruptShardError(f"{self.where}: index outside the {self._size - self.start} bytes "
-                                    "the manifest's index_bytes names")
-        return self.data[start - self.start:end - self.start]
-
-    def close(self) -> None:
-        pass

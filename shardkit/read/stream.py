@@ -29,7 +29,7 @@ from shardkit.read.dataset import StoredDataset
 from shardkit.read.fetcher import span_chunks
 from shardkit.read.open_shards import OpenShards, ShardReaders
 from shardkit.read.options import ReadOptions
-from shardkit.read.shard_index_read import resolve_max_block_bytes
+from shardkit.read.shard_blocks import resolve_max_block_bytes
 from shardkit.read.shard_reader import SampleChunk, ShardReader
 from shardkit.read.sources import LocalFileSource, StoreSource
 from shardkit.read.stats import ReadStats

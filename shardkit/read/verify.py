@@ -26,7 +26,7 @@ from shardkit.format.length_index import LengthsInfo
 from shardkit.read.column_pieces import as_samples
 from shardkit.read.dataset import StoredDataset
 from shardkit.read.orphans import unnamed_files
-from shardkit.read.shard_index_read import resolve_max_block_bytes
+from shardkit.read.shard_blocks import resolve_max_block_bytes
 from shardkit.read.shard_reader import ShardReader
 from shardkit.read.sources import ByteSource, open_source
 from shardkit.read.verify_lengths import check_length_index
