@@ -19,6 +19,7 @@ not one per reader), so the read-ahead helper thread uses its own.
 from __future__ import annotations
 
 import os
+from typing import Protocol
 
 from shardkit.errors import CorruptShardError, FormatError
 from shardkit.format import BlockDecompressor, ShardInfo
@@ -27,7 +28,19 @@ from shardkit.format.checksum import xxh64_int
 from shardkit.format.column_block import LAYOUT_COLUMNS
 from shardkit.format.limits import MAX_BLOCK_BYTES, MAX_BLOCK_BYTES_ENV, check_block_limit
 from shardkit.format.shard_layout import FOOTER_SIZE, HEADER_SIZE, ShardIndex, decode_footer, decode_index
-from shardkit.read.sources import ByteSource
+
+
+class ByteSource(Protocol):
+    """Random access to one file. ``where`` names it in errors."""
+
+    where: str
+
+    def size(self) -> int: ...
+
+    def read_range(self, start: int, end: int) -> bytes | memoryview: ...
+
+    def close(self) -> None: ...
+
 
 ZSTD_SLACK = 1 << 20  # a zstd frame may be a little larger than its content (incompressible)
 DEFAULT_SUFFIX = 64 << 10  # bytes read from a shard's end when the manifest does not say

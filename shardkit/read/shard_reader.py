@@ -27,8 +27,13 @@ from shardkit.format.shard_layout import HEADER_SIZE, ShardIndex, check_header
 from shardkit.read.column_pieces import ColumnPiece, as_samples
 from shardkit.read.fetcher import HELPER, INLINE, RANGES, span_chunks
 from shardkit.read.options import ReadOptions
-from shardkit.read.shard_blocks import ShardBlocks, check_against_manifest, read_shard_index, resolve_max_block_bytes
-from shardkit.read.sources import ByteSource
+from shardkit.read.shard_blocks import (
+    ByteSource,
+    ShardBlocks,
+    check_against_manifest,
+    read_shard_index,
+    resolve_max_block_bytes,
+)
 from shardkit.read.stats import ReadStats
 
 SampleChunk = list[dict[str, Any]] | ColumnPiece  # a block's sample dicts, or (with views) a selection of its columns
