@@ -35,8 +35,7 @@ import msgpack
 import numpy as np
 
 from shardkit.errors import FormatError
-from shardkit.format.column_parse import HEAD, OFFSETS, parse_columns, to_samples
-from shardkit.format.offsets import offsets_from_lengths
+from shardkit.format.column_parse import HEAD, OFFSETS, offsets_from_lengths, parse_columns, to_samples
 from shardkit.format.sample_codec import EXT_NDARRAY, decode_block_samples, parse_array
 
 LAYOUT_ROWS = 0

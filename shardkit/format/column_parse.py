@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -24,6 +25,14 @@ HEAD = struct.Struct("<I")
 OFFSETS = np.dtype("<u4")
 SCALARS = ("int", "float", "bool")
 DTYPE = re.compile(r"[<>|=][biufc][0-9]{1,2}")
+
+
+def offsets_from_lengths(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
+    """int64 ``(n + 1,)``: 0, then the running sums of ``lengths``; item ``i`` spans
+    ``[offsets[i], offsets[i + 1])`` — the one way offsets of a ragged sequence are made."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from shardkit.errors import EncodeError
 from shardkit.format.block_codec import BlockCompressor
 from shardkit.format.checksum import StreamingChecksum, xxh64_int
 from shardkit.format.column_block import LAYOUT_COLUMNS, LAYOUT_ROWS, rows_to_columns
+from shardkit.format.column_parse import offsets_from_lengths
 from shardkit.format.limits import MAX_BLOCK_BYTES
 from shardkit.format.manifest import ShardInfo
-from shardkit.format.offsets import offsets_from_lengths
 from shardkit.format.shard_layout import (
     BLOCK_DTYPE,
     HEADER_SIZE,

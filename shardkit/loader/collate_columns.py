@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardkit.format.column_parse import Column
-from shardkit.format.offsets import offsets_from_lengths
+from shardkit.format.column_parse import Column, offsets_from_lengths
 from shardkit.loader.ragged import Ragged, offsets_tensor
 from shardkit.loader.transfer.arena import alloc
 from shardkit.loader.transfer.dtypes import torch_dtype

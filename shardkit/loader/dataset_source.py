@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import StateError
-from shardkit.loader.batcher import BatchCut
 from shardkit.loader.loader_state import LoaderState
 from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.mixture_state import SourceTally
@@ -160,8 +159,9 @@ class DatasetSource:
         """Consumer ``consumer``'s samples from ``start``, in plan order."""
         return iter_consumer(self.dataset, plan, consumer, start, cache, stats.read, options)
 
-    def decorate(self, batch: Any, cut: BatchCut, with_index: bool) -> None:
-        """Keys only a mixture adds to a batch (none here)."""
+    # Keys only a mixture adds to a batch (``MixtureSource.decorate``): none here, so the batching
+    # calls no hook per batch.
+    decorate = None
 
     def new_tally(self) -> SourceTally | None:
         return None

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardkit.format.offsets import offsets_from_lengths
+from shardkit.format.column_parse import offsets_from_lengths
 from shardkit.loader.transfer.arena import alloc, alloc_like
 from shardkit.loader.transfer.dtypes import torch_dtype
 

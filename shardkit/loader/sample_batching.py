@@ -33,6 +33,8 @@ from shardkit.read.column_pieces import ColumnPiece, as_samples
 from shardkit.read.options import ReadOptions
 from shardkit.storage import ShardCache
 
+Decorate = Callable[[Any, BatchCut, bool], None]  # a source's keys added to a collated batch
+
 
 class SampleBatching:
     """Batches of samples: ``transform`` maps one sample dict (``transform(sample)`` or
@@ -114,9 +116,10 @@ class SampleBatching:
 
     def collate_for(self, source: Any, pad: bool, with_index: bool) -> Callable[[BatchCut], Any]:
         """How the emitter collates a cut of ``source``'s samples."""
-        return functools.partial(self.collate, source, pad=pad, with_index=with_index)
+        return functools.partial(self.collate, source.decorate, pad=pad, with_index=with_index)
 
-    def collate(self, source: Any, cut: BatchCut, pad: bool, with_index: bool) -> Any:
+    def collate(self, decorate: Decorate | None, cut: BatchCut, pad: bool, with_index: bool) -> Any:
+        """``decorate``: adds the keys of a mixture (its source's numbering and counts, X9)."""
         parts, batch = cut.parts, None
         if all(isinstance(part, ColumnPiece) for part in parts):  # only with the default collation
             batch = collate_pieces(parts)  # type: ignore[arg-type]
@@ -127,7 +130,8 @@ class SampleBatching:
                 batch["_padded"] = alloc_like(cut.padded, torch.bool)
             if with_index:
                 batch["_index"] = alloc_like(cut.indices, torch.int64)
-        source.decorate(batch, cut, with_index)  # a mixture's keys (and counts, whatever collate_fn made)
+        if decorate is not None:  # a mixture's keys (and counts, whatever collate_fn made)
+            decorate(batch, cut, with_index)
         return batch
 
 

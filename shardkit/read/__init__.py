@@ -2,8 +2,9 @@
 
 from shardkit.read.dataset import StoredDataset, open_dataset
 from shardkit.read.options import ReadOptions
+from shardkit.read.shard_blocks import ByteSource
 from shardkit.read.shard_reader import ShardReader
-from shardkit.read.sources import ByteSource, LocalFileSource, StoreSource, open_source
+from shardkit.read.sources import LocalFileSource, StoreSource, open_source
 from shardkit.read.stats import ReadStats
 
 __all__ = [

@@ -13,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from shardkit.format.column_parse import Column, to_samples
-from shardkit.format.offsets import offsets_from_lengths
+from shardkit.format.column_parse import Column, offsets_from_lengths, to_samples
 
 
 def is_run(index: np.ndarray) -> bool:

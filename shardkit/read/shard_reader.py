@@ -1,7 +1,7 @@
 """``ShardReader``: one shard, random access by sample index, reading only the blocks it needs.
 
 Opening costs one suffix read (footer + index; its length is in the manifest, so exactly one
-request when the manifest entry is given: read/shard_index_read.py). Blocks are fetched,
+request when the manifest entry is given: read/shard_blocks.py). Blocks are fetched,
 checked (I5) and decompressed by ``ShardBlocks`` (read/shard_blocks.py); this module turns them
 into samples. Which blocks are fetched ahead, and how (a helper thread, concurrent range
 requests from a store, K33), is the block fetcher's (read/fetcher.py): the reader only says
@@ -27,9 +27,13 @@ from shardkit.format.shard_layout import HEADER_SIZE, ShardIndex, check_header
 from shardkit.read.column_pieces import ColumnPiece, as_samples
 from shardkit.read.fetcher import HELPER, INLINE, RANGES, span_chunks
 from shardkit.read.options import ReadOptions
-from shardkit.read.shard_blocks import ShardBlocks
-from shardkit.read.shard_index_read import check_against_manifest, read_shard_index, resolve_max_block_bytes
-from shardkit.read.sources import ByteSource
+from shardkit.read.shard_blocks import (
+    ByteSource,
+    ShardBlocks,
+    check_against_manifest,
+    read_shard_index,
+    resolve_max_block_bytes,
+)
 from shardkit.read.stats import ReadStats
 
 SampleChunk = list[dict[str, Any]] | ColumnPiece  # a block's sample dicts, or (with views) a selection of its columns
@@ -73,7 +77,7 @@ class ShardReader(ShardBlocks):
         return read_shard_index(self.source, self.info, self.where)
 
     def check_against_manifest(self, index: ShardIndex, info: ShardInfo) -> None:
-        """M8 (``shard_index_read.check_against_manifest``)."""
+        """M8 (``shard_blocks.check_against_manifest``)."""
         check_against_manifest(index, info, self.where)
 
     def check_header(self) -> None:

@@ -23,15 +23,14 @@ from shardkit.format.shard_layout import ShardIndex
 from shardkit.plan import Window
 from shardkit.plan.any_state import SamplePlan
 from shardkit.plan.global_order.order import GlobalOrderPlan
-from shardkit.read.cached_shard import open_checked
 from shardkit.read.column_pieces import ColumnPiece, as_samples, is_run, join_pieces
 from shardkit.read.dataset import StoredDataset
 from shardkit.read.fetcher import span_chunks
 from shardkit.read.open_shards import OpenShards, ShardReaders
 from shardkit.read.options import ReadOptions
-from shardkit.read.shard_index_read import resolve_max_block_bytes
+from shardkit.read.shard_blocks import resolve_max_block_bytes
 from shardkit.read.shard_reader import SampleChunk, ShardReader
-from shardkit.read.sources import LocalFileSource, StoreSource
+from shardkit.read.sources import LocalFileSource, StoreSource, open_checked
 from shardkit.read.stats import ReadStats
 from shardkit.storage import CacheItem, Prefetcher, ShardCache
 

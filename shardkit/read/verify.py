@@ -26,9 +26,9 @@ from shardkit.format.length_index import LengthsInfo
 from shardkit.read.column_pieces import as_samples
 from shardkit.read.dataset import StoredDataset
 from shardkit.read.orphans import unnamed_files
-from shardkit.read.shard_index_read import resolve_max_block_bytes
+from shardkit.read.shard_blocks import ByteSource, resolve_max_block_bytes
 from shardkit.read.shard_reader import ShardReader
-from shardkit.read.sources import ByteSource, open_source
+from shardkit.read.sources import open_source
 from shardkit.read.verify_lengths import check_length_index
 
 #: Decompressed blocks held at once by all verify threads (one larger block is held alone).

@@ -6,7 +6,7 @@ kernel drops the lock when its holder dies, SIGKILL included, so a killed downlo
 keeps its slots. Processes that configure different sizes share the low-numbered slots.
 
 A slot is released by ``LOCK_UN`` before its descriptor is closed, and a forked child closes
-its copies of held slots right after ``fork`` (held_locks.py): a SIGKILLed parent's slots are
+its copies of held slots right after ``fork`` (storage/locks.py): a SIGKILLed parent's slots are
 not kept alive by its DataLoader workers.
 
 Slot files are shared by every member of the cache dir's group, and each gets the mode of
@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 from shardkit.errors import StorageTimeoutError
 from shardkit.storage.cache_files import check_dir, make_dir, open_regular
-from shardkit.storage.held_locks import HELD
+from shardkit.storage.locks import hold, release_held
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class NodeBudget:
             except BlockingIOError:
                 os.close(fd)
                 continue
-            HELD.add(fd)
+            hold(fd)
             return fd
         if usable:
             return None
@@ -120,7 +120,7 @@ class NodeBudget:
     @staticmethod
     def release(fd: int) -> None:
         if fd != NO_SLOT:
-            HELD.release(fd)
+            release_held(fd)
 
     def num_free(self) -> int:
         """Slots free now (a snapshot, for tests and diagnostics; takes and drops each)."""

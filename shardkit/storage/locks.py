@@ -10,10 +10,17 @@ checks, after locking, that the path still names the inode it locked, and retrie
 Lock files are opened through ``cache_files.open_regular``: a link or special file planted at a
 lock path is refused (``CacheError``), never followed, and no mode is ever changed (K13, K15).
 
-Locks and fork (K24): a held lock's descriptor is registered in ``held_locks.HELD``, so a
-forked child (a DataLoader worker) closes its copy at once and never keeps its parent's lease
-or download alive; ``release`` unlocks before closing. A ``FileLock`` object that crossed a
-fork is not held in the child: releasing it there only forgets it.
+Locks and fork (K20, K24): a flock belongs to the open file description, and a forked child's
+copy of a descriptor refers to the same description: for as long as the child keeps its copy,
+the lock outlives the parent's ``close`` — and the parent's death, since the kernel then only
+closes the parent's copy. A DataLoader worker forked while its parent held a lease or a
+download slot would keep it for the worker's whole life. So every holder (``FileLock`` here,
+storage/budget.py's slots) registers each descriptor while it holds a lock (``hold``), releases
+with ``LOCK_UN`` before closing (``release_held``, which ends the lock whatever copies exist),
+and a forked child closes its copies right after ``fork`` — which drops nothing: the parent's
+descriptor still holds the lock. ``hold``/``release_held`` may be called from any thread. A
+``FileLock`` object that crossed a fork is not held in the child: releasing it there only
+forgets it.
 
 Waiting polls with a non-blocking flock (flock itself has no timeout); every wait is bounded by
 a timeout and logs a warning, naming the holder pid, once it exceeds ``warn_after``.
@@ -21,15 +28,16 @@ a timeout and logs a warning, naming the holder pid, once it exceeds ``warn_afte
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 
 from shardkit.errors import StorageTimeoutError
 from shardkit.storage.cache_files import open_regular, sole_link
-from shardkit.storage.held_locks import HELD
 from shardkit.storage.shared_reads import read_small
 
 logger = logging.getLogger(__name__)
@@ -37,6 +45,40 @@ logger = logging.getLogger(__name__)
 _MIN_POLL = 0.005
 _MAX_POLL = 0.1
 _MAX_PID_BYTES = 32
+
+_held_lock = threading.Lock()
+_held_fds: set[int] = set()  # descriptors holding a flock in this process now
+
+
+def hold(fd: int) -> None:
+    """Register ``fd``, which now holds a flock (closed in a forked child)."""
+    with _held_lock:
+        _held_fds.add(fd)
+
+
+def release_held(fd: int) -> None:
+    """Unlock and close ``fd`` (a descriptor ``hold``-registered in this process)."""
+    with _held_lock:
+        _held_fds.discard(fd)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)  # explicit: a forked copy must not keep it
+    finally:
+        os.close(fd)
+
+
+def _forget_held_after_fork() -> None:
+    """In a forked child, before any other thread exists there: forget the parent's locks;
+    closing our copies unlocks nothing."""
+    global _held_lock, _held_fds
+    _held_lock = threading.Lock()  # another parent thread may have held the old one
+    for fd in _held_fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held_fds = set()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_held_after_fork)
 
 
 class FileLock:
@@ -67,7 +109,7 @@ class FileLock:
                 os.close(fd)
                 return False
             if _same_file(fd, self.path):
-                HELD.add(fd)
+                hold(fd)
                 self._fd, self._pid, self.exclusive = fd, os.getpid(), exclusive
                 return True
             os.close(fd)  # unlinked by an evictor between our open and flock: use the new one
@@ -126,7 +168,7 @@ class FileLock:
     def release(self) -> None:
         if self.held and self._fd is not None:
             fd, self._fd = self._fd, None
-            HELD.release(fd)
+            release_held(fd)
 
     def record_holder(self) -> None:
         """Write our pid into the lock file, for "holder pid" diagnostics; never into a file
