@@ -16,7 +16,7 @@ Global order promises one head for the epoch's sequence instead (R25-R29, loader
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from shardkit.errors import PlanError, ResumeMismatchError, StateError
@@ -55,6 +55,17 @@ def block_head(blocks: Sequence[Block]) -> Head:
     for block in blocks[:HEAD]:
         first = block.pieces[0] if block.pieces else None
         out += [-1, 0] if first is None else [int(first.doc_index), int(first.start)]
+    return tuple(out)
+
+
+def window_head(locate: Callable[[int], tuple[int, ...]], begin: int, end: int, count: int, seq_len: int) -> Head:
+    """``block_head`` of ``count`` blocks of ``seq_len`` positions cut from ``begin`` on, where
+    positions from ``end`` on are padding (``(-1, 0)``): ``locate(at)`` gives the (document,
+    offset) of a real position ``at``."""
+    out: list[int] = []
+    for r in range(min(HEAD, count)):
+        at = begin + r * seq_len
+        out += [-1, 0] if at >= end else [int(v) for v in locate(at)[:2]]
     return tuple(out)
 
 

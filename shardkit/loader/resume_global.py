@@ -26,6 +26,7 @@ from shardkit.loader.resume_check import (
     check_part_header,
     next_part,
     read_next_part,
+    window_head,
 )
 from shardkit.loader.topology import Topology
 from shardkit.plan.global_order.order import GlobalOrderPlan
@@ -58,15 +59,10 @@ def token_batch_head(plan: GlobalTokenPlan, position: int) -> Head:
     for a padding block, TB32), flattened; ``()`` when none begins there. Topology-free: only
     the stream, the position, ``B_g``, ``seq_len`` and the tail decide it. Cost: locating
     ``min(HEAD, B_g)`` positions."""
-    total, length = plan.index.total, plan.options.seq_len
-    left = total - position
+    total, left = plan.index.total, plan.index.total - position
     if left <= 0 or (plan.params.tail == "drop" and left < plan.global_positions):
         return ()
-    out: list[int] = []
-    for j in range(min(HEAD, plan.params.global_batch_size)):
-        at = position + j * length
-        out += [-1, 0] if at >= total else [int(v) for v in plan.index.locate(at)[:2]]
-    return tuple(out)
+    return window_head(plan.index.locate, position, total, plan.params.global_batch_size, plan.options.seq_len)
 
 
 # ---- the state's "next" part, by the plan's order ------------------------------------------------
@@ -97,8 +93,9 @@ def read_promise(part: Any, plan: dict[str, Any], unit: str) -> list[Head] | Non
     check_part_header(part, GLOBAL_KEY, unit, " (a global-order state's promise, R25, R29)")
     head = part[GLOBAL_KEY]
     # samples: up to HEAD plan ids (R25); tokens: up to HEAD (document, offset) pairs (R29)
-    most, low, what = (SLOTS, -1, f"(document, offset) pairs, {SLOTS} ints") if unit == "tokens" else (HEAD, 0, "ints")
-    if (not isinstance(head, list) or len(head) > most or len(head) % (2 if unit == "tokens" else 1)
+    most, width, low, what = ((SLOTS, 2, -1, f"(document, offset) pairs, {SLOTS} ints") if unit == "tokens"
+                              else (HEAD, 1, 0, "ints"))
+    if (not isinstance(head, list) or len(head) > most or len(head) % width
             or not all(type(v) is int and low <= v <= MAX_INT for v in head)):
         raise StateError(f"loader state: '{NEXT_KEY}.{GLOBAL_KEY}' must be a list of at most {HEAD} {what}, "
                          f"in {low}..2**63-1, got {head!r:.100}")

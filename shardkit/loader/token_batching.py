@@ -29,7 +29,7 @@ from shardkit.loader.emitter import Emitter
 from shardkit.loader.epoch_check import log_once
 from shardkit.loader.loader_state import LoaderState
 from shardkit.loader.mixture_state import SOURCES_KEY
-from shardkit.loader.resume_check import HEAD, block_head
+from shardkit.loader.resume_check import block_head, window_head
 from shardkit.loader.token_batch import batch_blocks, to_tensors
 from shardkit.loader.transfer.arena import alloc, alloc_array
 from shardkit.plan import PlanParams
@@ -278,20 +278,12 @@ def _windows(work: Any, rows: TokenDocs, options: BlockOptions, batch_size: int,
         begin, taken = cutter.advance(count)
         done += count
         make = functools.partial(stream.rows, begin, taken, count, _arena_rows)
-        yield make, count, cutter, functools.partial(_window_head, work.pieces, begin, taken, count, options.seq_len)
+        head = functools.partial(window_head, work.pieces.locate, begin, begin + taken, count, options.seq_len)
+        yield make, count, cutter, head
 
 
 def _then(make: Callable[[], dict[str, Any]], finish: Callable[[dict[str, Any]], Any]) -> Any:
     return finish(make())
-
-
-def _window_head(pieces: Pieces, begin: int, taken: int, count: int, seq_len: int) -> tuple[int, ...]:
-    """``block_head`` of a window: (document, offset) of each of its first blocks' first position."""
-    out: list[int] = []
-    for r in range(min(HEAD, count)):
-        at = begin + r * seq_len
-        out += [-1, 0] if at >= begin + taken else list(pieces.locate(at)[:2])
-    return tuple(out)
 
 
 def _no_collation(cut: Any) -> Any:
