@@ -153,28 +153,18 @@ class BlockCutter:
     def _next_concat(self) -> Block | None:
         """The next ``seq_len`` positions: a binary search over the pieces' running ends (TB18),
         then one ``Piece`` per piece the block touches (contiguous ones of a document merged)."""
-        index, count = self.piece_index, len(self.pieces)
-        if index >= count:
+        if self.piece_index >= len(self.pieces):
             return None
-        if self._ends is None:  # Python lists: per block, a few list reads beat numpy scalar calls
-            self._ends = self.pieces.ends.tolist()
-        ends = self._ends
-        begin = (ends[index - 1] if index else 0) + self.offset
-        stop_at = min(begin + self.options.seq_len, ends[-1])
-        last = bisect.bisect_left(ends, stop_at, lo=index)  # the piece the block ends in
-        taken: list[Piece] = []
+        index, offset, begin, stop_at, last = self._cut_concat(1)
+        ends, taken = self._running_ends(), list[Piece]()
         for i in range(index, last + 1):
             d, start, stop = self._piece(i)
-            lo = start + (self.offset if i == index else 0)
+            lo = start + (offset if i == index else 0)
             hi = stop - max(ends[i] - stop_at, 0)
             if taken and taken[-1].doc_index == d and taken[-1].stop == lo:
                 taken[-1] = Piece(d, taken[-1].start, hi)
             else:
                 taken.append(Piece(d, lo, hi))
-        if ends[last] == stop_at:  # the block ends where a piece ends
-            self.piece_index, self.offset = last + 1, 0
-        else:
-            self.piece_index, self.offset = last, stop_at - (ends[last - 1] if last else 0)
         return Block(tuple(taken), self.options.seq_len - (stop_at - begin))
 
     def advance(self, count: int) -> tuple[int, int]:
@@ -184,19 +174,30 @@ class BlockCutter:
         rest of those blocks is padding)."""
         if self.options.mode != "concat":
             raise PlanError("advance() cuts concat blocks; pack mode makes its blocks one by one")
-        if self._ends is None:
-            self._ends = self.pieces.ends.tolist()
-        ends, index = self._ends, self.piece_index
-        if index >= len(ends):
+        if self.piece_index >= len(self.pieces):
+            ends = self._running_ends()
             return (ends[-1] if ends else 0), 0
-        begin = (ends[index - 1] if index else 0) + self.offset
+        _, _, begin, stop_at, _ = self._cut_concat(count)
+        return begin, stop_at - begin
+
+    def _running_ends(self) -> list[int]:
+        if self._ends is None:  # Python lists: per block, a few list reads beat numpy scalar calls
+            self._ends = self.pieces.ends.tolist()
+        return self._ends
+
+    def _cut_concat(self, count: int) -> tuple[int, int, int, int, int]:
+        """Move the cursor (inside the work) past the next ``count`` concat blocks: the
+        ``(piece_index, offset)`` they begin at, their first and end work positions, and the
+        piece they end in."""
+        ends, index, offset = self._running_ends(), self.piece_index, self.offset
+        begin = (ends[index - 1] if index else 0) + offset
         stop_at = min(begin + count * self.options.seq_len, ends[-1])
-        last = bisect.bisect_left(ends, stop_at, lo=index)
-        if ends[last] == stop_at:
+        last = bisect.bisect_left(ends, stop_at, lo=index)  # the piece the blocks end in
+        if ends[last] == stop_at:  # they end where a piece ends
             self.piece_index, self.offset = last + 1, 0
         else:
             self.piece_index, self.offset = last, stop_at - (ends[last - 1] if last else 0)
-        return begin, stop_at - begin
+        return index, offset, begin, stop_at, last
 
     def _next_pack(self) -> Block | None:
         seq_len = self.options.seq_len

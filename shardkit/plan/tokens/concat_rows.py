@@ -25,7 +25,15 @@ from typing import Any
 import numpy as np
 
 from shardkit.plan.tokens.pieces import Pieces
-from shardkit.plan.tokens.rows import Empty, TokenDocs, constant, first_target, segment_slices, to_hf_labels
+from shardkit.plan.tokens.rows import (
+    Empty,
+    TokenDocs,
+    constant,
+    first_target,
+    segment_slices,
+    segment_token,
+    to_hf_labels,
+)
 
 
 @functools.lru_cache(maxsize=4)
@@ -143,11 +151,7 @@ class ConcatRows:
         next document's first (``ignore_index`` where there is none or it is masked)."""
         docs, o = self.docs, self.docs.options
         if stop < int(docs.segment_lengths[d]):
-            values = docs.documents[d]
-            index = stop - int(o.bos_id is not None)
-            if index < 0:
-                return int(o.bos_id)  # type: ignore[arg-type]
-            return int(values[index]) if index < len(values) else int(o.eos_id)  # type: ignore[arg-type]
+            return segment_token(o, docs.documents[d], stop)
         target = first_target(docs, d)
         return o.ignore_index if target is None else target
 

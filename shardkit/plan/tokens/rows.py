@@ -134,6 +134,15 @@ def _counting(n: int) -> np.ndarray:
     return values
 
 
+def segment_token(o: Any, values: np.ndarray, index: int) -> int:
+    """Token ``index`` of the segment ``[bos] + values + [eos]`` (``o``: the token options)."""
+    if o.bos_id is not None:
+        if index == 0:
+            return int(o.bos_id)
+        index -= 1
+    return int(values[index]) if index < len(values) else int(o.eos_id)
+
+
 def segment_slices(values: np.ndarray, start: int, stop: int, bos: np.ndarray | None,
             eos: np.ndarray | None) -> list[np.ndarray]:
     """Segment tokens ``start … stop-1`` of a document ``values`` (``[bos] + values + [eos]``,
@@ -193,7 +202,7 @@ class _Parts:
         else:
             self.ids += segment_slices(values, start, stop, self.bos, self.eos)
         if stop < length:  # the row ends inside the document: the label is its next segment token
-            self.last_labels.append(self._token(values, stop))
+            self.last_labels.append(segment_token(docs.options, values, stop))
         else:  # the segment's last position: its target lies in the next document (concat)
             target = None if self.mode == "pack" else first_target(docs, d)
             self.last_labels.append(docs.options.ignore_index if target is None else target)
@@ -205,15 +214,6 @@ class _Parts:
         if self.provenance:
             self.doc_index.append(constant(d, n) if n == len(self.counting) else np.full(n, d, dtype=np.int64))
             self.token_offset.append(np.arange(start, stop, dtype=np.int64))
-
-    def _token(self, values: np.ndarray, index: int) -> int:
-        """Token ``index`` of the segment ``[bos] + values + [eos]``."""
-        o = self.docs.options
-        if self.bos is not None:
-            if index == 0:
-                return int(o.bos_id)  # type: ignore[arg-type]
-            index -= 1
-        return int(values[index]) if index < len(values) else int(o.eos_id)  # type: ignore[arg-type]
 
     def _mask(self, d: int, values: np.ndarray, start: int, stop: int) -> list[np.ndarray]:
         """The ``loss_mask`` of segment tokens ``start … stop-1`` (BOS/EOS count as 1)."""
