@@ -2,10 +2,14 @@
 no speed on a shared machine (issue 30's constraint):
 
     python -m benchmarks.loader_ab --trees old=/path/to/old/checkout,new=. [--reps 6] [--out FILE]
+        [--data DIR --scale 0.05]
 
 Each repeat runs ``benchmarks.mixture_read`` (one dataset and a 4-source mixture, W=0 and W=2)
 and ``benchmarks.token_loader`` (concat and pack, W=0 and W=2; LitData and the raw loop in the
-same run are the control: identical code in every tree) from each tree, with that tree on
+same run are the control: identical code in every tree) and, with ``--data`` (a bench-data root
+holding shardkit's packed ``tokens`` and ``images`` sets at ``--scale``, from ``benchmarks.pack``),
+``benchmarks.read`` over both at W=0 and W=2 — the same packed files for every tree — from each
+tree, with that tree on
 ``PYTHONPATH``, the order of the trees reversed every other repeat. One JSON line per row of
 theirs, with ``tree`` and ``rep`` added. Compare trees within a repeat, and the control's spread
 across repeats before reading anything into a difference.
@@ -31,12 +35,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trees", required=True, help="name=path,name=path")
     parser.add_argument("--reps", type=int, default=6)
     parser.add_argument("--out", default=None, help="also append the rows to this file")
+    parser.add_argument("--data", default=None, help="bench-data root: also run benchmarks.read (see above)")
+    parser.add_argument("--scale", default="0.05", help="the packed sets' scale under --data")
     args = parser.parse_args(argv)
     trees = dict(item.split("=", 1) for item in args.trees.split(","))
+    cases = list(CASES)
+    if args.data:
+        cases += [["-m", "benchmarks.read", "--peer", "shardkit", "--kind", kind, "--workers", workers,
+                   "--scale", args.scale, "--root", os.path.abspath(args.data), "--passes", "3"]
+                  for kind in ("tokens", "images") for workers in ("0", "2")]
     out = open(args.out, "a", encoding="utf-8") if args.out else None  # noqa: SIM115
     for rep in range(args.reps):
         order = list(trees) if rep % 2 == 0 else list(trees)[::-1]
-        for case in CASES:
+        for case in cases:
             for name in order:
                 path = os.path.abspath(trees[name])
                 env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
