@@ -24,9 +24,9 @@ import subprocess
 import sys
 
 CASES = (
-    ["-m", "benchmarks.mixture_read", "--samples", "20000", "--workers", "0", "2", "--reps", "1"],
-    ["-m", "benchmarks.token_loader", "--docs", "20000", "--workers", "0"],
-    ["-m", "benchmarks.token_loader", "--docs", "20000", "--workers", "2"],
+    ["-m", "benchmarks.mixture_read", "--samples", "100000", "--workers", "0", "2", "--reps", "3"],
+    ["-m", "benchmarks.token_loader", "--docs", "50000", "--workers", "0"],
+    ["-m", "benchmarks.token_loader", "--docs", "50000", "--workers", "2"],
 )
 
 
