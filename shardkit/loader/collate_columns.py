@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardkit.format.column_parse import Column, offsets_from_lengths
+from shardkit.format.column_parse import offsets_from_lengths
 from shardkit.loader.ragged import Ragged, offsets_tensor
 from shardkit.loader.transfer.arena import alloc
 from shardkit.loader.transfer.dtypes import torch_dtype
-from shardkit.read.column_pieces import ColumnPiece, copy_rows
+from shardkit.read.column_pieces import AnyColumn, ColumnPiece, copy_column_rows, row_lengths, row_views, rows_like
 
 _SCALAR_TORCH = {"int": torch.int64, "float": torch.float64, "bool": torch.bool}
 
@@ -31,7 +31,8 @@ def collate_pieces(pieces: list[ColumnPiece]) -> dict[str, Any] | None:
     first = pieces[0]
     if any(p.signature != first.signature for p in pieces[1:]):
         return None
-    if any(c.kind == "int" and c.data.dtype.kind == "u" and c.data.dtype.itemsize == 8 for c in first.columns):
+    if any(c.kind == "int" and rows_like(c).dtype.kind == "u" and rows_like(c).dtype.itemsize == 8
+           for c in first.columns):
         return None
     batch: dict[str, Any] = {}
     for field, column in enumerate(first.columns):
@@ -40,42 +41,35 @@ def collate_pieces(pieces: list[ColumnPiece]) -> dict[str, Any] | None:
     return batch
 
 
-def _field(column: Column, parts: list[tuple[Column, np.ndarray]]) -> Any:
+def _field(column: AnyColumn, parts: list[tuple[AnyColumn, np.ndarray]]) -> Any:
     kind = column.kind
     if kind in _SCALAR_TORCH:
         out = alloc((sum(len(index) for _, index in parts),), _SCALAR_TORCH[kind])
         array, position = out.numpy(), 0
         for part, index in parts:
-            array[position : position + len(index)] = part.data[index]
+            array[position : position + len(index)] = rows_like(part)[index]
             position += len(index)
         return out
-    ragged = [(_offsets(part), part.data, index) for part, index in parts]
     if kind == "str":
-        return [data[a:b].tobytes().decode("utf-8") for offsets, data, index in ragged
-                for a, b in zip(offsets[index].tolist(), offsets[index + 1].tolist(), strict=True)]
-    lengths = np.concatenate([offsets[index + 1] - offsets[index] for offsets, _, index in ragged])
-    tail = column.data.shape[1:]
-    dtype = torch.uint8 if kind == "bytes" else torch_dtype(column.data.dtype)
+        return [row.tobytes().decode("utf-8") for part, index in parts for row in row_views(part, index)]
+    lengths = np.concatenate([row_lengths(part, index) for part, index in parts])
+    like = rows_like(column)
+    tail = like.shape[1:]
+    dtype = torch.uint8 if kind == "bytes" else torch_dtype(like.dtype)
     if kind == "array" and len(lengths) and (lengths == lengths[0]).all():
         out = alloc((len(lengths), int(lengths[0]), *tail), dtype)
-        _copy_rows(ragged, out.numpy().reshape(-1, *tail) if out.numel() else None)
+        _copy_rows(parts, out.numpy().reshape(-1, *tail) if out.numel() else None)
         return out
     offsets = offsets_from_lengths(lengths)
     values = alloc((int(offsets[-1]), *tail), dtype)
-    _copy_rows(ragged, values.numpy() if len(values) else None)
+    _copy_rows(parts, values.numpy() if len(values) else None)
     return Ragged(values, offsets_tensor(offsets), "bytes" if kind == "bytes" else "array")
 
 
-def _offsets(column: Column) -> np.ndarray:
-    if column.offsets is None:
-        raise ValueError(f"column {column.name!r} of kind {column.kind} has no offsets")
-    return column.offsets
-
-
-def _copy_rows(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], out: np.ndarray | None) -> None:
-    """The rows of every part's samples (offsets, data, index), back to back into ``out``."""
+def _copy_rows(parts: list[tuple[AnyColumn, np.ndarray]], out: np.ndarray | None) -> None:
+    """The rows of every part's samples, back to back into ``out``."""
     if out is None:
         return
     position = 0
-    for offsets, data, index in parts:
-        position += copy_rows(offsets, data, index, out[position:])
+    for column, index in parts:
+        position += copy_column_rows(column, index, out[position:])

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import FormatError, ShardkitError
+from shardkit.format.column_parse import Column
 from shardkit.read.column_pieces import ColumnPiece, as_samples
 from shardkit.read.dataset import StoredDataset, open_dataset
 from shardkit.read.options import ReadOptions
@@ -60,7 +61,8 @@ def read_numeric_field(dataset: StoredDataset, field: str) -> np.ndarray:
 def _chunk_values(chunk: SampleChunk, field: str, where: str, first: int) -> np.ndarray:
     if isinstance(chunk, ColumnPiece):
         column = next((c for c in chunk.columns if c.name == field), None)
-        if column is not None and column.offsets is None and column.data.ndim == 1 and column.data.dtype.kind in "biuf":
+        if (isinstance(column, Column) and column.offsets is None and column.data.ndim == 1
+                and column.data.dtype.kind in "biuf"):
             return np.asarray(column.data[chunk.index], dtype=np.float64)
     samples = as_samples(chunk)
     return np.array([_number(s.get(field), field, where, first + i) for i, s in enumerate(samples)], dtype=np.float64)

@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import CorruptShardError, FormatError
+from shardkit.format.column_parse import Column
 from shardkit.plan import Plan
 from shardkit.plan.tokens.lengths_source import DocArray
-from shardkit.read.column_pieces import ColumnPiece
+from shardkit.read.column_pieces import ColumnPiece, row_views
 from shardkit.read.dataset import StoredDataset
 from shardkit.read.options import ReadOptions
 from shardkit.read.shard_reader import SampleChunk
@@ -91,6 +92,7 @@ class EpochDocuments:
         self._next_index = self._run_end = 0  # the next document the stream gives; its run's end
         self.loaded: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
         self._expiry: list[tuple[int, int]] = []  # (last_use, document) of each loaded document, a heap
+        self._held: set[int] = set()  # documents past their last use that an open block still holds
         self.masks = _Masks(self)
 
     def expect(self, num_tokens: np.ndarray | DocArray, positions: np.ndarray | DocArray) -> None:
@@ -194,30 +196,34 @@ class EpochDocuments:
                               f"a 1-D integer array, got {type(value).__name__} {tokens.dtype}")
         return tokens
 
-    def release(self, cursor: int, keep: set[int]) -> None:
-        """Forget documents no piece from index ``cursor`` on needs, except ``keep`` (pack mode's
-        open blocks): O(log n) per document forgotten, whatever is loaded."""
-        expiry, kept = self._expiry, []
+    def release(self, cursor: int, keep: Callable[[], set[int]]) -> None:
+        """Forget documents no piece from index ``cursor`` on needs, except those in ``keep()``
+        (pack mode's open blocks; asked only while one is past its last use): O(log n) per
+        document forgotten, plus the documents held for open blocks, whatever is loaded."""
+        expiry, held = self._expiry, self._held
+        if not held and (not expiry or expiry[0][0] >= cursor):
+            return
+        keeping = keep()
         while expiry and expiry[0][0] < cursor:
-            item = heapq.heappop(expiry)
-            if item[1] in keep:
-                kept.append(item)
+            d = heapq.heappop(expiry)[1]
+            if d in keeping:
+                held.add(d)  # past its last piece, still in an open block: checked at every release
             else:
-                self.loaded.pop(item[1], None)
-        for item in kept:
-            heapq.heappush(expiry, item)
+                self.loaded.pop(d, None)
+        for d in [d for d in held if d not in keeping]:
+            held.discard(d)
+            self.loaded.pop(d, None)
 
 
 def _column_rows(chunk: ColumnPiece, name: str, check: Callable[[Any], np.ndarray]) -> list[np.ndarray]:
     """Samples ``chunk.index`` of the array column ``name`` as views of its data (``check``
-    sees the whole column, or ``None`` when the block has no such column)."""
+    sees the whole column, each block's of a joined one, or ``None`` when the block has no
+    such column)."""
     column = next((c for c in chunk.columns if c.name == name), None)
-    if column is None or column.offsets is None:
+    if column is None or (isinstance(column, Column) and column.offsets is None):
         check(None if column is None else column.data)
         raise FormatError(f"column {name!r} is not an array column")  # check refuses it first
-    data = check(column.data)
-    bounds = column.offsets
-    return [data[a:b] for a, b in zip(bounds[chunk.index].tolist(), bounds[chunk.index + 1].tolist(), strict=True)]
+    return row_views(column, chunk.index, check)
 
 
 class _Masks:

@@ -19,7 +19,7 @@ from shardkit.format.column_block import rows_to_columns
 from shardkit.format.column_parse import parse_columns
 from shardkit.loader.collate import collate_samples
 from shardkit.loader.collate_columns import collate_pieces
-from shardkit.read.column_pieces import ColumnPiece, join_pieces
+from shardkit.read.column_pieces import ColumnPiece, JoinedColumn, join_pieces
 from tests.helpers.columns import uniform_blocks
 from tests.unit.loader.test_view_collation import assert_batch_equal
 
@@ -98,3 +98,56 @@ def test_blocks_whose_ints_were_narrowed_differently_still_join():
     got = collate_pieces([small[5:9], large[0:3]])
     assert got is not None
     assert got["id"].tolist() == [5, 6, 7, 8, 70_000, 70_001, 70_002]
+
+
+@st.composite
+def window_pieces(draw: st.DrawFn) -> list[ColumnPiece]:
+    """A shuffled window's pieces: cuts of 1-3 blocks (each parsed on its own, so each column
+    has its own data array) of one uniform set of samples."""
+    block = draw(uniform_blocks())
+    splits = sorted(draw(st.sets(st.integers(1, len(block) - 1), max_size=2))) if len(block) > 1 else []
+    bounds = [0, *splits, len(block)]
+    pieces = []
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        piece = _piece(block[lo:hi])
+        assume(piece is not None)
+        assert piece is not None
+        pieces += [piece.select(index) for index in draw(cuts(hi - lo))]
+    assume(len({p.signature for p in pieces}) == 1)
+    return pieces
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pieces=window_pieces(), slack=st.sampled_from([0, 1 << 30]), data=st.data())
+def test_windows_joined_in_place_collate_like_dicts(pieces, slack, data):
+    """RP9: a window joined in place (its ragged columns pointing into the blocks) or copied
+    (past the memory bound) gives, for any batch cut from it in any order, the batch of the same
+    samples as dicts; the samples themselves are the pieces' in order."""
+    joined = join_pieces(pieces, slack=slack)
+    assert joined is not None
+    want = [s for p in pieces for s in p.samples(views=True)]
+    for got, wanted in zip(joined.samples(views=True), want, strict=True):
+        assert_batch_equal(got, wanted, "$sample")
+    order = np.array(data.draw(st.permutations(range(len(want)))), dtype=np.int64)
+    shuffled = joined.select(order)
+    cut = data.draw(st.integers(0, len(order)))
+    batch = collate_pieces([shuffled[:cut], shuffled[cut:]] if 0 < cut < len(order) else [shuffled])
+    if batch is None:
+        return
+    assert_batch_equal(batch, collate_samples([want[i] for i in order.tolist()]))
+
+
+def test_a_window_joins_in_place_within_the_bound_and_copies_past_it():
+    """RP9: rows joined in place point into the blocks (no copy of the data) while the blocks
+    hold at most 2x the rows' bytes + slack; a few rows of big blocks are copied instead."""
+    blocks = [_piece([{"x": np.full(1000, b * 100 + i, dtype="<i4")} for i in range(50)]) for b in range(3)]
+    assert all(block is not None for block in blocks)
+    pieces = [block[10:40] for block in blocks if block is not None]
+    joined = join_pieces(pieces)
+    assert joined is not None
+    column = joined.columns[0]
+    assert isinstance(column, JoinedColumn) and len(column.parts) == 3
+    assert all(part is block.columns[0].data for part, block in zip(column.parts, blocks, strict=True) if block)
+    few = join_pieces([block[0:1] for block in blocks if block is not None], slack=0)
+    assert few is not None and not isinstance(few.columns[0], JoinedColumn)
+    assert few.samples()[2]["x"][0] == 200
