@@ -38,7 +38,6 @@ from shardkit.plan.tokens.blocks import BlockCutter, BlockOptions
 from shardkit.plan.tokens.concat_rows import ConcatRows
 from shardkit.plan.tokens.config import IDENTITY_KEYS, TokenBlocks
 from shardkit.plan.tokens.consumer import consumer_view
-from shardkit.plan.tokens.cursor import cursor_row
 from shardkit.plan.tokens.global_blocks import GlobalTokenPlan, global_token_state
 from shardkit.plan.tokens.pack_count import CountShare
 from shardkit.plan.tokens.pieces import Pieces
@@ -235,11 +234,11 @@ class TokenBatching:
         for n, (make, count, cutter, first_head) in enumerate(cuts):
             if n == 0 and head:  # the first batch's BatchMeta names its head (R19); one int test after it (R22)
                 emitter.head = first_head()
-            cursor = cursor_row({**cutter.to_dict(), "blocks": emitter.position + count})  # TB28
-            yield emitter.emit_made(functools.partial(_then, make, finish), count, cursor)
+            yield emitter.emit_made(functools.partial(_then, make, finish), count,
+                                    cutter.cursor_row(emitter.position + count))  # TB28
             if n == 0:
                 emitter.head = ()
-            docs.release(cutter.piece_index, {p.doc_index for b in cutter.bins for p in b})
+            docs.release(cutter.piece_index, cutter.open_documents)
 
     def _finish(self, source: Any, slots: dict[str, np.ndarray], sources: np.ndarray | None, with_index: bool,
                 arrays: dict[str, Any]) -> dict[str, Any]:

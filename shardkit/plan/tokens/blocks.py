@@ -14,6 +14,7 @@ pack mode, the open blocks (the carry) — everything needed to continue exactly
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -89,6 +90,7 @@ class BlockCutter:
         self.used: list[int] = []  # positions in each open block
         self._items: dict[int, list[Piece]] = {}  # the pieces as tuples, made a run of them at a time
         self._run_lo, self._run = 0, self._items.get(0, [])  # the run last used: pieces _run_lo …
+        self._run_len = len(self._run)
         self._ends: list[int] | None = None  # concat: positions up to the end of each piece
 
     # ---- state (TB5) -------------------------------------------------------------------
@@ -100,6 +102,24 @@ class BlockCutter:
             "token_offset": 0 if cursor is None else cursor.start + self.offset,
             "carry": [[list(p) for p in b] for b in self.bins],
         }
+
+    def cursor_row(self, blocks: int) -> tuple[int, ...]:
+        """``cursor_row({**self.to_dict(), "blocks": blocks})`` (cursor.py, TB28), written from
+        the cutter directly: a pack-mode batch's row costs its carry's ints, not a dict of lists."""
+        index = self.piece_index
+        if index < len(self.pieces):
+            cursor = self.pieces[index]
+            row = [int(blocks), index, int(cursor.doc_index), int(cursor.start) + self.offset, len(self.bins)]
+        else:
+            row = [int(blocks), index, -1, 0, len(self.bins)]
+        for block in self.bins:
+            row.append(len(block))
+            row.extend(map(int, itertools.chain.from_iterable(block)))
+        return tuple(row)
+
+    def open_documents(self) -> set[int]:
+        """The documents of the open blocks (pack mode's carry; none in concat mode)."""
+        return {p.doc_index for b in self.bins for p in b}
 
     @classmethod
     def from_dict(cls, pieces: Sequence[Piece], options: BlockOptions, state: dict[str, Any]) -> BlockCutter:
@@ -129,7 +149,7 @@ class BlockCutter:
         """Piece ``index`` as a tuple: made ``_RUN`` at a time when first needed (a consumer's
         first block costs a run, not all its pieces, TB25)."""
         at = index - self._run_lo
-        if 0 <= at < len(self._run):  # the cutter walks forward: almost always the current run
+        if 0 <= at < self._run_len:  # the cutter walks forward: almost always the current run
             return self._run[at]
         run, at = divmod(index, _RUN)
         items = self._items.get(run)
@@ -137,7 +157,7 @@ class BlockCutter:
             if len(self._items) > 2:
                 self._items.clear()
             items = self._items[run] = list(self.pieces[run * _RUN:(run + 1) * _RUN])
-        self._run_lo, self._run = run * _RUN, items
+        self._run_lo, self._run, self._run_len = run * _RUN, items, len(items)
         return items[at]
 
     def _take(self, limit: int) -> Piece:

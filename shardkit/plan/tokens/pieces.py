@@ -5,6 +5,7 @@ arrays, not a million objects, and cutting it at a position is two binary search
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple, overload
 
@@ -21,6 +22,9 @@ class Piece(NamedTuple):
     @property
     def length(self) -> int:
         return self.stop - self.start
+
+
+_make_piece = functools.partial(tuple.__new__, Piece)
 
 
 class Pieces(Sequence[Piece]):
@@ -100,7 +104,8 @@ class Pieces(Sequence[Piece]):
         return Piece(int(self.doc[index]), int(self.start[index]), int(self.stop[index]))
 
     def __iter__(self) -> Iterator[Piece]:
-        return map(Piece._make, zip(self.doc.tolist(), self.start.tolist(), self.stop.tolist(), strict=True))
+        # tuple.__new__(Piece, t) is what Piece(...) does, without a Python frame per piece
+        return map(_make_piece, zip(self.doc.tolist(), self.start.tolist(), self.stop.tolist(), strict=True))
 
     def __eq__(self, other: Any) -> bool:
         if not isinstance(other, Sequence):

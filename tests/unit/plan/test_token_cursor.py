@@ -39,7 +39,9 @@ def _reports(plan, consumer: int) -> dict[int, dict]:
     out, done = {}, 0
     for blocks, cutter in batch_blocks(work, options, plan.params.batch_size):
         done += len(blocks)
-        row = cursor_row({**cutter.to_dict(), "blocks": done})
+        row = cutter.cursor_row(done)  # what the loader sends, written from the cutter directly
+        assert row == cursor_row({**cutter.to_dict(), "blocks": done})
+        assert all(type(x) is int for x in row)  # plain ints: the row travels in the batch's meta
         assert row_length(row + (0, 0)) == len(row)  # a padded gather row
         out[done] = cursor_state(row)
     return out
