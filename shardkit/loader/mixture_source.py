@@ -64,6 +64,7 @@ class MixtureSource:
         self._tokens = False  # cut into token blocks: the state counts tokens too (MX14)
         self._tallies: BatchTallies | None = None  # this consumer's (in the worker)
         self._order: tuple[int, ...] = tuple(range(len(self.spec.sources)))
+        self._reordered = False  # _order is not the mixture's own (set with it in read())
         self._bases = self._sample_bases_of(self._order)
 
     # ---- the epoch ------------------------------------------------------------------------------
@@ -205,7 +206,7 @@ class MixtureSource:
              options: ReadOptions, batch_size: int) -> Iterator[WindowSamples]:
         self._order = self.order_for(plan.params.epoch)
         self._bases = self._sample_bases_of(self._order)
-        reordered = self._order != tuple(range(len(self._order)))
+        self._reordered = reordered = self._order != tuple(range(len(self._order)))
         order = np.asarray(self._order, dtype=np.int64) if reordered else None
         tallies = self._tallies = BatchTallies(self._bases[1:], order, len(self.spec.sources), batch_size,
                                                self._lengths)
@@ -222,7 +223,7 @@ class MixtureSource:
         counts = self._tallies.take()  # this batch's, taken whatever collate_fn made of it
         if not isinstance(batch, dict):
             return
-        reordered = self._order != tuple(range(len(self._order)))
+        reordered = self._reordered
         reindex = with_index and reordered
         if self.with_source or reindex:
             in_plan = np.searchsorted(self._bases[1:], cut.indices, side="right")

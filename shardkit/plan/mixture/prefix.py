@@ -104,8 +104,17 @@ class Interleave:
     def merged(self, lo: Sequence[int], hi: Sequence[int]) -> np.ndarray:
         """Indices into the source-major list of ranks ``lo[i]:hi[i]``, in merged order."""
         # int64 keys while (2r + 1) * L fits (counts below ~1e6), else exact Python ints
-        kind = np.int64 if 2 * max(self.counts + [1]) * self._scale < 2**62 else object
-        keys = [(2 * np.arange(a, b, dtype=np.int64).astype(kind) + 1) * self._scale // (2 * q)
+        if 2 * max(self.counts + [1]) * self._scale < 2**62:  # one vector op for every source
+            first = np.asarray(lo, dtype=np.int64)
+            sizes = np.maximum(np.asarray(hi, dtype=np.int64) - first, 0)
+            source = np.repeat(np.arange(len(sizes)), sizes)
+            if not len(source):
+                return np.zeros(0, dtype=np.int64)
+            starts = np.cumsum(sizes) - sizes
+            ranks = np.arange(len(source), dtype=np.int64) - starts[source] + first[source]
+            wide = (2 * ranks + 1) * self._scale // (2 * np.asarray(self.counts, dtype=np.int64)[source])
+            return np.argsort(wide, kind="stable").astype(np.int64)
+        keys = [(2 * np.arange(a, b, dtype=np.int64).astype(object) + 1) * self._scale // (2 * q)
                 for q, a, b in zip(self.counts, lo, hi, strict=True) if b > a]
         if not keys:
             return np.zeros(0, dtype=np.int64)

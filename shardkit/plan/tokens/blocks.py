@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -87,6 +87,7 @@ class BlockCutter:
         self.piece_index = 0
         self.offset = 0  # positions of pieces[piece_index] already taken
         self.bins: list[list[Piece]] = []  # pack mode: the open blocks (carry)
+        self._open: dict[int, int] = {}  # document -> its pieces in the open blocks
         self.used: list[int] = []  # positions in each open block
         self._items: dict[int, list[Piece]] = {}  # the pieces as tuples, made a run of them at a time
         self._run_lo, self._run = 0, self._items.get(0, [])  # the run last used: pieces _run_lo …
@@ -112,14 +113,18 @@ class BlockCutter:
             row = [int(blocks), index, int(cursor.doc_index), int(cursor.start) + self.offset, len(self.bins)]
         else:
             row = [int(blocks), index, -1, 0, len(self.bins)]
-        for block in self.bins:
+        for block in self.bins:  # plain ints: every piece is made of them (_take, from_dict)
             row.append(len(block))
-            row.extend(map(int, itertools.chain.from_iterable(block)))
+            row.extend(itertools.chain.from_iterable(block))
         return tuple(row)
 
-    def open_documents(self) -> set[int]:
-        """The documents of the open blocks (pack mode's carry; none in concat mode)."""
-        return {p.doc_index for b in self.bins for p in b}
+    def open_documents(self) -> Container[int]:
+        """The documents of the open blocks (pack mode's carry; none in concat mode), kept as
+        blocks open and close: no walk over the carry."""
+        return self._open
+
+    def _opened(self, piece: Piece) -> None:
+        self._open[piece.doc_index] = self._open.get(piece.doc_index, 0) + 1
 
     @classmethod
     def from_dict(cls, pieces: Sequence[Piece], options: BlockOptions, state: dict[str, Any]) -> BlockCutter:
@@ -136,6 +141,8 @@ class BlockCutter:
         cutter.piece_index = index
         cutter.offset = 0 if doc == -1 else offset - cutter.pieces[index].start
         cutter.bins = [[Piece(*map(int, p)) for p in b] for b in state.get("carry", [])]
+        for piece in itertools.chain.from_iterable(cutter.bins):
+            cutter._opened(piece)
         cutter.used = [sum(p.length for p in b) for b in cutter.bins]
         if options.mode == "concat" and cutter.bins:
             raise StateError("token-block state: concat mode has no carry")
@@ -237,7 +244,9 @@ class BlockCutter:
                     self.used.append(0)
                     continue
                 return self._emit(self._bin_to_close())
-            self.bins[target].append(self._take(remaining))
+            piece = self._take(remaining)
+            self.bins[target].append(piece)
+            self._opened(piece)
             self.used[target] += remaining
             if self.used[target] == seq_len:
                 return self._emit(target)
@@ -262,4 +271,10 @@ class BlockCutter:
 
     def _emit(self, index: int) -> Block:
         pieces, used = self.bins.pop(index), self.used.pop(index)
+        for piece in pieces:
+            left = self._open[piece.doc_index] - 1
+            if left:
+                self._open[piece.doc_index] = left
+            else:
+                del self._open[piece.doc_index]
         return Block(tuple(pieces), self.options.seq_len - used)

@@ -12,7 +12,7 @@ them out by index. Not thread-safe; one per consumer iteration.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Container, Generator, Iterator
 from typing import Any
 
 import numpy as np
@@ -196,7 +196,7 @@ class EpochDocuments:
                               f"a 1-D integer array, got {type(value).__name__} {tokens.dtype}")
         return tokens
 
-    def release(self, cursor: int, keep: Callable[[], set[int]]) -> None:
+    def release(self, cursor: int, keep: Callable[[], Container[int]]) -> None:
         """Forget documents no piece from index ``cursor`` on needs, except those in ``keep()``
         (pack mode's open blocks; asked only while one is past its last use): O(log n) per
         document forgotten, plus the documents held for open blocks, whatever is loaded."""
