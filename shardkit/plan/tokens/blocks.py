@@ -109,8 +109,8 @@ class BlockCutter:
         the cutter directly: a pack-mode batch's row costs its carry's ints, not a dict of lists."""
         index = self.piece_index
         if index < len(self.pieces):
-            cursor = self.pieces[index]
-            row = [int(blocks), index, int(cursor.doc_index), int(cursor.start) + self.offset, len(self.bins)]
+            cursor = self._piece(index)
+            row = [int(blocks), index, cursor.doc_index, cursor.start + self.offset, len(self.bins)]
         else:
             row = [int(blocks), index, -1, 0, len(self.bins)]
         for block in self.bins:  # plain ints: every piece is made of them (_take, from_dict)
@@ -167,9 +167,11 @@ class BlockCutter:
         self._run_lo, self._run, self._run_len = run * _RUN, items, len(items)
         return items[at]
 
-    def _take(self, limit: int) -> Piece:
-        """Take up to ``limit`` positions of the current piece, advancing the cursor."""
-        head = self._piece(self.piece_index)
+    def _take(self, limit: int, head: Piece | None = None) -> Piece:
+        """Take up to ``limit`` positions of the current piece (``head``, if the caller has it),
+        advancing the cursor."""
+        if head is None:
+            head = self._piece(self.piece_index)
         start = head.start + self.offset
         stop = min(head.stop, start + limit)
         self.offset += stop - start
@@ -227,15 +229,15 @@ class BlockCutter:
         return index, offset, begin, stop_at, last
 
     def _next_pack(self) -> Block | None:
-        seq_len = self.options.seq_len
-        while self.piece_index < len(self.pieces):
+        seq_len, count = self.options.seq_len, len(self.pieces)
+        while self.piece_index < count:
             head = self._piece(self.piece_index)
             remaining = head.stop - head.start - self.offset
             if remaining >= seq_len:  # a full block of one document (TB3: split or truncate)
-                piece = self._take(seq_len)
+                piece = self._take(seq_len, head)
                 dropped: tuple[Piece, ...] = ()
                 if self.options.long_docs == "truncate" and self.offset:
-                    dropped = (self._take(head.stop),)
+                    dropped = (self._take(head.stop, head),)
                 return Block((piece,), 0, dropped)
             target = self._choose_bin(remaining)
             if target is None:
@@ -244,7 +246,7 @@ class BlockCutter:
                     self.used.append(0)
                     continue
                 return self._emit(self._bin_to_close())
-            piece = self._take(remaining)
+            piece = self._take(remaining, head)
             self.bins[target].append(piece)
             self._opened(piece)
             self.used[target] += remaining
