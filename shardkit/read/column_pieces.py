@@ -88,11 +88,15 @@ def copy_column_rows(column: AnyColumn, index: np.ndarray, out: np.ndarray) -> i
     if not isinstance(column, JoinedColumn):
         return copy_rows(_ragged(column), column.data, index, out)
     parts, position = column.parts, 0
-    for part, start, stop in zip(column.part[index].tolist(), column.starts[index].tolist(),
-                                 column.ends[index].tolist(), strict=True):
+    for part, start, stop in _joined_rows(column, index):
         out[position : position + stop - start] = parts[part][start:stop]
         position += stop - start
     return position
+
+
+def _joined_rows(column: JoinedColumn, index: np.ndarray) -> zip[tuple[int, int, int]]:
+    """Per sample of ``index``: its part, first row and end row (plain ints)."""
+    return zip(column.part[index].tolist(), column.starts[index].tolist(), column.ends[index].tolist(), strict=True)
 
 
 def row_views(column: AnyColumn, index: np.ndarray,
@@ -101,8 +105,7 @@ def row_views(column: AnyColumn, index: np.ndarray,
     ``convert(data)``, per part of a joined column, with ``convert``)."""
     if isinstance(column, JoinedColumn):
         parts = column.parts if convert is None else tuple(convert(part) for part in column.parts)
-        return [parts[part][a:b] for part, a, b in zip(column.part[index].tolist(), column.starts[index].tolist(),
-                                                       column.ends[index].tolist(), strict=True)]
+        return [parts[part][a:b] for part, a, b in _joined_rows(column, index)]
     offsets = _ragged(column)
     data = column.data if convert is None else convert(column.data)
     return [data[a:b] for a, b in zip(offsets[index].tolist(), offsets[index + 1].tolist(), strict=True)]

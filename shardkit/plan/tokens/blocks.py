@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from shardkit.errors import PlanError, StateError
+from shardkit.plan.tokens.cursor import write_row
 from shardkit.plan.tokens.pieces import Piece, Pieces
 
 __all__ = ["MODES", "Block", "BlockCutter", "BlockOptions", "Piece", "Pieces", "epoch_pieces", "num_positions"]
@@ -110,13 +111,9 @@ class BlockCutter:
         index = self.piece_index
         if index < len(self.pieces):
             cursor = self._piece(index)
-            row = [int(blocks), index, cursor.doc_index, cursor.start + self.offset, len(self.bins)]
-        else:
-            row = [int(blocks), index, -1, 0, len(self.bins)]
-        for block in self.bins:  # plain ints: every piece is made of them (_take, from_dict)
-            row.append(len(block))
-            row.extend(itertools.chain.from_iterable(block))
-        return tuple(row)
+            # plain ints: every piece is made of them (_take, from_dict)
+            return write_row(int(blocks), index, cursor.doc_index, cursor.start + self.offset, self.bins)
+        return write_row(int(blocks), index, -1, 0, self.bins)
 
     def open_documents(self) -> Container[int]:
         """The documents of the open blocks (pack mode's carry; none in concat mode), kept as

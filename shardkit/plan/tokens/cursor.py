@@ -12,6 +12,7 @@ the consumed boundary instead of recomputing it (no replay, no search).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,13 +23,20 @@ _HEAD = 5  # blocks, piece_index, doc_index, token_offset, open blocks
 
 def cursor_row(state: dict[str, Any]) -> tuple[int, ...]:
     """``state`` (TB5: ``to_dict()`` plus ``"blocks"``) as a flat row of ints."""
-    carry = state["carry"]
-    row = [int(state["blocks"]), int(state["piece_index"]), int(state["doc_index"]), int(state["token_offset"]),
-           len(carry)]
+    carry = [[tuple(int(x) for x in piece) for piece in block] for block in state["carry"]]
+    return write_row(int(state["blocks"]), int(state["piece_index"]), int(state["doc_index"]),
+                     int(state["token_offset"]), carry)
+
+
+def write_row(blocks: int, piece_index: int, doc_index: int, token_offset: int,
+              carry: Sequence[Sequence[Sequence[int]]]) -> tuple[int, ...]:
+    """The row of a cutter state given field by field (``carry``: its open blocks' pieces, each
+    ``(d, s, e)`` of plain ints); the one writer of the format (``cursor_row``, and
+    ``BlockCutter.cursor_row`` per batch)."""
+    row = [blocks, piece_index, doc_index, token_offset, len(carry)]
     for block in carry:
         row.append(len(block))
-        for piece in block:
-            row.extend(int(x) for x in piece)
+        row.extend(itertools.chain.from_iterable(block))
     return tuple(row)
 
 
