@@ -13,7 +13,6 @@ so it counts what the training loop received, never what workers prefetched.
 
 from __future__ import annotations
 
-import operator
 from collections import deque
 from typing import Any
 
@@ -34,8 +33,9 @@ class SourceTally:
     def __init__(self, names: tuple[str, ...], tokens: bool = False) -> None:
         self.names, self.tokens = names, tokens
         # cumulative counts as tuples of Python ints: adding one batch's costs ~1 us, not ~5 (per step)
-        self._history: dict[int, deque[tuple[int, tuple[int, ...]]]] = {}
-        self._zero = (0,) * (len(names) * (2 if tokens else 1))
+        # cumulative counts as int64 vectors: adding one batch's is one vector add (per step)
+        self._history: dict[int, deque[tuple[int, np.ndarray]]] = {}
+        self._zero = np.zeros(len(names) * (2 if tokens else 1), dtype=np.int64)
 
     def reset(self, start_offsets: list[int]) -> None:
         self._history = {c: deque([(start, self._zero)], maxlen=HISTORY) for c, start in enumerate(start_offsets)}
@@ -48,7 +48,7 @@ class SourceTally:
         history = self._history.get(meta.consumer)
         if history is None:  # not one made (and dropped) per batch as setdefault's default
             history = self._history[meta.consumer] = deque([(0, self._zero)], maxlen=HISTORY)
-        history.append((meta.position, tuple(map(operator.add, history[-1][1], counts))))
+        history.append((meta.position, history[-1][1] + counts))
 
     def at(self, consumed: dict[int, int]) -> np.ndarray:
         """Samples per source received up to the boundary ``consumed`` (consumer -> position)."""
@@ -65,8 +65,7 @@ class SourceTally:
 
     def summary(self) -> dict[str, Any]:
         """Samples received per source; ``{"samples": n, "tokens": k}`` per source with tokens."""
-        latest = sum((np.asarray(h[-1][1], dtype=np.int64) for h in self._history.values()),
-                     np.zeros(len(self._zero), dtype=np.int64))
+        latest = sum((h[-1][1] for h in self._history.values()), np.zeros(len(self._zero), dtype=np.int64))
         n = len(self.names)
         if self.tokens:
             return {name: {"samples": int(latest[i]), "tokens": int(latest[n + i])}
@@ -82,14 +81,15 @@ class BatchTallies:
     mixture's index of each plan source (None: the same); ``lengths``: tokens per sample of each
     source of this mixture (weights in tokens, MX13). Batches are every ``batch_size`` samples
     of what :meth:`add` saw, in order, as ``cut_batches`` cuts them; :meth:`take` hands out the
-    next batch's counts (real samples per source, then tokens per source with ``lengths``)."""
+    next batch's counts (real samples per source, then tokens per source with ``lengths``), an
+    int64 vector: a row of its window's counts, added to the boundary with one vector add."""
 
     def __init__(self, ends: np.ndarray, order: np.ndarray | None, num_sources: int, batch_size: int,
                  lengths: tuple[np.ndarray, ...] | None = None) -> None:
         self.ends, self.order, self.n, self.batch = ends, order, num_sources, batch_size
         self.bases = np.concatenate([np.zeros(1, dtype=np.int64), ends])
         self.lengths = lengths
-        self.ready: deque[tuple[int, ...]] = deque()
+        self.ready: deque[np.ndarray] = deque()
         self.carry = np.zeros(num_sources * (2 if lengths is not None else 1), dtype=np.int64)
         self.filled = 0  # samples of the batch being filled
 
@@ -113,11 +113,12 @@ class BatchTallies:
             weights = np.bincount(keys, weights=tokens, minlength=size).astype(np.int64)
             rows = np.concatenate([rows, weights.reshape(full + 1, self.n)], axis=1)
         rows[0] += self.carry
-        self.ready.extend(map(tuple, rows[:full].tolist()))
-        self.carry = rows[full]
+        rows.flags.writeable = False  # rows travel in batches; the carry is a copy
+        self.ready.extend(rows[:full])
+        self.carry = rows[full].copy()
         self.filled = (self.filled + len(real)) % self.batch
 
-    def take(self) -> tuple[int, ...]:
+    def take(self) -> np.ndarray:
         return self.ready.popleft()
 
 

@@ -19,8 +19,9 @@ shard was opened (``ShardReader.fetch_mode``):
 One run may mix them (a mixture of local and remote sources): each block is fetched its own
 shard's way. The block a run stopped inside is kept by its reader for the next run (P21) and is
 never fetched again. Fetching ahead reaches only into spans whose shards may be open with the
-one being read — at most ``opener.keep_open`` distinct shards from the span being read to the
-farthest one fetched — and readers are opened in span order, so the opener's LRU (RP1) never
+one being read — at most ``opener.keep_open`` distinct shards of one source, and
+``opener.open_limit`` in all, from the span being read to the farthest one fetched — and
+readers are opened in span order, so the opener's LRU (RP1) never
 closes a shard the run still reads. A shard that fails to open ahead is not opened ahead again;
 its error is raised where the consumer reaches its span, after every sample before it.
 
@@ -74,7 +75,9 @@ class BlockRun:
         self.readers, self.spans = readers, spans
         self.blocks: list[_Block] = []  # the blocks of spans ``0 … expanded - 1``, in order
         self.expanded = 0
-        self.span_shards: deque[tuple[int, int]] = deque()  # (span, shard) expanded from the current one
+        self.span_shards: deque[tuple[int, int, int]] = deque()  # (span, shard, source) from the current one
+        self.open_now: dict[int, int] = {}  # their distinct shards: spans listed of each
+        self.source_now: dict[int, int] = {}  # their distinct shards of each source
         self.helper: BlocksAhead | None = None
         self.ranges: RangesAhead | None = None
         self.open_failed = False  # a shard opened ahead failed: open nothing more ahead
@@ -204,11 +207,13 @@ class BlockRun:
         shard, start, end = self.spans[self.expanded]
         if current_span is not None:
             while self.span_shards and self.span_shards[0][0] < current_span:
-                self.span_shards.popleft()
-            if len({s for _, s in self.span_shards} | {shard}) > self.readers.keep_open:
+                self._forget(self.span_shards.popleft())
+            if shard not in self.open_now and not self._may_open(shard):
                 return False
         else:
             self.span_shards.clear()
+            self.open_now.clear()
+            self.source_now.clear()
         reader = self.readers.reader(shard)
         index = reader.index
         stop = min(end, reader.num_samples)
@@ -218,9 +223,37 @@ class BlockRun:
             part = (max(start - base, 0), min(stop, int(first[block_index + 1])) - base)
             self.blocks.append(_Block(self.expanded, shard, reader, block_index, stop, part,
                                       block_index == first_block, _mode(reader, block_index)))
-        self.span_shards.append((self.expanded, shard))
+        self._remember(shard)
         self.expanded += 1
         return True
+
+    def _may_open(self, shard: int) -> bool:
+        """Whether ``shard`` may be open with the distinct shards from the current span on (RP6):
+        at most ``keep_open`` of one source, ``open_limit`` in all."""
+        readers = self.readers
+        if len(self.open_now) >= readers.open_limit:
+            return False
+        return self.source_now.get(readers.source_of(shard), 0) < readers.keep_open
+
+    def _remember(self, shard: int) -> None:
+        source = self.readers.source_of(shard)
+        self.span_shards.append((self.expanded, shard, source))
+        if shard not in self.open_now:
+            self.open_now[shard] = 0
+            self.source_now[source] = self.source_now.get(source, 0) + 1
+        self.open_now[shard] += 1
+
+    def _forget(self, entry: tuple[int, int, int]) -> None:
+        _, shard, source = entry
+        left = self.open_now[shard] - 1
+        if left:
+            self.open_now[shard] = left
+            return
+        del self.open_now[shard]
+        if self.source_now[source] == 1:
+            del self.source_now[source]
+        else:
+            self.source_now[source] -= 1
 
 
 def _mode(reader: Any, block_index: int) -> str:

@@ -36,7 +36,8 @@ MAX_SHARD_DESCRIPTORS = 128
 
 class ShardReaders(Protocol):
     """What reads a consumer's windows (read/stream.py ``read_window``, read/fetcher.py):
-    readers by shard index, at most ``keep_open`` distinct ones in use at once. ``ShardOpener``
+    readers by shard index; a run uses at most ``keep_open`` distinct shards of one source
+    (``source_of``) and ``open_limit`` in all at once (fetcher.py, RP6). ``ShardOpener``
     (one dataset) and ``MixtureOpener`` (global shard indices over sources) are two."""
 
     @property
@@ -47,6 +48,11 @@ class ShardReaders(Protocol):
 
     @property
     def keep_open(self) -> int: ...
+
+    @property
+    def open_limit(self) -> int: ...
+
+    def source_of(self, shard_index: int) -> int: ...
 
     def reader(self, shard_index: int) -> ShardReader: ...
 

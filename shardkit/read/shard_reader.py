@@ -204,7 +204,7 @@ class ShardReader(ShardBlocks):
 class _OwnSpans:
     """One reader as the fetcher's ``Readers`` for runs over its own samples."""
 
-    keep_open = 1
+    keep_open = open_limit = 1
 
     def __init__(self, reader: ShardReader) -> None:
         self._reader = reader
@@ -212,3 +212,6 @@ class _OwnSpans:
 
     def reader(self, shard_index: int) -> ShardReader:
         return self._reader
+
+    def source_of(self, shard_index: int) -> int:
+        return 0

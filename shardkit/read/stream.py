@@ -94,6 +94,14 @@ class ShardOpener:
             if lazy or items:
                 self._prefetcher = self.cache.prefetch(dataset.store, items, max_ahead=prefetch_ahead, lazy=lazy)
 
+    @property
+    def open_limit(self) -> int:
+        """Distinct shards a run may use at once: one dataset's are all its own (RP6)."""
+        return self.keep_open
+
+    def source_of(self, shard_index: int) -> int:
+        return 0
+
     def reader(self, shard_index: int) -> ShardReader:
         found = self._open.get(self, shard_index)
         if found is not None:

@@ -49,6 +49,16 @@ def _extreme_key(found: np.ndarray, q: np.ndarray, drop: np.ndarray) -> np.ndarr
     return best
 
 
+_WAYS = 64  # thresholds tried per round of prefix()'s search
+
+
+def _at_most_rows(q: np.ndarray, scale: int, thresholds: np.ndarray) -> np.ndarray:
+    """Row ``j``: per source, its keys <= ``thresholds[j]`` (:meth:`Interleave._at_most`, int64)."""
+    ceil = -(-2 * q[None, :] * (thresholds[:, None] + 1) // scale)
+    found: np.ndarray = np.minimum(np.maximum(ceil // 2, 0), q[None, :])
+    return found
+
+
 class Interleave:
     """The merged key order of the sources' samples, with exact integer keys.
 
@@ -60,6 +70,9 @@ class Interleave:
         self.counts = [int(c) for c in counts]
         self.total = sum(self.counts)
         self._scale = 4 * max(self.counts + [1]) ** 2 + 1
+        # int64 counts for prefix()'s vector search while 2 q (threshold + 1) fits, else None
+        fits = 2 * max(self.counts + [1]) * self._scale < 2**62
+        self._q: np.ndarray | None = np.array(self.counts, dtype=np.int64) if fits else None
 
     def _at_most(self, threshold: int) -> list[int]:
         """Per source: keys <= threshold."""
@@ -70,13 +83,42 @@ class Interleave:
         return found
 
     def prefix(self, position: int) -> list[int]:
-        """Per source: samples among the first ``position`` of the merged order; O(n log L)."""
+        """Per source: samples among the first ``position`` of the merged order; O(n log L)
+        numpy work while the keys fit int64 (a 65-way search of the threshold), else
+        :meth:`prefix_exact`."""
         if not 0 <= position <= self.total:
             raise PlanError(f"interleave position {position} outside 0..{self.total}")
         if position == self.total:
             return list(self.counts)
         if position == 0:
             return [0] * len(self.counts)
+        if self._q is None:
+            return self.prefix_exact(position)
+        q, scale = self._q, self._scale
+        # invariant: sum(at_most(lo)) < position <= sum(at_most(hi)). Each source's count at a
+        # threshold t is within one of q_i (t + 1) / L, so t lies within (n + 1) L / T of p L / T.
+        guess, width = position * scale // self.total, (len(self.counts) + 1) * scale // self.total + 1
+        lo, hi = max(guess - width, -1), min(guess + width, scale)
+        ends = _at_most_rows(q, scale, np.array([lo, hi], dtype=np.int64)).sum(axis=1)
+        if not (lo == -1 or ends[0] < position) or not position <= ends[1]:
+            lo, hi = -1, scale
+        while hi - lo > 1:
+            step = max((hi - lo) // (_WAYS + 1), 1)
+            candidates = np.arange(lo + step, hi, step, dtype=np.int64)[:_WAYS]
+            sums = _at_most_rows(q, scale, candidates).sum(axis=1)
+            reached = int(np.searchsorted(sums, position, side="left"))  # sums ascend with the threshold
+            if reached < len(candidates):
+                hi = int(candidates[reached])
+            if reached > 0:
+                lo = int(candidates[reached - 1])
+        below, upto = _at_most_rows(q, scale, np.array([hi - 1, hi], dtype=np.int64))
+        need = position - int(below.sum())
+        below[np.flatnonzero(upto > below)[:need]] += 1  # ties: lower source first
+        found: list[int] = below.tolist()
+        return found
+
+    def prefix_exact(self, position: int) -> list[int]:
+        """:meth:`prefix` in exact Python ints: a bisection of the threshold."""
         lo, hi = -1, self._scale  # invariant: sum(at_most(lo)) < position <= sum(at_most(hi))
         while hi - lo > 1:
             mid = (lo + hi) // 2

@@ -11,6 +11,7 @@ Not thread-safe: one opener per consumer (DataLoader worker).
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -53,14 +54,23 @@ class MixtureOpener:
                                              options=options, open_shards=shared))
         # Asked at every span a read-ahead run expands: once here, not once per source per span.
         self._keep_open = min((opener.keep_open for opener in self._openers), default=1)
+        # A run may use as many shards at once as the shared bound holds, at two descriptors
+        # each (a cached reader's lease); up to keep_open of any one source (RP6).
+        self._open_limit = max(MAX_SHARD_DESCRIPTORS // 2, self._keep_open)
+        self._firsts = [int(b) for b in bases]  # bisected per span a run lists: no numpy call
 
     @property
     def keep_open(self) -> int:
-        """Shards that may be open at once in every source (a run across spans, fetcher.py)."""
+        """Shards of one source that may be open at once (a run across spans, fetcher.py)."""
         return self._keep_open
 
+    @property
+    def open_limit(self) -> int:
+        """Shards of all the sources that a run may use at once (fetcher.py, RP6)."""
+        return self._open_limit
+
     def source_of(self, shard_index: int) -> int:
-        return int(np.searchsorted(self._bases, shard_index, side="right")) - 1
+        return bisect.bisect_right(self._firsts, shard_index) - 1
 
     def reader(self, shard_index: int) -> ShardReader:
         source = self.source_of(shard_index)

@@ -189,6 +189,20 @@ def test_vectorised_interleave_prefixes_equal_the_bisected_ones(counts: list[int
     assert mix.prefixes(np.array(positions)).tolist() == [mix.prefix(p) for p in positions]
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 40), st.integers(0, 300_000), st.just(10**9)), min_size=1, max_size=80),
+       st.data())
+def test_prefix_by_vector_search_equals_the_exact_bisection(counts: list[int], data: st.DataObject) -> None:
+    """MX3: Interleave.prefix (a 65-way int64 search of the threshold, from a bracket around
+    p L / T) equals prefix_exact (Python ints, bisected) at any position, many sources and
+    counts past int64 keys (which take the exact path) included."""
+    mix = Interleave(counts)
+    positions = data.draw(st.lists(st.integers(0, mix.total), max_size=20)) + [1, mix.total - 1]
+    for p in positions:
+        if 0 < p < mix.total:
+            assert mix.prefix(p) == mix.prefix_exact(p)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(0, 3000), min_size=1, max_size=5).filter(lambda q: sum(q) > 1),
        st.sampled_from(["random", "stratified"]), st.integers(2, 2500), st.integers(1, 64), st.data())

@@ -177,7 +177,10 @@ class TwoSources:
 
     def __init__(self, local: ShardOpener, remote: ShardOpener, num_local: int) -> None:
         self.local, self.remote, self.num_local = local, remote, num_local
-        self.options, self.stats, self.keep_open = local.options, local.stats, 2
+        self.options, self.stats, self.keep_open, self.open_limit = local.options, local.stats, 2, 4
+
+    def source_of(self, shard_index: int) -> int:
+        return int(shard_index >= self.num_local)
 
     def reader(self, shard_index: int):
         if shard_index < self.num_local:
@@ -229,3 +232,59 @@ def test_one_run_over_a_local_and_a_remote_source_gives_their_samples(tmp_path_f
         readers.local.close()
         readers.remote.close()
     assert not [t for t in threading.enumerate() if t.name.startswith("shardkit-range")]
+
+
+class ManySources:
+    """``count`` sources over one dataset, each its own ``ShardOpener`` (an owner of RP1) keeping
+    ``keep`` shards, sharing one bound of ``limit`` descriptors: global shard ``g`` is shard
+    ``g % SHARDS`` of source ``g // SHARDS`` (read/mixture/stream.py's layout)."""
+
+    def __init__(self, dataset, count: int, keep: int, limit: int, stats: ReadStats) -> None:
+        from shardkit.read.open_shards import OpenShards
+
+        shared = OpenShards(limit)
+        options = ReadOptions(read_ahead=True)
+        self.openers = [ShardOpener(dataset, keep_open=keep, stats=stats, options=options, open_shards=shared)
+                        for _ in range(count)]
+        self.options, self.stats, self.keep_open, self.open_limit = options, stats, keep, limit
+        self.shared = shared
+
+    def source_of(self, shard_index: int) -> int:
+        return shard_index // SHARDS
+
+    def reader(self, shard_index: int):
+        return self.openers[shard_index // SHARDS].reader(shard_index % SHARDS)
+
+    def close(self) -> None:
+        for opener in self.openers:
+            opener.close()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 2), st.integers(2, 6), st.data())
+def test_a_run_over_many_sources_fetches_ahead_across_them_within_both_bounds(
+        tmp_path_factory, keep: int, limit: int, data: st.DataObject) -> None:
+    """RP6 with several sources (a mixture's window: a span per source): the run fetches ahead
+    across sources up to ``open_limit`` shards in all and ``keep_open`` of any one source, the
+    shared LRU of RP1 never closes a shard the run still reads (every sample arrives, in
+    order), and the next spans' first blocks come from the helper."""
+    folder = tmp_path_factory.mktemp("many")
+    write_dataset(str(folder))
+    dataset = open_dataset(str(folder))
+    first = first_ids(dataset)
+    sources = 5
+    spans = data.draw(st.lists(st.tuples(st.integers(0, sources * SHARDS - 1), st.integers(0, PER_SHARD - 10)),
+                               min_size=1, max_size=14))
+    spans = [(g, a, a + 10) for g, a in spans]
+    want = [first[g % SHARDS] + i for g, a, b in spans for i in range(a, b)]
+    stats = ReadStats()
+    readers = ManySources(dataset, sources, keep, limit, stats)
+    try:
+        assert ids(readers, spans) == want
+        assert readers.shared.descriptors <= limit
+        crossed = sum(1 for i in range(1, len(spans)) if spans[i][0] // SHARDS != spans[i - 1][0] // SHARDS)
+        if crossed == len(spans) - 1:  # each span from another source than the one before
+            # before RP6 counted shards of all sources against keep_open: none with keep = 1
+            assert stats.span_starts_ahead == len(spans) - 1
+    finally:
+        readers.close()
