@@ -37,9 +37,13 @@ def raw_stream(key: int, length: int) -> np.ndarray:
     generator = getattr(_local, "philox", None)
     if generator is None:
         generator = _local.philox = np.random.Philox(0)
-    generator.state = {"bit_generator": "Philox", "state": {"counter": np.zeros(4, dtype=np.uint64),
-                       "key": np.array([key & _WORD, key >> 64], dtype=np.uint64)},
-                       "buffer": np.zeros(4, dtype=np.uint64), "buffer_pos": 4, "has_uint32": 0, "uinteger": 0}
+        _local.state = generator.state  # a template re-keyed per stream: no dict and arrays per call
+    state = _local.state
+    inner = state["state"]
+    inner["counter"][:] = 0
+    inner["key"][0], inner["key"][1] = key & _WORD, key >> 64
+    state["buffer_pos"], state["has_uint32"], state["uinteger"] = 4, 0, 0
+    generator.state = state
     raw: np.ndarray = generator.random_raw(length)
     return raw
 

@@ -109,8 +109,9 @@ class EpochSequence(SpanSequence):
     def shard_order(self) -> np.ndarray:
         return self._order
 
-    def spans(self, start: int, stop: int) -> list[Span]:
-        """The samples ``start:stop`` as non-empty spans; O(log shards + shards in range)."""
+    def spans(self, start: int, stop: int, shard_base: int = 0) -> list[Span]:
+        """The samples ``start:stop`` as non-empty spans; O(log shards + shards in range).
+        ``shard_base`` is added to their shard indices (a mixture's global shards)."""
         self.check_range(start, stop)
         spans: list[Span] = []
         index = int(np.searchsorted(self._cum, start, side="right")) - 1
@@ -118,7 +119,7 @@ class EpochSequence(SpanSequence):
             base = int(self._cum[index])
             end = min(stop, int(self._cum[index + 1]))
             if end > start:
-                spans.append(Span(int(self._order[index]), start - base, end - base))
+                spans.append(Span(int(self._order[index]) + shard_base, start - base, end - base))
             start = max(start, end)
             index += 1
         return spans

@@ -66,8 +66,7 @@ class SourceStream:
             start += take
 
     def spans(self, lo: int, hi: int) -> list[Span]:
-        return [Span(s.shard_index + self._base, s.start, s.end)
-                for a, b in self._pieces(lo, hi) for s in self._pass.spans(a, b)]
+        return [span for a, b in self._pieces(lo, hi) for span in self._pass.spans(a, b, self._base)]
 
     def shards(self, lo: int, hi: int) -> np.ndarray:
         found = [self._pass.shards(a, b) + self._base for a, b in self._pieces(lo, hi)]

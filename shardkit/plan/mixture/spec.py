@@ -91,6 +91,9 @@ class MixSpec:
     schedule: tuple[ScheduleStep, ...] = ()
     basis: tuple[int, tuple[int, ...]] | None = field(default=None)
     unit: str = "samples"
+    # epoch -> its segments: exact counts cost Fractions per source, asked for by every plan,
+    # digest and cursor of the epoch (the spec is immutable; a rebased one starts empty)
+    _segments: dict[int, tuple[Segment, ...]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sources", tuple(self.sources))
@@ -135,6 +138,12 @@ class MixSpec:
     def segments(self, epoch: int) -> tuple[Segment, ...]:
         """The pieces of ``epoch`` between its weight changes (MX11): one unless the schedule
         changes the mix inside the epoch. Each has its own exact counts (largest remainder)."""
+        known = self._segments.get(epoch)
+        if known is None:
+            known = self._segments[epoch] = self._segments_of(epoch)
+        return known
+
+    def _segments_of(self, epoch: int) -> tuple[Segment, ...]:
         points = [(0, self.weights(epoch))] + [(s.first_sample, s.weights) for s in self.schedule
                                                if s.first_epoch == epoch and s.first_sample > 0]
         ends = [first for first, _ in points[1:]] + [self.samples_per_epoch]
@@ -145,6 +154,7 @@ class MixSpec:
                 if count and not source.num_samples:
                     raise PlanError(f"source {source.name!r} has no samples but its weight asks for "
                                     f"{count} per epoch (epoch {epoch}, from sample {first})")
+            counts.flags.writeable = False  # kept for the epoch (_segments): never changed in place
             found.append(Segment(first, end, tuple(float(w) for w in weights), counts))
         return tuple(found)
 
