@@ -262,7 +262,8 @@ def _blocks(work: Any, rows: TokenDocs, options: BlockOptions, batch_size: int, 
             provenance: bool) -> Iterator[Cut]:
     """Each batch as its blocks (pack mode, loss masks): ``assemble`` writes their rows."""
     for blocks, cutter in batch_blocks(work, options, batch_size, start):
-        make = functools.partial(assemble, blocks, rows, options.seq_len, options.mode, provenance, _arena_rows)
+        make = functools.partial(_rows_of, assemble, blocks, rows, options.seq_len, options.mode, provenance,
+                                 count=_row_arrays(provenance))
         yield make, len(blocks), cutter, functools.partial(block_head, blocks)
 
 
@@ -276,9 +277,14 @@ def _windows(work: Any, rows: TokenDocs, options: BlockOptions, batch_size: int,
         count = min(batch_size, work.num_blocks - done)
         begin, taken = cutter.advance(count)
         done += count
-        make = functools.partial(stream.rows, begin, taken, count, _arena_rows)
+        make = functools.partial(_rows_of, stream.rows, begin, taken, count, count=_row_arrays(provenance))
         head = functools.partial(window_head, work.pieces.locate, begin, begin + taken, count, options.seq_len)
         yield make, count, cutter, head
+
+
+def _row_arrays(provenance: bool) -> int:
+    """(B, L) int64 arrays of a token batch: input ids, position ids, labels (+ provenance's two)."""
+    return 5 if provenance else 3
 
 
 def _then(make: Callable[[], dict[str, Any]], finish: Callable[[dict[str, Any]], Any]) -> Any:
@@ -296,7 +302,30 @@ def _tensor(values: np.ndarray) -> torch.Tensor:
     return out
 
 
-def _arena_rows(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """(B, L) int64 rows and int32 ``cu_seqlens`` allocated where the emitter wants them:
-    ``assemble`` writes in place."""
-    return alloc_array(shape, np.dtype(dtype))
+class _ArenaRows:
+    """Where a batch's arrays are allocated (where the emitter wants them: ``assemble`` and
+    ``ConcatRows.rows`` write in place): its ``count`` (B, L) int64 rows (input ids, position
+    ids, labels, and with provenance document index and token offset) as one (count, B, L)
+    array, one allocation per batch instead of one per row array (at ``num_workers=0`` each is
+    a recycled buffer lent with a finaliser); anything else (``cu_seqlens``) on its own."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._stack: np.ndarray | None = None
+        self._next = 0
+
+    def __call__(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        if dtype != np.int64 or len(shape) != 2:
+            return alloc_array(shape, dtype)
+        stack = self._stack
+        if stack is None or self._next == len(stack) or stack.shape[1:] != tuple(shape):
+            stack = self._stack = alloc_array((self.count, *shape), dtype)
+            self._next = 0
+        self._next += 1
+        return stack[self._next - 1]
+
+
+def _rows_of(make: Callable[..., dict[str, Any]], *args: Any, count: int) -> dict[str, Any]:
+    """``make(*args, empty)`` with a fresh :class:`_ArenaRows` of ``count`` row arrays."""
+    return make(*args, _ArenaRows(count))

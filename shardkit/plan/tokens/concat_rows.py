@@ -164,8 +164,9 @@ class ConcatRows:
         padding segment per row (the rest of the row real positions end in, then whole rows)."""
         seq_len = self.seq_len
         lo, hi = np.searchsorted(self._breaks, [begin + 1, begin + real])
-        cuts = np.union1d(self._breaks[lo:hi] - begin, np.arange(seq_len, real, seq_len, dtype=np.int64))
-        segments = np.diff(np.concatenate(([0], cuts, [real]))) if real else np.zeros(0, dtype=np.int64)
+        # a few dozen cuts: a set of Python ints merges them faster than numpy's union1d
+        cuts = sorted(set((self._breaks[lo:hi] - begin).tolist()).union(range(seq_len, real, seq_len)))
+        segments = np.diff(np.array([0, *cuts, real], dtype=np.int64)) if real else np.zeros(0, dtype=np.int64)
         pad = size - real
         if pad:
             partial = (-real) % seq_len
