@@ -31,6 +31,14 @@ def philox_key(*words: int) -> int:
     return int.from_bytes(digest, "little")
 
 
+def philox_keys(words: tuple[int, ...], last: range) -> list[int]:
+    """``[philox_key(*words, j) for j in last]``, the common words spelled once."""
+    head = ",".join(str(int(word)) for word in words).encode("ascii") + b","
+    blake2b = hashlib.blake2b
+    return [int.from_bytes(blake2b(head + str(j).encode("ascii"), digest_size=16, person=_PERSON).digest(), "little")
+            for j in last]
+
+
 def raw_stream(key: int, length: int) -> np.ndarray:
     """``numpy.random.Philox(key=key).random_raw(length)``, without building a generator per
     call (that draws entropy it never uses: about a fifth of a window's cost); thread-safe."""

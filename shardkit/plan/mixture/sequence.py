@@ -22,7 +22,7 @@ import numpy as np
 
 from shardkit.plan.mixture.cuts import first_counts
 from shardkit.plan.mixture.prefix import Interleave
-from shardkit.plan.rng import first_of_permutation, permutation, philox_key, raw_stream
+from shardkit.plan.rng import first_of_permutation, permutation, philox_key, philox_keys, raw_stream
 from shardkit.plan.sequence import EpochSequence, SampleSequence, window_bounds
 from shardkit.plan.spans import Decoded, Span, Window, join_decoded
 
@@ -251,7 +251,7 @@ class MixedSequence(SampleSequence):
         # stratified: keep the merged slots, permute each source's samples inside the window,
         # then shuffle the slots of each batch among themselves.
         bases = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(sizes)])
-        within = np.concatenate([_zero_based_perm(self._key, index, i, int(m)) for i, m in enumerate(sizes)])
+        within = _within_perms(self._key, index, sizes)
         source = np.repeat(np.arange(len(sizes)), sizes)[merged]
         order = bases[source] + within[merged]
         raw = raw_stream(philox_key(SALT_MIX_WINDOW, *self._key, index, -1), total)
@@ -284,6 +284,25 @@ def _sorted_within_blocks(keys: np.ndarray, block: int) -> np.ndarray:
     rows += np.arange(0, whole, block, dtype=np.int64)[:, None]
     tail = whole + np.argsort(keys[whole:], kind="stable")
     return np.concatenate([rows.reshape(-1), tail]).astype(np.int64, copy=False)
+
+
+def _within_perms(key: tuple[int, ...], index: int, sizes: np.ndarray) -> np.ndarray:
+    """``_zero_based_perm(key, index, i, sizes[i])`` of every source ``i``, one after another.
+    While the sizes are about even (a stratified window), one row-wise argsort of the sources'
+    Philox streams padded with the largest key, which a stable sort puts after every real one:
+    the first ``sizes[i]`` of row ``i`` are its stream's argsort, as alone."""
+    width, total = int(sizes.max(initial=0)), int(sizes.sum())
+    if width <= 1 or len(sizes) * width > 2 * total + 64:
+        return np.concatenate([np.zeros(0, dtype=np.int64)] + [_zero_based_perm(key, index, i, int(m))
+                                                                for i, m in enumerate(sizes.tolist())])
+    raws = np.full((len(sizes), width), np.iinfo(np.uint64).max, dtype=np.uint64)
+    for i, (m, word) in enumerate(zip(sizes.tolist(), philox_keys((SALT_MIX_WINDOW, *key, index), range(len(sizes))),
+                                      strict=True)):
+        if m > 1:
+            raws[i, :m] = raw_stream(word, m)
+    rows = np.argsort(raws, axis=1, kind="stable")
+    found: np.ndarray = rows[np.arange(width) < sizes[:, None]].astype(np.int64, copy=False)
+    return found
 
 
 def _zero_based_perm(key: tuple[int, ...], index: int, source: int, length: int) -> np.ndarray:

@@ -51,3 +51,24 @@ def test_counts_a_window_at_a_time_equal_counts_batch_by_batch(sizes, batch, bat
     got = [tuple(tallies.take().tolist()) for _ in range(batches if total else 0)]
     assert got == by_batch(indices, padded, bases, order, lengths, batch)
     assert not tallies.ready and not tallies.carry.any()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 3), st.integers(0, 5000), st.just(0)), min_size=2, max_size=70),
+       st.data())
+def test_the_bucket_table_finds_each_index_source_as_a_binary_search_does(sizes: list[int],
+                                                                          data: st.DataObject) -> None:
+    """MX10 tallies: the per-window source of each (shuffled) plan index by bucket table equals
+    ``searchsorted(ends, indices, side="right")``, empty sources and indices at the ends included."""
+    from shardkit.loader.mixture_state import _BucketLookup
+
+    ends = np.cumsum(sizes)[:-1].astype(np.int64)
+    total = sum(sizes)
+    if total == 0:
+        return
+    picked = data.draw(st.lists(st.integers(0, total - 1), max_size=50))
+    indices = np.array(picked + [0, total - 1] + [int(e) for e in ends if e < total]
+                       + [int(e) - 1 for e in ends if 0 < e <= total], dtype=np.int64)
+    lookup = _BucketLookup.of(ends)
+    assert lookup is not None
+    assert lookup.find(indices).tolist() == np.searchsorted(ends, indices, side="right").tolist()

@@ -185,3 +185,23 @@ def test_shards_of_lists_what_the_windows_read(spec: MixSpec, params: PlanParams
         assert read <= set(plan.shards_of(consumer, start))
         assert set(plan.shards_of(consumer, start)) <= read | {s.shard_index for w in plan.consumer_windows(
             consumer, start) for s in w.spans}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 300), min_size=1, max_size=70), st.one_of(st.none(), st.integers(0, 5000)),
+       st.integers(0, 10**6), st.integers(0, 50))
+def test_a_windows_within_source_permutations_at_once_equal_each_alone(
+        sizes: list[int], large: int | None, seed: int, index: int) -> None:
+    """MX4 (stratified): the window's per-source permutations made together (one row-wise
+    argsort of the padded Philox streams, or one by one when the sizes are uneven) equal
+    ``_zero_based_perm`` of each source alone, keyed ``(12, seed, epoch, j, source)``."""
+    from shardkit.plan.mixture.sequence import _within_perms, _zero_based_perm
+    from shardkit.plan.rng import philox_key, philox_keys
+
+    counts = np.array(sizes + ([] if large is None else [large]), dtype=np.int64)
+    key = (seed, 3)
+    alone = [_zero_based_perm(key, index, i, int(m)) for i, m in enumerate(counts.tolist())]
+    together = _within_perms(key, index, counts)
+    assert together.dtype == np.int64
+    assert together.tolist() == np.concatenate([np.zeros(0, dtype=np.int64)] + alone).tolist()
+    assert philox_keys((12, *key, index), range(-1, 3)) == [philox_key(12, *key, index, j) for j in range(-1, 3)]
