@@ -166,7 +166,8 @@ class ConcatRows:
         lo, hi = np.searchsorted(self._breaks, [begin + 1, begin + real])
         # a few dozen cuts: a set of Python ints merges them faster than numpy's union1d
         cuts = sorted(set((self._breaks[lo:hi] - begin).tolist()).union(range(seq_len, real, seq_len)))
-        segments = np.diff(np.array([0, *cuts, real], dtype=np.int64)) if real else np.zeros(0, dtype=np.int64)
+        segments: np.ndarray = (np.diff(np.array([0, *cuts, real], dtype=np.int64)) if real
+                                else np.zeros(0, dtype=np.int64))
         pad = size - real
         if pad:
             partial = (-real) % seq_len
