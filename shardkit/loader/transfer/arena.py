@@ -137,8 +137,12 @@ def alloc_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """``alloc`` as a numpy array (``dtype`` one numpy and torch share): inside an arena, a view
     of its buffer with no torch tensor made and unmade (token blocks, several per batch)."""
     arena: Allocator | None = getattr(_local, "arena", None)
-    if isinstance(arena, Arena):
-        return arena.empty_array(shape, dtype)
+    if arena is None:
+        return np.empty(shape, dtype=dtype)
+    empty_array = getattr(arena, "empty_array", None)  # an Arena, a Recycler
+    if empty_array is not None:
+        found: np.ndarray = empty_array(shape, dtype)
+        return found
     return alloc(shape, torch_dtype(dtype)).numpy()
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from shardkit.loader.transfer.dtypes import numel, numpy_dtype
+from shardkit.loader.transfer.dtypes import numel, numpy_dtype, torch_dtype
 from shardkit.loader.transfer.lending import lend
 
 RECYCLE_BYTES = 1 << 20  # smaller tensors come from torch.empty (the allocator's own pools)
@@ -48,6 +48,14 @@ class Recycler:
         self._lent[index] = True
         array = lend(self._buffers[index].data, 0, nbytes, self._release, index)
         return torch.from_numpy(array.view(np_dtype).reshape(shape))
+
+    def empty_array(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """As ``empty``, as a numpy array; a small one straight from numpy (no tensor made and
+        unmade: token batches ask for several per batch)."""
+        if numel(shape) * dtype.itemsize < RECYCLE_BYTES:
+            return np.empty(shape, dtype=dtype)
+        found: np.ndarray = self.empty(shape, torch_dtype(dtype)).numpy()
+        return found
 
     def _free(self, nbytes: int) -> int | None:
         """A buffer not lent out, grown to ``nbytes`` if need be; None if all are busy."""
