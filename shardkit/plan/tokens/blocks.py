@@ -110,7 +110,8 @@ class BlockCutter:
         the cutter directly: a pack-mode batch's row costs its carry's ints, not a dict of lists."""
         index = self.piece_index
         if index < len(self.pieces):
-            cursor = self._piece(index)
+            # concat batches jump (advance): one piece read, not a run of them made (pack walks them)
+            cursor = self.pieces[index] if self.options.mode == "concat" else self._piece(index)
             # plain ints: every piece is made of them (_take, from_dict)
             return write_row(int(blocks), index, cursor.doc_index, cursor.start + self.offset, self.bins)
         return write_row(int(blocks), index, -1, 0, self.bins)
