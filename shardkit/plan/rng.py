@@ -26,17 +26,17 @@ _local = threading.local()  # one Philox per thread, re-keyed per stream (raw_st
 
 def philox_key(*words: int) -> int:
     """A 128-bit Philox key from integer words; equal words give equal keys, everywhere."""
-    text = ",".join(str(int(word)) for word in words).encode("ascii")
-    digest = hashlib.blake2b(text, digest_size=16, person=_PERSON).digest()
-    return int.from_bytes(digest, "little")
+    return _key_of(",".join(str(int(word)) for word in words).encode("ascii"))
 
 
 def philox_keys(words: tuple[int, ...], last: range) -> list[int]:
     """``[philox_key(*words, j) for j in last]``, the common words spelled once."""
     head = ",".join(str(int(word)) for word in words).encode("ascii") + b","
-    blake2b = hashlib.blake2b
-    return [int.from_bytes(blake2b(head + str(j).encode("ascii"), digest_size=16, person=_PERSON).digest(), "little")
-            for j in last]
+    return [_key_of(head + str(j).encode("ascii")) for j in last]
+
+
+def _key_of(text: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(text, digest_size=16, person=_PERSON).digest(), "little")
 
 
 def raw_stream(key: int, length: int) -> np.ndarray:

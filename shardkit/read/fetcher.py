@@ -205,10 +205,11 @@ class BlockRun:
         if self.expanded >= len(self.spans):
             return False
         shard, start, end = self.spans[self.expanded]
+        source = self.readers.source_of(shard)
         if current_span is not None:
             while self.span_shards and self.span_shards[0][0] < current_span:
                 self._forget(self.span_shards.popleft())
-            if shard not in self.open_now and not self._may_open(shard):
+            if shard not in self.open_now and not self._may_open(source):
                 return False
         else:
             self.span_shards.clear()
@@ -223,37 +224,36 @@ class BlockRun:
             part = (max(start - base, 0), min(stop, int(first[block_index + 1])) - base)
             self.blocks.append(_Block(self.expanded, shard, reader, block_index, stop, part,
                                       block_index == first_block, _mode(reader, block_index)))
-        self._remember(shard)
+        self._remember(shard, source)
         self.expanded += 1
         return True
 
-    def _may_open(self, shard: int) -> bool:
-        """Whether ``shard`` may be open with the distinct shards from the current span on (RP6):
-        at most ``keep_open`` of one source, ``open_limit`` in all."""
+    def _may_open(self, source: int) -> bool:
+        """Whether another shard of ``source`` may be open with the distinct shards from the
+        current span on (RP6): at most ``keep_open`` of one source, ``open_limit`` in all."""
         readers = self.readers
-        if len(self.open_now) >= readers.open_limit:
-            return False
-        return self.source_now.get(readers.source_of(shard), 0) < readers.keep_open
+        return len(self.open_now) < readers.open_limit and self.source_now.get(source, 0) < readers.keep_open
 
-    def _remember(self, shard: int) -> None:
-        source = self.readers.source_of(shard)
+    def _remember(self, shard: int, source: int) -> None:
         self.span_shards.append((self.expanded, shard, source))
         if shard not in self.open_now:
-            self.open_now[shard] = 0
             self.source_now[source] = self.source_now.get(source, 0) + 1
-        self.open_now[shard] += 1
+        self.open_now[shard] = self.open_now.get(shard, 0) + 1
 
     def _forget(self, entry: tuple[int, int, int]) -> None:
         _, shard, source = entry
-        left = self.open_now[shard] - 1
-        if left:
-            self.open_now[shard] = left
-            return
-        del self.open_now[shard]
-        if self.source_now[source] == 1:
-            del self.source_now[source]
-        else:
-            self.source_now[source] -= 1
+        if not _decrement(self.open_now, shard):
+            _decrement(self.source_now, source)
+
+
+def _decrement(counts: dict[int, int], key: int) -> int:
+    """One fewer of ``key`` (gone at zero); how many are left."""
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
+    return left
 
 
 def _mode(reader: Any, block_index: int) -> str:

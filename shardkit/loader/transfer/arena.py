@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from shardkit.loader.transfer.buffers import ALIGN, aligned, fresh_buffer
-from shardkit.loader.transfer.dtypes import numel, numpy_dtype, torch_dtype
+from shardkit.loader.transfer.dtypes import numel, numpy_dtype
 from shardkit.loader.transfer.ring import Ring, SlotRef
 
 _local = threading.local()
@@ -114,6 +114,8 @@ def batch_arena(capacity: int, ring: Ring | None, worker: int) -> Arena:
 class Allocator(Protocol):
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor: ...
 
+    def empty_array(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray: ...
+
 
 @contextlib.contextmanager
 def allocating(allocator: Allocator) -> Iterator[None]:
@@ -139,11 +141,7 @@ def alloc_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     arena: Allocator | None = getattr(_local, "arena", None)
     if arena is None:
         return np.empty(shape, dtype=dtype)
-    empty_array = getattr(arena, "empty_array", None)  # an Arena, a Recycler
-    if empty_array is not None:
-        found: np.ndarray = empty_array(shape, dtype)
-        return found
-    return alloc(shape, torch_dtype(dtype)).numpy()
+    return arena.empty_array(shape, dtype)
 
 
 def alloc_like(values: Any, dtype: torch.dtype) -> torch.Tensor:

@@ -37,7 +37,7 @@ class MixtureOpener:
                  options: ReadOptions = ReadOptions()) -> None:
         self.options = options
         self.stats = stats if stats is not None else ReadStats()
-        self._bases = bases
+        self._firsts = [int(b) for b in bases]  # bisected per span a run lists: no numpy call
         self._openers = []
         # One bound on open shards for all the sources together, not one per source (RP1).
         shared: OpenShards[ShardReader] = OpenShards(MAX_SHARD_DESCRIPTORS)
@@ -57,7 +57,6 @@ class MixtureOpener:
         # A run may use as many shards at once as the shared bound holds, at two descriptors
         # each (a cached reader's lease); up to keep_open of any one source (RP6).
         self._open_limit = max(MAX_SHARD_DESCRIPTORS // 2, self._keep_open)
-        self._firsts = [int(b) for b in bases]  # bisected per span a run lists: no numpy call
 
     @property
     def keep_open(self) -> int:
@@ -74,7 +73,7 @@ class MixtureOpener:
 
     def reader(self, shard_index: int) -> ShardReader:
         source = self.source_of(shard_index)
-        return self._openers[source].reader(shard_index - int(self._bases[source]))
+        return self._openers[source].reader(shard_index - self._firsts[source])
 
     def close(self) -> None:
         for opener in self._openers:
