@@ -2,7 +2,8 @@
 benchmarks/downloads.py (run by it; one JSON line on stdout).
 
     python -m benchmarks.download_client --client shardkit --url s3://data/ds \\
-        --endpoint http://127.0.0.1:PORT --cache DIR --connections 16 [--mode download|fork]
+        --endpoint http://127.0.0.1:PORT --cache DIR --connections 16 [--mode download|fork] \\
+        [--ca-file CERT.pem]
 
 Clients (all through ``ShardCache``, so download, verify-free publish and the file layout are
 the same; only the requests differ):
@@ -18,6 +19,12 @@ the same; only the requests differ):
 
 ``--mode fork``: the client is used in the parent first, then by 2 forked DataLoader workers
 (each downloads shards through the same cache), then by the parent again.
+
+``--ca-file`` (an ``https://`` endpoint with a self-signed certificate): the CA bundle the
+s3fs-based clients verify the server with, as the storage option ``client_kwargs={"verify":
+path}`` — botocore's ``verify``, which ``DirectS3Store`` hands to its own TLS connections too
+(http_ranges.py), so shardkit's bodies are verified against it as well. obstore takes none
+here (benchmarks/obstore_store.py has no such option): it refuses.
 """
 
 from __future__ import annotations
@@ -38,12 +45,17 @@ from shardkit.storage import CacheItem, CacheOptions, ShardCache, Store, open_st
 ONE_GET = 1 << 40
 
 
-def make_store(client: str, url: str, endpoint: str) -> Store:
+def make_store(client: str, url: str, endpoint: str, ca_file: str | None = None) -> Store:
     if client == "obstore":
+        if ca_file is not None:
+            raise SystemExit("obstore: no CA file option in benchmarks/obstore_store.py (HTTPS mode skips it)")
         from benchmarks.obstore_store import ObstoreStore
 
         return ObstoreStore(url, endpoint)
-    options = {"anon": True, "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
+    client_kwargs: dict[str, object] = {"endpoint_url": endpoint, "region_name": "us-east-1"}
+    if ca_file is not None:
+        client_kwargs["verify"] = ca_file  # botocore's verify; DirectS3Store's bodies use it too
+    options = {"anon": True, "client_kwargs": client_kwargs}
     # the others measure bodies read by s3fs
     return open_store(url, options, direct_ranges=client == "shardkit")
 
@@ -64,7 +76,7 @@ def shard_items(store: Store) -> list[CacheItem]:
 
 
 def download(args: argparse.Namespace) -> dict[str, Any]:
-    store = make_store(args.client, args.url, args.endpoint)
+    store = make_store(args.client, args.url, args.endpoint, args.ca_file)
     items = shard_items(store)  # also opens the client and a connection, outside the timing
     options, at_once = cache_options(args.client, args.connections)
     cache = ShardCache(args.cache, 2 * sum(i.num_bytes for i in items) + (1 << 20), options)
@@ -90,6 +102,8 @@ def download(args: argparse.Namespace) -> dict[str, Any]:
         "hedged": stats.hedged,
         "hedge_wins": stats.hedge_wins,
         "lowest_limit": pacing.lowest,
+        # shardkit: whether the bodies went over its own connections (K23), not through s3fs
+        **({"direct_bodies": getattr(store, "_direct", None)} if args.client == "shardkit" else {}),
     }
 
 
@@ -110,7 +124,7 @@ class _Shards:
 def fork(args: argparse.Namespace) -> dict[str, Any]:
     import torch.utils.data
 
-    store = make_store(args.client, args.url, args.endpoint)
+    store = make_store(args.client, args.url, args.endpoint, args.ca_file)
     items = shard_items(store)  # the parent's client is live before the fork
     options, _ = cache_options(args.client, args.connections)
     cache = ShardCache(args.cache, 2 * sum(i.num_bytes for i in items) + (1 << 20), options)
@@ -141,6 +155,7 @@ def main() -> int:
     parser.add_argument("--cache", required=True)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--mode", choices=["download", "fork"], default="download")
+    parser.add_argument("--ca-file", default=None, help="CA bundle to verify an https endpoint with")
     args = parser.parse_args()
     row = download(args) if args.mode == "download" else fork(args)
     print(json.dumps({"client": args.client, "mode": args.mode, **row}), flush=True)
