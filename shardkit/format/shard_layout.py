@@ -14,8 +14,11 @@ for each block, ``num_samples + 1`` u32 offsets of its samples inside the raw bl
 
 from __future__ import annotations
 
+import bisect
 import struct
 from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -79,8 +82,20 @@ class ShardIndex:
     def num_blocks(self) -> int:
         return len(self.blocks)
 
+    @cached_property
+    def starts(self) -> list[int]:
+        """``first_sample`` as Python ints: a run's per-span look-ups index it without numpy."""
+        found: list[int] = self.first_sample.tolist()
+        return found
+
+    @cached_property
+    def table(self) -> dict[str, list[Any]]:
+        """The block table's fields as Python lists (``table["raw_size"][b]``): per-block look-ups
+        on the read path without a numpy record access each."""
+        return {name: self.blocks[name].tolist() for name in self.blocks.dtype.names or ()}
+
     def block_of(self, sample_index: int) -> int:
-        return int(np.searchsorted(self.first_sample, sample_index, side="right") - 1)
+        return bisect.bisect_right(self.starts, sample_index) - 1
 
     def offsets_of(self, block_index: int) -> np.ndarray:
         start = int(self.first_sample[block_index]) + block_index

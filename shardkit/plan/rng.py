@@ -58,7 +58,28 @@ def raw_stream(key: int, length: int) -> np.ndarray:
 
 def permutation(key: int, length: int) -> np.ndarray:
     """A uniformly random permutation of ``range(length)`` (int64) determined by ``key``."""
-    return np.argsort(raw_stream(key, length), kind="stable").astype(np.int64, copy=False)
+    return stable_argsort(raw_stream(key, length)).astype(np.int64, copy=False)
+
+
+def stable_argsort(keys: np.ndarray, lengths: np.ndarray | None = None) -> np.ndarray:
+    """``np.argsort(keys, axis=-1, kind="stable")``, by the unstable sort (about 4x faster on
+    Philox words) wherever that gives the same answer: when no two keys of a row are equal,
+    which is checked, else the stable sort runs. ``lengths`` (2-D ``keys``): only the first
+    ``lengths[i]`` keys of row ``i`` count; the rest are padding of the largest uint64, which
+    both sorts put after every real key, so only the real keys' places must agree."""
+    order = np.argsort(keys, axis=-1)
+    ranked = np.take_along_axis(keys, order, axis=-1)
+    equal = ranked[..., 1:] == ranked[..., :-1]
+    if lengths is not None:  # real keys tie with each other, or the last real one is the pad value
+        width = keys.shape[-1]
+        equal &= np.arange(width - 1) < (lengths - 1)[:, None]
+        last = ranked[np.arange(len(keys)), np.clip(lengths - 1, 0, None)]
+        if np.any(last[lengths > 0] == np.iinfo(keys.dtype).max):
+            equal[...] = True
+    if equal.any():
+        stable: np.ndarray = np.argsort(keys, axis=-1, kind="stable")
+        return stable
+    return order
 
 
 def first_of_permutation(raw: np.ndarray, count: int) -> np.ndarray:

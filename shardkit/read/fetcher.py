@@ -132,7 +132,7 @@ class BlockRun:
             block = self.blocks[candidate]
             if block.mode == HELPER:
                 helper = self._helper()
-                raw_size = int(block.reader.index.blocks[block.block_index]["raw_size"])
+                raw_size = block.reader.index.table["raw_size"][block.block_index]
                 if not helper.has_room(raw_size):
                     break
                 helper.submit(candidate, raw_size)
@@ -184,8 +184,8 @@ class BlockRun:
         self._ranges(first).submit(positions, sizes, lambda: reader.fetch_stored_blocks(first.block_index, stop))
 
     def _stored_size(self, positions: list[int]) -> int:
-        return sum(int(self.blocks[p].reader.index.blocks[self.blocks[p].block_index]["stored_size"])
-                   for p in positions)
+        blocks = self.blocks
+        return sum(blocks[p].reader.index.table["stored_size"][blocks[p].block_index] for p in positions)
 
     # ---- the run's blocks, span by span -----------------------------------------------------
     def _expand_ahead(self, current_span: int) -> bool:
@@ -218,10 +218,10 @@ class BlockRun:
         reader = self.readers.reader(shard)
         index = reader.index
         stop = min(end, reader.num_samples)
-        first, first_block = index.first_sample, index.block_of(start)
+        first, first_block = index.starts, index.block_of(start)
         for block_index in range(first_block, index.block_of(stop - 1) + 1):
-            base = int(first[block_index])
-            part = (max(start - base, 0), min(stop, int(first[block_index + 1])) - base)
+            base = first[block_index]
+            part = (max(start - base, 0), min(stop, first[block_index + 1]) - base)
             self.blocks.append(_Block(self.expanded, shard, reader, block_index, stop, part,
                                       block_index == first_block, _mode(reader, block_index)))
         self._remember(shard, source)

@@ -101,8 +101,8 @@ class ShardReader(ShardBlocks):
         its decompressed bytes, if at hand); a ``ColumnPiece`` for a column block if the reader
         was made with ``views``. Only the samples asked for are unpacked (P21: a spread span that
         starts or ends inside a block pays for its own samples, not the block's)."""
-        record = self.index.blocks[block_index]
-        expected, layout = int(record["num_samples"]), int(record["layout"])
+        table = self.index.table
+        expected, layout = table["num_samples"][block_index], table["layout"][block_index]
         lo, hi = part if part is not None else (0, expected)
         started = time.perf_counter()
         kept = self._kept[1] if self._kept is not None and self._kept[0] == block_index else None
@@ -126,7 +126,7 @@ class ShardReader(ShardBlocks):
         if fresh:  # a kept block was counted once, when it was read
             stats.raw_bytes += len(raw)  # type: ignore[arg-type]
             stats.blocks += 1
-            if kept is None and len(raw) == int(record["raw_size"]):  # type: ignore[arg-type]
+            if kept is None and len(raw) == table["raw_size"][block_index]:  # type: ignore[arg-type]
                 kept = raw  # a row block decompressed whole (not a prefix, P21)
         self._kept = (block_index, kept) if hi < expected and kept is not None else None
         return samples
@@ -181,7 +181,7 @@ class ShardReader(ShardBlocks):
         """Compressed blocks always; raw ones only with ``views``. Measured on raw image blocks
         whose samples msgpack copies out: 13.7k against 17.2k samples/s with the check on the
         helper thread; with views (one copy, into the batch) it is the other way round."""
-        return bool(self.index.blocks[block_index]["codec"]) or self.views
+        return bool(self.index.table["codec"][block_index]) or self.views
 
     def samples(self, start: int = 0, stop: int | None = None) -> Iterator[dict[str, Any]]:
         """SampleChunk ``[start, stop)`` in order, decoding only the blocks that hold them."""

@@ -22,7 +22,14 @@ import numpy as np
 
 from shardkit.plan.mixture.cuts import first_counts
 from shardkit.plan.mixture.prefix import Interleave
-from shardkit.plan.rng import first_of_permutation, permutation, philox_key, philox_keys, raw_stream
+from shardkit.plan.rng import (
+    first_of_permutation,
+    permutation,
+    philox_key,
+    philox_keys,
+    raw_stream,
+    stable_argsort,
+)
 from shardkit.plan.sequence import EpochSequence, SampleSequence, window_bounds
 from shardkit.plan.spans import Decoded, Span, Window, join_decoded
 
@@ -280,9 +287,9 @@ def _sorted_within_blocks(keys: np.ndarray, block: int) -> np.ndarray:
     """``np.lexsort((keys, arange(len(keys)) // block))``: each run of ``block`` positions sorted
     by its keys (stable), the runs in place; one row-wise argsort, a few times faster per window."""
     whole = len(keys) // block * block
-    rows = np.argsort(keys[:whole].reshape(-1, block), axis=1, kind="stable")
+    rows = stable_argsort(keys[:whole].reshape(-1, block))
     rows += np.arange(0, whole, block, dtype=np.int64)[:, None]
-    tail = whole + np.argsort(keys[whole:], kind="stable")
+    tail = whole + stable_argsort(keys[whole:])
     return np.concatenate([rows.reshape(-1), tail]).astype(np.int64, copy=False)
 
 
@@ -300,7 +307,7 @@ def _within_perms(key: tuple[int, ...], index: int, sizes: np.ndarray) -> np.nda
                                       strict=True)):
         if m > 1:
             raws[i, :m] = raw_stream(word, m)
-    rows = np.argsort(raws, axis=1, kind="stable")
+    rows = stable_argsort(raws, sizes)
     found: np.ndarray = rows[np.arange(width) < sizes[:, None]].astype(np.int64, copy=False)
     return found
 

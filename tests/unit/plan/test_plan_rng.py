@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shardkit.plan import PlanParams, build_plan, sample_rng, shard_order
+from shardkit.plan.rng import raw_stream, stable_argsort
 from tests.helpers.plan_strategies import consumer_samples
 
 
@@ -30,6 +33,37 @@ def test_sample_rng_depends_only_on_seed_epoch_index() -> None:
     assert not np.array_equal(first, sample_rng(5, 2, 12345).random(4))
     assert not np.array_equal(first, sample_rng(6, 1, 12345).random(4))
     assert isinstance(sample_rng(0, 0, 0), np.random.Generator)
+
+
+PAD = int(np.iinfo(np.uint64).max)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.integers(1, 6), width=st.integers(1, 40), values=st.integers(1, 2**64 - 1),
+       seed=st.integers(0, 2**32 - 1), data=st.data())
+def test_the_fast_stable_argsort_is_the_stable_one(rows: int, width: int, values: int, seed: int,
+                                                   data: st.DataObject) -> None:
+    """P5: permutations (``stable_argsort`` behind them) are the stable argsort of their keys,
+    ties and the padded rows of a stratified window included (the real keys' places): keys drawn
+    from ``values`` distinct ones tie often when ``values`` is small, and may be the pad value."""
+    rng = np.random.default_rng(seed)
+    keys = (rng.integers(0, values, (rows, width), dtype=np.uint64, endpoint=True)
+            if values < 2**63 else rng.integers(0, 2**63, (rows, width), dtype=np.uint64) * 2)
+    keys[rng.random((rows, width)) < 0.1] = PAD
+    assert np.array_equal(stable_argsort(keys), np.argsort(keys, axis=-1, kind="stable"))
+    assert np.array_equal(stable_argsort(keys[0]), np.argsort(keys[0], kind="stable"))
+    lengths = np.array(data.draw(st.lists(st.integers(0, width), min_size=rows, max_size=rows)), dtype=np.int64)
+    keys[np.arange(width) >= lengths[:, None]] = PAD
+    got, want = stable_argsort(keys, lengths), np.argsort(keys, axis=1, kind="stable")
+    real = np.arange(width) < lengths[:, None]
+    assert np.array_equal(got[real], want[real])
+
+
+def test_philox_words_take_the_fast_sort() -> None:
+    """The fast path is the common one: 8,192 Philox words have no ties (the check passes)."""
+    keys = raw_stream(12345, 8192)
+    assert len(np.unique(keys)) == len(keys)
+    assert np.array_equal(stable_argsort(keys), np.argsort(keys, kind="stable"))
 
 
 PINNED_SHARD_ORDER = [5, 6, 1, 7, 3, 2, 8, 4, 9, 0]
