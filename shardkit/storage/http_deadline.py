@@ -17,11 +17,9 @@ Thread-safety: a socket carries one request at a time (its connection's), as htt
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import ssl
 import time
-from collections.abc import Iterator
 from typing import Any
 
 
@@ -59,13 +57,14 @@ def _bound(sock: Any) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def _receiving(sock: Any) -> Iterator[None]:
-    """One receive under its request's deadline: a timeout the deadline cut short is
-    ``RequestDeadlineExceeded``; a plain read timeout stays a ``TimeoutError``."""
-    cut = _bound(sock)
+def _receive(sock: Any, receive: Any, *args: Any) -> int:
+    """One receive, ``receive(*args)``, under ``sock``'s request deadline: a timeout the
+    deadline cut short is ``RequestDeadlineExceeded``; a plain read timeout stays a
+    ``TimeoutError``. A plain call, not a context manager: it runs once per TLS record."""
+    cut = sock.deadline is not None and _bound(sock)
     try:
-        yield
+        got: int = receive(*args)
+        return got
     except TimeoutError:
         if cut:
             raise RequestDeadlineExceeded("the request's deadline passed") from None
@@ -79,8 +78,7 @@ class _TimedSocket(socket.socket):
     read_timeout: float = 60.0
 
     def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
-        with _receiving(self):
-            return super().recv_into(buffer, nbytes, flags)
+        return _receive(self, super().recv_into, buffer, nbytes, flags)
 
 
 class TimedSSLSocket(ssl.SSLSocket):
@@ -90,8 +88,7 @@ class TimedSSLSocket(ssl.SSLSocket):
     read_timeout: float = 60.0
 
     def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
-        with _receiving(self):
-            return super().recv_into(buffer, nbytes, flags)
+        return _receive(self, super().recv_into, buffer, nbytes, flags)
 
 
 def create_connection(address: tuple[str, int], timeout: Any = None,
