@@ -98,8 +98,8 @@ class ShardIndex:
         return bisect.bisect_right(self.starts, sample_index) - 1
 
     def offsets_of(self, block_index: int) -> np.ndarray:
-        start = int(self.first_sample[block_index]) + block_index
-        return self.sample_offsets[start : start + int(self.blocks[block_index]["num_samples"]) + 1]
+        start = self.starts[block_index] + block_index
+        return self.sample_offsets[start : start + self.table["num_samples"][block_index] + 1]
 
 
 def encode_index(blocks: np.ndarray, sample_offsets: np.ndarray) -> bytes:

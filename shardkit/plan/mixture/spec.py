@@ -25,6 +25,9 @@ COMPOSITIONS = ("random", "stratified")
 UNITS = ("samples", "tokens")
 
 
+KEPT_EPOCHS = 4  # epochs whose segments a spec keeps (MixSpec.segments)
+
+
 @dataclass(frozen=True, eq=False)
 class MixSource:
     """One source of a mixture: ``name`` (unique, stable across resumes), shard sizes, weight."""
@@ -91,8 +94,9 @@ class MixSpec:
     schedule: tuple[ScheduleStep, ...] = ()
     basis: tuple[int, tuple[int, ...]] | None = field(default=None)
     unit: str = "samples"
-    # epoch -> its segments: exact counts cost Fractions per source, asked for by every plan,
-    # digest and cursor of the epoch (the spec is immutable; a rebased one starts empty)
+    # epoch -> its segments, for the latest KEPT_EPOCHS epochs: exact counts cost Fractions per
+    # source, asked for by every plan, digest and cursor of the epoch (the spec is immutable; a
+    # rebased one starts empty). Bounded: a long run must not keep every epoch's counts.
     _segments: dict[int, tuple[Segment, ...]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -138,9 +142,12 @@ class MixSpec:
     def segments(self, epoch: int) -> tuple[Segment, ...]:
         """The pieces of ``epoch`` between its weight changes (MX11): one unless the schedule
         changes the mix inside the epoch. Each has its own exact counts (largest remainder)."""
-        known = self._segments.get(epoch)
+        kept = self._segments
+        known = kept.get(epoch)
         if known is None:
-            known = self._segments[epoch] = self._segments_of(epoch)
+            known = kept[epoch] = self._segments_of(epoch)
+            if len(kept) > KEPT_EPOCHS:  # the oldest asked for goes (pop: threads may race here)
+                kept.pop(next(iter(kept)), None)
         return known
 
     def _segments_of(self, epoch: int) -> tuple[Segment, ...]:

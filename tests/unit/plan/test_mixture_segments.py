@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from shardkit.errors import PlanError
 from shardkit.plan import Plan, PlanParams
-from shardkit.plan.mixture.spec import MixSource, MixSpec, ScheduleStep
+from shardkit.plan.mixture.spec import KEPT_EPOCHS, MixSource, MixSpec, ScheduleStep
 from shardkit.plan.mixture.state import mixture_plan, mixture_to_state, resume_mixture
 from tests.helpers.mixture_strategies import dropped_ids, expected_multiset, mix_params, mix_specs, source_of
 from tests.helpers.plan_strategies import all_samples, assert_equal_steps
@@ -125,3 +125,16 @@ def test_a_segmented_state_resumes_with_its_segments_and_refuses_a_bad_one() -> 
 def test_bad_changes_are_refused(step: ScheduleStep, match: str) -> None:
     with pytest.raises(PlanError, match=match):
         MixSpec((MixSource("a", np.array([5])),), 10, schedule=(step,))
+
+
+@PROPERTY
+@given(mix_specs(max_changes=3), st.lists(st.integers(0, 12), min_size=1, max_size=30))
+def test_a_spec_keeps_a_few_epochs_segments_and_each_is_its_own(spec: MixSpec, epochs: list[int]) -> None:
+    """MX11: asked for in any order, an epoch's segments are those a fresh spec computes, and a
+    spec keeps those of at most KEPT_EPOCHS epochs (a long run does not keep every epoch's)."""
+    for epoch in epochs:
+        got = spec.segments(epoch)
+        fresh = spec._segments_of(epoch)
+        assert [(s.first_sample, s.end, s.weights) for s in got] == [(s.first_sample, s.end, s.weights) for s in fresh]
+        assert all(np.array_equal(a.counts, b.counts) for a, b in zip(got, fresh, strict=True))
+        assert len(spec._segments) <= KEPT_EPOCHS
