@@ -51,10 +51,15 @@ def cache_item(dataset: StoredDataset, shard_index: int) -> CacheItem:
 
 def _checksum_verifier(info: ShardInfo) -> Any:
     """The cache's check of a download or a hit: the whole file against the manifest's checksum,
-    keeping its checked index for the reader that opens it next (K45: one hash per file)."""
-    def verify(path: str) -> None:
+    keeping its checked index for the reader that opens it next (K45: one hash per file); the
+    identity of the file it hashed, which the cache then takes as verified (K2)."""
+    def verify(path: str) -> tuple[int, int, int]:
         source, _ = open_checked(path, info, fresh=True)
-        source.close()
+        try:
+            st = source.stat()  # of the descriptor just hashed, not of whatever the path names now
+            return st.st_dev, st.st_ino, st.st_size
+        finally:
+            source.close()
 
     return verify
 

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from shardkit.errors import CacheError, StorageError, StorageTimeoutError
 from shardkit.storage.budget import NodeBudget
@@ -37,7 +37,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: ``verify(path)`` raises (any exception) when the file at ``path`` is not the expected shard.
-Verify = Callable[[str], None]
+#: It may return the ``(st_dev, st_ino, st_size)`` of the file it checked (``fstat`` of the
+#: descriptor it read): that file counts as verified in this process from then on (K2), also
+#: when it is this process's own download, published by rename (the same inode).
+Verify = Callable[[str], object]
 
 
 @dataclass(frozen=True)
@@ -213,14 +216,17 @@ class ShardCache:
         if verify is None or not self.options.verify_on_hit or ident in self._verified:
             return True
         try:
-            verify(entry.data)
+            checked = verify(entry.data)
         except Exception as exc:  # verify signals a bad file by raising anything
             logger.warning("%s: cached file %s failed verification (%s); downloading again",
                            what, entry.data, exc)
             return False
+        self._mark_verified(checked if _is_ident(checked) else ident)
+        return True
+
+    def _mark_verified(self, ident: tuple[int, int, int]) -> None:
         with self._guard:
             self._verified.add(ident)
-        return True
 
     def _fill(self, store: Store, name: str, entry: Entry, key: str, num_bytes: int,
               verify: Verify | None, cancel: threading.Event | None) -> None:
@@ -235,8 +241,7 @@ class ShardCache:
                 publish_mode = make_private(tmp, num_bytes)  # K46: nobody else can write it ...
                 self._download(store, name, tmp, num_bytes, url, cancel)
                 seal(tmp, publish_mode)  # ... nor anyone at all once the bytes are in, before the check
-                if verify is not None:
-                    verify(tmp)
+                checked = verify(tmp) if verify is not None else None
             except StorageError:
                 remove_temps([tmp])
                 raise
@@ -255,6 +260,8 @@ class ShardCache:
                 raise
             os.replace(tmp, entry.data)  # K1: atomic publish
             write_meta(entry, key, url, num_bytes, store.url)
+            if _is_ident(checked):  # the very file just checked (a rename keeps its inode): not hashed again (K2)
+                self._mark_verified(checked)
             return
         final = errors[-1] if errors else CacheError(f"{url}: verify_attempts must be >= 1")
         final.add_note(f"downloading {url} into cache {self.cache_dir}: verification failed "
@@ -331,3 +338,7 @@ def _touch(path: str) -> None:
 def _exists(path: str) -> bool:
     return regular_stat(path) is not None
 
+
+def _is_ident(checked: object) -> TypeGuard[tuple[int, int, int]]:
+    """Whether a ``Verify``'s answer names the file it checked: ``(st_dev, st_ino, st_size)``."""
+    return isinstance(checked, tuple) and len(checked) == 3 and all(type(v) is int for v in checked)

@@ -241,3 +241,52 @@ def test_a_short_space_timeout_never_fails_a_reserve_queued_behind_the_space_loc
     holder.release()
     worker.join(60)
     assert outcome == [True], outcome
+
+
+def counting_checker(index: int, calls: list[str], ident: bool):  # noqa: ANN201 - a verify callback
+    """``checker(index)`` that records each call and, with ``ident``, answers the identity of the
+    file it read (``fstat`` of its descriptor), as the reader's checksum verifier does."""
+    def verify(path: str) -> tuple[int, int, int] | None:
+        calls.append(path)
+        with open(path, "rb") as fh:
+            if fh.read() != payload(index):
+                raise CorruptShardError(f"{path}: checksum mismatch")
+            st = os.fstat(fh.fileno())
+        return (st.st_dev, st.st_ino, st.st_size) if ident else None
+    return verify
+
+
+@pytest.mark.parametrize("ident", [True, False])
+def test_a_download_this_process_verified_is_not_verified_again_on_open_k2(
+        remote: Store, tmp_path: object, ident: bool) -> None:
+    """K2: a verifier that names the file it checked makes this process's own download count as
+    verified (one hash per shard, not one after the download and one more on the first open);
+    one that names nothing keeps the old rule: checked again once on the first hit."""
+    cache = ShardCache(str(tmp_path), 10 * SIZE, FAST)
+    calls: list[str] = []
+    for _ in range(3):
+        with cache.open(remote, "shards/3.shard", key="fp/3", num_bytes=SIZE,
+                        verify=counting_checker(3, calls, ident)) as path:
+            assert read_file(path) == payload(3)
+    assert cache.stats.misses == 1
+    assert len(calls) == (1 if ident else 2)  # the download's check (+ the first hit's without an identity)
+
+
+def test_a_file_renamed_over_a_verified_entry_is_verified_again_k2(remote: Store, tmp_path: object) -> None:
+    """K2: what counts as verified is the inode that was checked; another file renamed over the
+    entry (a member of the cache's group replacing it) is checked anew, and a bad one fetched again."""
+    cache = ShardCache(str(tmp_path), 10 * SIZE, FAST)
+    calls: list[str] = []
+    with cache.open(remote, "shards/2.shard", key="fp/2", num_bytes=SIZE,
+                    verify=counting_checker(2, calls, True)) as path:
+        pass
+    forged = f"{path}.forged"
+    with open(forged, "wb") as fh:
+        fh.write(b"\x00" * SIZE)  # the right size, the wrong bytes
+    os.replace(forged, path)
+    with cache.open(remote, "shards/2.shard", key="fp/2", num_bytes=SIZE,
+                    verify=counting_checker(2, calls, True)) as again:
+        assert read_file(again) == payload(2)
+    assert calls[0] != path and path in calls[1:]  # the download's check, then the forged file's
+    assert len([c for c in calls if c != path]) == 2  # and the new download's
+    assert cache.stats.misses == 2
