@@ -214,6 +214,7 @@ class MixtureSource:
                                             self._order):
             tallies.add(window.indices, window.padded)
             yield window
+            del window  # not held while the next window is read (RP10)
 
     def decorate(self, batch: Any, cut: BatchCut, with_index: bool) -> None:
         """``_source``, ``_index`` in this mixture's numbering, and the per-source counts (X9)."""

@@ -67,3 +67,4 @@ def transformed(windows: Iterator[WindowSamples], transform: Transform, with_con
         else:
             out = [transform(sample) for sample in samples]
         yield replace(window, samples=out)
+        del window, samples, out  # not held while the next window is read (RP10)
