@@ -66,7 +66,8 @@ def run_curl(endpoint: str, shards: list[dict[str, Any]], out_dir: str, connecti
     seconds, cpu = time.perf_counter() - started, _children_cpu() - before
     total = sum(int(s["num_bytes"]) for s in shards)
     got = sum(os.path.getsize(os.path.join(out_dir, f)) for f in os.listdir(out_dir))
-    error = None if done.returncode == 0 and got == total else f"exit {done.returncode}, {got} bytes: {done.stderr[-300:]}"
+    ok = done.returncode == 0 and got == total
+    error = None if ok else f"exit {done.returncode}, {got} bytes: {done.stderr[-300:]}"
     return {"case": "curl", "connections": connections, "gb_per_s": total / seconds / 1e9,
             "cpu_s_per_gb": cpu / (total / 1e9), "seconds": seconds, "error": error}
 
@@ -135,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--server", choices=["auto", "nginx", "python"], default="auto")
     parser.add_argument("--out", default=None)
-    parser.add_argument("--epoch", nargs=5, metavar=("ENDPOINT", "CACHE", "WORKERS", "CASE", "BYTES"), help=argparse.SUPPRESS)
+    parser.add_argument("--epoch", nargs=5, metavar=("ENDPOINT", "CACHE", "WORKERS", "CASE", "BYTES"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.epoch:  # the child process of one epoch
         endpoint, cache, workers, case, stored = args.epoch
@@ -162,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                 for workers in args.workers:
                     cache = os.path.join(tmp, f"cache-{repeat}-{workers}")
                     for case in ("cold", "warm"):
-                        rows.append({"event": "run", "repeat": repeat, **run_epoch(endpoint, cache, workers, case, stored)})
+                        row = run_epoch(endpoint, cache, workers, case, stored)
+                        rows.append({"event": "run", "repeat": repeat, **row})
                     shutil.rmtree(cache, ignore_errors=True)
         rows.append(summary(rows))
     save_rows(rows, args.out)
