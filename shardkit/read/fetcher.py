@@ -82,6 +82,7 @@ class BlockRun:
         self.ranges: RangesAhead | None = None
         self.open_failed = False  # a shard opened ahead failed: open nothing more ahead
         self.alone = -1  # the last position requested when the consumer reached it, not ahead
+        self.listed: set[int] = set()  # the readers (ids) with blocks listed in this run
 
     def chunks(self) -> Iterator[SampleChunk]:
         candidate = 0  # the next block to consider fetching ahead
@@ -219,11 +220,16 @@ class BlockRun:
         index = reader.index
         stop = min(end, reader.num_samples)
         first, first_block = index.starts, index.block_of(start)
+        # a block the reader kept from the run before (P21) is still kept when the consumer
+        # reaches it only if no earlier block of this run is read from the same reader
+        kept_then = id(reader) not in self.listed
+        self.listed.add(id(reader))
         for block_index in range(first_block, index.block_of(stop - 1) + 1):
             base = first[block_index]
             part = (max(start - base, 0), min(stop, first[block_index + 1]) - base)
             self.blocks.append(_Block(self.expanded, shard, reader, block_index, stop, part,
-                                      block_index == first_block, _mode(reader, block_index)))
+                                      block_index == first_block,
+                                      _mode(reader, block_index, kept_then and block_index == first_block)))
         self._remember(shard, source)
         self.expanded += 1
         return True
@@ -256,11 +262,12 @@ def _decrement(counts: dict[int, int], key: int) -> int:
     return left
 
 
-def _mode(reader: Any, block_index: int) -> str:
+def _mode(reader: Any, block_index: int, may_keep: bool) -> str:
     """How this block is fetched: its shard's way, unless it is not worth fetching ahead (a raw
-    block without views, for the helper) or its reader kept it from the run before (P21)."""
+    block without views, for the helper) or its reader kept it from the run before (P21) and
+    still will when the consumer reaches it (``may_keep``: the run's first block of the reader)."""
     mode: str = reader.fetch_mode
-    if mode == INLINE or reader.keeps(block_index):
+    if mode == INLINE or (may_keep and reader.keeps(block_index)):
         return INLINE
     if mode == HELPER and not reader.worth_ahead(block_index):
         return INLINE

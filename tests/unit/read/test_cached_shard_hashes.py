@@ -5,30 +5,21 @@ and not again by its reader, whatever epochs follow in the process."""
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 import shardkit as sk
 import shardkit.read.sources as sources
-from shardkit.storage import open_store
+from tests.helpers.files import packed_in_memory
 
 
 def _remote_dataset(tmp_path: Path, count: int) -> tuple[str, int]:
     """A dataset of several shards packed locally and copied into a fresh memory:// store; its
     URL and number of shards."""
     local = tmp_path / "ds"
-    with sk.ShardWriter(str(local), shard_size="4KiB") as writer:
-        for i in range(count):
-            writer.write({"id": i, "tokens": np.arange(i % 50, dtype=np.int32)})
-    url = f"memory://hashes-{uuid.uuid4().hex}"
-    store = open_store(url)
-    for path in local.rglob("*"):
-        if path.is_file():
-            store.write_atomic(path.relative_to(local).as_posix(), path.read_bytes())
+    url = packed_in_memory(local, count, "4KiB", 50)
     return url, len(json.loads((local / "manifest.json").read_text())["shards"])
 
 

@@ -5,29 +5,18 @@ that cannot hold the manifest is no reason to fail."""
 from __future__ import annotations
 
 import logging
-import uuid
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-import shardkit as sk
 from shardkit.read import open_dataset
 from shardkit.storage import ShardCache, open_store
+from tests.helpers.files import packed_in_memory
 
 
 def _remote_copy(tmp_path: Path, count: int) -> str:
     """A dataset packed locally, then copied object by object into a fresh memory:// store."""
-    local = tmp_path / f"ds-{count}"
-    with sk.ShardWriter(str(local), shard_size="1KiB") as writer:
-        for i in range(count):
-            writer.write({"id": i, "tokens": np.arange(i % 20, dtype=np.int32)})
-    url = f"memory://ds-{uuid.uuid4().hex}"
-    store = open_store(url)
-    for path in local.rglob("*"):
-        if path.is_file():
-            store.write_atomic(path.relative_to(local).as_posix(), path.read_bytes())
-    return url
+    return packed_in_memory(tmp_path / f"ds-{count}", count, "1KiB", 20)
 
 
 def _cached_manifests(cache_dir: Path) -> list[Path]:

@@ -22,6 +22,7 @@ from shardkit.read.shard_blocks import ShardBlocks
 from shardkit.read.stats import ReadStats
 from shardkit.read.stream import ShardOpener, iter_consumer
 from shardkit.storage.memory_store import MemoryStore
+from tests.helpers.files import copy_into
 
 SHARDS, PER_SHARD = 4, 120  # at least: shards of 32 KiB of ~200-byte samples
 
@@ -165,9 +166,7 @@ def in_memory(folder) -> StoredDataset:
     """The dataset at ``folder`` copied into a ``MemoryStore``: a store read by range requests
     (no local path), as a remote dataset without a cache dir is."""
     store = MemoryStore()
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            store.write_atomic(path.relative_to(folder).as_posix(), path.read_bytes())
+    copy_into(store, folder)
     return StoredDataset(store, open_dataset(str(folder)).manifest)
 
 
@@ -268,17 +267,28 @@ def test_a_run_over_many_sources_fetches_ahead_across_them_within_both_bounds(
     across sources up to ``open_limit`` shards in all and ``keep_open`` of any one source, the
     shared LRU of RP1 never closes a shard the run still reads (every sample arrives, in
     order), and the next spans' first blocks come from the helper."""
-    folder = tmp_path_factory.mktemp("many")
+    spans = data.draw(st.lists(st.tuples(st.integers(0, 5 * SHARDS - 1), st.integers(0, PER_SHARD - 10)),
+                               min_size=1, max_size=14))
+    _read_many_sources(tmp_path_factory.mktemp("many"), keep, limit, [(g, a, a + 10) for g, a in spans])
+
+
+def test_a_block_an_earlier_span_kept_is_fetched_ahead_once_another_block_of_its_shard_is_read(
+        tmp_path) -> None:
+    """P21 and RP6: shard 0 of source 0 keeps the block its first span (54-64) stopped inside; a
+    later span of the run starts in that block (63-73), after a span of the same shard read
+    from another block (0-10). The reader keeps that other block by then, so the later span's
+    first block is fetched ahead like any other (it was judged kept when listed, and read by
+    the consumer: found by the property above)."""
+    _read_many_sources(tmp_path, 1, 2, [(0, 54, 64), (5, 0, 10), (0, 0, 10), (4, 0, 10), (0, 63, 73)])
+
+
+def _read_many_sources(folder, keep: int, limit: int, spans: list[tuple[int, int, int]]) -> None:
     write_dataset(str(folder))
     dataset = open_dataset(str(folder))
     first = first_ids(dataset)
-    sources = 5
-    spans = data.draw(st.lists(st.tuples(st.integers(0, sources * SHARDS - 1), st.integers(0, PER_SHARD - 10)),
-                               min_size=1, max_size=14))
-    spans = [(g, a, a + 10) for g, a in spans]
     want = [first[g % SHARDS] + i for g, a, b in spans for i in range(a, b)]
     stats = ReadStats()
-    readers = ManySources(dataset, sources, keep, limit, stats)
+    readers = ManySources(dataset, 5, keep, limit, stats)
     try:
         assert ids(readers, spans) == want
         assert readers.shared.descriptors <= limit
