@@ -62,24 +62,41 @@ def permutation(key: int, length: int) -> np.ndarray:
 
 
 def stable_argsort(keys: np.ndarray, lengths: np.ndarray | None = None) -> np.ndarray:
-    """``np.argsort(keys, axis=-1, kind="stable")``, by the unstable sort (about 4x faster on
-    Philox words) wherever that gives the same answer: when no two keys of a row are equal,
-    which is checked, else the stable sort runs. ``lengths`` (2-D ``keys``): only the first
+    """``np.argsort(keys, axis=-1, kind="stable")``, by a faster sort wherever that gives the
+    same answer: when no two keys of a row are equal (in the bits it sorts by), which is
+    checked, else the stable sort runs. ``lengths`` (2-D ``keys``): only the first
     ``lengths[i]`` keys of row ``i`` count; the rest are padding of the largest uint64, which
-    both sorts put after every real key, so only the real keys' places must agree."""
-    order = np.argsort(keys, axis=-1)
-    ranked = np.take_along_axis(keys, order, axis=-1)
+    every sort here puts after every real key, so only the real keys' places must agree.
+
+    Rows of uint64 Philox words no wider than ``2**16``: each word's low bits are replaced by
+    its index and the words sorted (a value sort, about 3x faster than an argsort); the order
+    is the words' order wherever their high bits differ, and the index bits are the answer.
+    Other keys: the unstable argsort (about 4x faster than the stable one on Philox words)."""
+    width = keys.shape[-1]
+    if keys.dtype == np.uint64 and 1 < width <= _PACKED_WIDTH:
+        low = np.uint64((1 << (width - 1).bit_length()) - 1)
+        packed = keys & ~low
+        packed |= np.arange(width, dtype=np.uint64)
+        packed.sort(axis=-1)
+        ranked = packed & ~low  # the bits compared; the index bits are the order
+        order = (packed & low).astype(np.intp)
+    else:
+        low = keys.dtype.type(0)
+        order = np.argsort(keys, axis=-1)
+        ranked = np.take_along_axis(keys, order, axis=-1)
     equal = ranked[..., 1:] == ranked[..., :-1]
-    if lengths is not None:  # real keys tie with each other, or the last real one is the pad value
-        width = keys.shape[-1]
+    if lengths is not None:  # real keys tie with each other, or the last real one is (as) the pad value
         equal &= np.arange(width - 1) < (lengths - 1)[:, None]
         last = ranked[np.arange(len(keys)), np.clip(lengths - 1, 0, None)]
-        if np.any(last[lengths > 0] == np.iinfo(keys.dtype).max):
+        if np.any(last[lengths > 0] == np.iinfo(keys.dtype).max & ~low):
             equal[...] = True
     if equal.any():
         stable: np.ndarray = np.argsort(keys, axis=-1, kind="stable")
         return stable
     return order
+
+
+_PACKED_WIDTH = 1 << 16
 
 
 def first_of_permutation(raw: np.ndarray, count: int) -> np.ndarray:

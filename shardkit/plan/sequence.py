@@ -16,6 +16,8 @@ All are immutable and thread-safe.
 
 from __future__ import annotations
 
+import bisect
+
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 
@@ -114,7 +116,7 @@ class EpochSequence(SpanSequence):
         ``shard_base`` is added to their shard indices (a mixture's global shards)."""
         self.check_range(start, stop)
         spans: list[Span] = []
-        index = int(np.searchsorted(self._cum, start, side="right")) - 1
+        index = bisect.bisect_right(self._cum, start) - 1  # a searchsorted, without its ~1.5 us a call
         while start < stop:
             base = int(self._cum[index])
             end = min(stop, int(self._cum[index + 1]))

@@ -73,6 +73,8 @@ class SourceStream:
             start += take
 
     def spans(self, lo: int, hi: int) -> list[Span]:
+        if lo < hi and (inner := (self._cursor + lo) % self.num_samples) + (hi - lo) <= self.num_samples:
+            return self._pass.spans(inner, inner + hi - lo, self._base)  # within one pass: the common case
         return [span for a, b in self._pieces(lo, hi) for span in self._pass.spans(a, b, self._base)]
 
     def shards(self, lo: int, hi: int) -> np.ndarray:

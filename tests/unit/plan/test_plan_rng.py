@@ -59,6 +59,31 @@ def test_the_fast_stable_argsort_is_the_stable_one(rows: int, width: int, values
     assert np.array_equal(got[real], want[real])
 
 
+@settings(max_examples=100, deadline=None)
+@given(width=st.integers(2, 300), spread=st.integers(0, 20), seed=st.integers(0, 2**32 - 1))
+def test_keys_that_differ_only_in_the_index_bits_still_sort_stably(width: int, spread: int, seed: int) -> None:
+    """P5: the value sort packs each key's index into its low bits; keys equal above those bits
+    but different in them (``spread`` low bits of noise over a few shared high parts) must
+    still come out in the stable argsort's order, and so must wide rows and 1-D keys."""
+    rng = np.random.default_rng(seed)
+    highs = rng.integers(0, 2**63, 3, dtype=np.uint64) * 2
+    keys = highs[rng.integers(0, 3, (2, width))] + rng.integers(0, 2**spread, (2, width), dtype=np.uint64)
+    assert np.array_equal(stable_argsort(keys), np.argsort(keys, axis=-1, kind="stable"))
+    assert np.array_equal(stable_argsort(keys[1]), np.argsort(keys[1], kind="stable"))
+    lengths = rng.integers(0, width + 1, 2)
+    keys[np.arange(width) >= lengths[:, None]] = PAD
+    real = np.arange(width) < lengths[:, None]
+    assert np.array_equal(stable_argsort(keys, lengths)[real], np.argsort(keys, axis=1, kind="stable")[real])
+
+
+def test_rows_wider_than_the_packed_sort_take_the_argsort() -> None:
+    """P5: keys too wide for the index bits (over 2**16 a row) sort by the argsort path."""
+    keys = raw_stream(7, (1 << 16) + 5)
+    keys[:10] = keys[10]  # ties: the stable sort decides
+    assert np.array_equal(stable_argsort(keys), np.argsort(keys, kind="stable"))
+    assert np.array_equal(stable_argsort(keys[10:]), np.argsort(keys[10:], kind="stable"))
+
+
 def test_philox_words_take_the_fast_sort() -> None:
     """The fast path is the common one: 8,192 Philox words have no ties (the check passes)."""
     keys = raw_stream(12345, 8192)
