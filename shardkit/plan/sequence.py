@@ -17,7 +17,6 @@ All are immutable and thread-safe.
 from __future__ import annotations
 
 import bisect
-
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 
