@@ -10,13 +10,16 @@ import weakref
 from collections.abc import Iterator
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import shardkit as sk
 from shardkit.format.column_parse import Column
 from shardkit.loader.batcher import cut_batches
+from shardkit.loader.loader_stats import WorkerStats
 from shardkit.loader.transforms import transformed
 from shardkit.read.column_pieces import ColumnPiece, as_samples, join_pieces
+from shardkit.read.options import ReadOptions
 from shardkit.read.stream import WindowSamples
 
 windows_of_blocks = st.lists(st.lists(st.integers(1, 5), min_size=2, max_size=4), min_size=1, max_size=6)
@@ -79,3 +82,41 @@ def test_no_block_of_a_window_is_alive_while_the_next_is_read_rp10(layout, batch
         del cut  # as the emitter does (map(emit, cuts) holds no cut once emitted)
     assert got == blocks.expected  # the copied tails are the same samples, in order
     assert blocks.checked == len(layout) - 1
+
+
+def _write_source(path: str, first: int, count: int) -> None:
+    with sk.ShardWriter(path, shard_size="16KiB", block_size="512B") as writer:
+        for i in range(first, first + count):
+            writer.write({"id": i, "tokens": np.full(20 + i % 7, i, dtype=np.int32)})
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(40, 120), min_size=2, max_size=3), window=st.sampled_from([16, 32]),
+       seed=st.integers(0, 3))
+def test_the_mixture_source_drops_each_window_before_reading_the_next_rp10(tmp_path_factory, sizes, window, seed):
+    """RP10 for a mixture (loader/mixture_source.py): the source's read drops its window before it
+    reads the next. Small blocks make every window read fresh ones; a window finalized only after
+    the next window's blocks were read (the read counted more blocks) was held across that read."""
+    root, first, sources = tmp_path_factory.mktemp("mix"), 0, []
+    for number, count in enumerate(sizes):
+        _write_source(str(root / f"s{number}"), first, count)
+        sources.append(sk.Source(str(root / f"s{number}"), 1.0, f"s{number}"))
+        first += count
+    dataset = sk.StreamingDataset(sk.Mixture(sources, samples_per_epoch=first, composition="stratified"),
+                                  batch_size=4, shuffle_window=window, seed=seed)
+    plan = dataset.step_plan(0, 1, 1)
+    stats = WorkerStats()
+    windows = dataset.source.read(plan, 0, 0, None, stats, ReadOptions(views=True), 4)
+    yielded: list[int] = []
+    finalized: dict[int, int] = {}
+    seen = 0
+    for samples in windows:  # not enumerate(): its reused result tuple would hold the window
+        number = len(yielded)
+        yielded.append(stats.read.blocks)
+        weakref.finalize(samples, lambda n=number: finalized.__setitem__(n, stats.read.blocks))  # blocks then
+        seen += len(samples.indices)
+        del samples
+    assert abs(seen - first) < 4 and len(yielded) > 2  # whole batches of 4: a tail dropped or padded
+    read_after = [n for n in range(len(yielded) - 1) if yielded[n + 1] > yielded[n]]
+    assert read_after, "no window read a fresh block: the test would not see a held window"
+    assert all(finalized[n] == yielded[n] for n in read_after), (yielded, finalized)
